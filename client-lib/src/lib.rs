@@ -1,0 +1,1 @@
+//! sluice client library.

@@ -1,0 +1,1 @@
+//! Helpers shared by the cross-process tests in `tests/tests/`.
