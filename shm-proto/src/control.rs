@@ -1,0 +1,500 @@
+//! Messages on the daemon's Unix stream socket (the control path).
+//!
+//! The socket carries the handshake, model look-ups and status queries;
+//! requests never go through it. Frames:
+//!
+//! ```text
+//! u32 LE  length of what follows (kind + reserved + payload), <= MAX_FRAME
+//! u16 LE  kind (KIND_*)
+//! u16 LE  reserved, 0
+//! ...     payload: fixed-width LE integers; strings as u16 LE length + UTF-8
+//! ```
+//!
+//! A session starts with the client's [`Msg::Hello`], whose first fields
+//! (magic, version) will keep their place in every future version, so a
+//! daemon can always tell an old or new client what is wrong. The daemon
+//! answers [`Msg::Welcome`] with two file descriptors attached by
+//! `SCM_RIGHTS` — the sealed region memfd, then the eventfd the client writes
+//! to wake the daemon — or [`Msg::Refused`] with a reason. A one-shot
+//! [`Msg::StatusRequest`] may come instead of `Hello`.
+
+/// Largest frame body accepted, in bytes.
+pub const MAX_FRAME: usize = 256 * 1024;
+/// Bytes of the frame header (length, kind, reserved).
+pub const FRAME_HEADER: usize = 8;
+/// Longest client name in a `Hello`.
+pub const MAX_NAME: usize = 64;
+
+/// `Hello` kind.
+pub const KIND_HELLO: u16 = 1;
+/// `Welcome` kind.
+pub const KIND_WELCOME: u16 = 2;
+/// `Refused` kind.
+pub const KIND_REFUSED: u16 = 3;
+/// `LookupModel` kind.
+pub const KIND_LOOKUP_MODEL: u16 = 4;
+/// `ModelInfo` kind.
+pub const KIND_MODEL_INFO: u16 = 5;
+/// `ModelNotFound` kind.
+pub const KIND_MODEL_NOT_FOUND: u16 = 6;
+/// `StatusRequest` kind.
+pub const KIND_STATUS_REQUEST: u16 = 7;
+/// `StatusReply` kind.
+pub const KIND_STATUS_REPLY: u16 = 8;
+
+/// Reasons in [`Msg::Refused`].
+pub mod refused {
+    /// The client speaks another protocol version.
+    pub const VERSION_MISMATCH: u32 = 1;
+    /// Same version, different shared-memory layout (mismatched build).
+    pub const LAYOUT_MISMATCH: u32 = 2;
+    /// `SO_PEERCRED` uid/gid not allowed by the daemon's `[access]` config.
+    pub const NOT_ALLOWED: u32 = 3;
+    /// `clients.max_clients` reached.
+    pub const TOO_MANY_CLIENTS: u32 = 4;
+    /// The first frame was not a valid `Hello` or `StatusRequest`.
+    pub const BAD_MESSAGE: u32 = 5;
+    /// The daemon could not create the region (out of memory, fd limit).
+    pub const INTERNAL: u32 = 6;
+}
+
+/// A decoded control message; strings borrow from the frame buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Msg<'a> {
+    /// Client → daemon, first frame.
+    Hello {
+        /// [`crate::MAGIC`].
+        magic: u64,
+        /// [`crate::PROTOCOL_VERSION`].
+        version: u32,
+        /// [`crate::LAYOUT_HASH`].
+        layout_hash: u64,
+        /// The client's pid (informational; the daemon trusts `SO_PEERCRED`).
+        pid: u32,
+        /// A name for `sluice status`, at most [`MAX_NAME`] bytes.
+        name: &'a str,
+    },
+    /// Daemon → client; the region memfd and wake eventfd ride along.
+    Welcome {
+        /// The daemon's protocol version.
+        version: u32,
+        /// Daemon-assigned client number.
+        client_id: u32,
+        /// Submission ring capacity.
+        sq_entries: u32,
+        /// Completion ring capacity.
+        cq_entries: u32,
+        /// Arena bytes.
+        arena_size: u64,
+        /// Bytes to map.
+        region_size: u64,
+    },
+    /// Daemon → client: the session is refused, then the socket closes.
+    Refused {
+        /// A [`refused`] code.
+        code: u32,
+        /// What went wrong and what to do.
+        message: &'a str,
+    },
+    /// Client → daemon.
+    LookupModel {
+        /// Model name, e.g. `"resnet152"`.
+        name: &'a str,
+    },
+    /// Daemon → client.
+    ModelInfo {
+        /// Id to put in [`crate::Request::model_id`].
+        id: u32,
+        /// Exact input length the model takes.
+        input_bytes: u64,
+        /// Output length the model writes.
+        output_bytes: u64,
+        /// Standalone execution time on the daemon's device, ns.
+        standalone_ns: u64,
+        /// Kernels per inference.
+        kernels: u32,
+        /// The model's name.
+        name: &'a str,
+    },
+    /// Daemon → client: no model of that name.
+    ModelNotFound {
+        /// The name asked for.
+        name: &'a str,
+    },
+    /// Client → daemon: one-shot status query.
+    StatusRequest,
+    /// Daemon → client: status as a JSON document.
+    StatusReply {
+        /// JSON text.
+        json: &'a str,
+    },
+}
+
+/// A frame could not be decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Fewer bytes than the frame header or the payload needs.
+    Truncated,
+    /// The length field is over [`MAX_FRAME`].
+    TooLong(u32),
+    /// Unknown kind.
+    UnknownKind(u16),
+    /// A string is not UTF-8 or too long.
+    BadString,
+    /// Bytes left over after the payload.
+    TrailingBytes,
+}
+
+impl core::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match *self {
+            Self::Truncated => f.write_str("control frame truncated"),
+            Self::TooLong(n) => write!(f, "control frame of {n} bytes exceeds {MAX_FRAME}"),
+            Self::UnknownKind(k) => write!(f, "unknown control message kind {k}"),
+            Self::BadString => f.write_str("control message string is not valid UTF-8"),
+            Self::TrailingBytes => f.write_str("control frame has trailing bytes"),
+        }
+    }
+}
+
+/// The output buffer is too small for the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferTooSmall {
+    /// Bytes the frame needs.
+    pub needed: usize,
+}
+
+struct Writer<'b> {
+    buf: &'b mut [u8],
+    pos: usize,
+    overflow: bool,
+}
+
+impl Writer<'_> {
+    fn bytes(&mut self, b: &[u8]) {
+        let end = self.pos + b.len();
+        if end <= self.buf.len() {
+            self.buf[self.pos..end].copy_from_slice(b);
+        } else {
+            self.overflow = true;
+        }
+        self.pos = end;
+    }
+    fn u16(&mut self, v: u16) {
+        self.bytes(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.bytes(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.bytes(&v.to_le_bytes());
+    }
+    fn str(&mut self, s: &str) {
+        let n = s.len().min(u16::MAX as usize);
+        self.u16(n as u16);
+        self.bytes(&s.as_bytes()[..n]);
+    }
+}
+
+struct Reader<'b> {
+    buf: &'b [u8],
+    pos: usize,
+}
+
+impl<'b> Reader<'b> {
+    fn take(&mut self, n: usize) -> Result<&'b [u8], DecodeError> {
+        let end = self.pos.checked_add(n).ok_or(DecodeError::Truncated)?;
+        let s = self.buf.get(self.pos..end).ok_or(DecodeError::Truncated)?;
+        self.pos = end;
+        Ok(s)
+    }
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        let mut a = [0u8; 4];
+        a.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(a))
+    }
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn str(&mut self) -> Result<&'b str, DecodeError> {
+        let n = self.u16()? as usize;
+        core::str::from_utf8(self.take(n)?).map_err(|_| DecodeError::BadString)
+    }
+}
+
+impl<'a> Msg<'a> {
+    fn kind(&self) -> u16 {
+        match self {
+            Self::Hello { .. } => KIND_HELLO,
+            Self::Welcome { .. } => KIND_WELCOME,
+            Self::Refused { .. } => KIND_REFUSED,
+            Self::LookupModel { .. } => KIND_LOOKUP_MODEL,
+            Self::ModelInfo { .. } => KIND_MODEL_INFO,
+            Self::ModelNotFound { .. } => KIND_MODEL_NOT_FOUND,
+            Self::StatusRequest => KIND_STATUS_REQUEST,
+            Self::StatusReply { .. } => KIND_STATUS_REPLY,
+        }
+    }
+
+    /// Writes the whole frame (header included) into `buf`; returns its length.
+    pub fn encode(&self, buf: &mut [u8]) -> Result<usize, BufferTooSmall> {
+        let mut w = Writer {
+            buf,
+            pos: FRAME_HEADER,
+            overflow: false,
+        };
+        match *self {
+            Self::Hello {
+                magic,
+                version,
+                layout_hash,
+                pid,
+                name,
+            } => {
+                w.u64(magic);
+                w.u32(version);
+                w.u64(layout_hash);
+                w.u32(pid);
+                w.str(name);
+            }
+            Self::Welcome {
+                version,
+                client_id,
+                sq_entries,
+                cq_entries,
+                arena_size,
+                region_size,
+            } => {
+                w.u32(version);
+                w.u32(client_id);
+                w.u32(sq_entries);
+                w.u32(cq_entries);
+                w.u64(arena_size);
+                w.u64(region_size);
+            }
+            Self::Refused { code, message } => {
+                w.u32(code);
+                w.str(message);
+            }
+            Self::LookupModel { name } | Self::ModelNotFound { name } => w.str(name),
+            Self::ModelInfo {
+                id,
+                input_bytes,
+                output_bytes,
+                standalone_ns,
+                kernels,
+                name,
+            } => {
+                w.u32(id);
+                w.u64(input_bytes);
+                w.u64(output_bytes);
+                w.u64(standalone_ns);
+                w.u32(kernels);
+                w.str(name);
+            }
+            Self::StatusRequest => {}
+            Self::StatusReply { json } => {
+                let n = json.len().min(MAX_FRAME - 16) as u32;
+                w.u32(n);
+                w.bytes(&json.as_bytes()[..n as usize]);
+            }
+        }
+        let total = w.pos;
+        if w.overflow || total - 4 > MAX_FRAME {
+            return Err(BufferTooSmall { needed: total });
+        }
+        let len = (total - 4) as u32;
+        w.buf[0..4].copy_from_slice(&len.to_le_bytes());
+        w.buf[4..6].copy_from_slice(&self.kind().to_le_bytes());
+        w.buf[6..8].copy_from_slice(&0u16.to_le_bytes());
+        Ok(total)
+    }
+
+    /// The body length announced by a frame's first four bytes, checked
+    /// against [`MAX_FRAME`].
+    pub fn body_len(prefix: [u8; 4]) -> Result<usize, DecodeError> {
+        let n = u32::from_le_bytes(prefix);
+        if n as usize > MAX_FRAME {
+            return Err(DecodeError::TooLong(n));
+        }
+        if (n as usize) < FRAME_HEADER - 4 {
+            return Err(DecodeError::Truncated);
+        }
+        Ok(n as usize)
+    }
+
+    /// Decodes a frame body (everything after the 4-byte length).
+    pub fn decode(body: &'a [u8]) -> Result<Self, DecodeError> {
+        let mut r = Reader { buf: body, pos: 0 };
+        let kind = r.u16()?;
+        let _reserved = r.u16()?;
+        let msg = match kind {
+            KIND_HELLO => Self::Hello {
+                magic: r.u64()?,
+                version: r.u32()?,
+                layout_hash: r.u64()?,
+                pid: r.u32()?,
+                name: {
+                    let s = r.str()?;
+                    if s.len() > MAX_NAME {
+                        return Err(DecodeError::BadString);
+                    }
+                    s
+                },
+            },
+            KIND_WELCOME => Self::Welcome {
+                version: r.u32()?,
+                client_id: r.u32()?,
+                sq_entries: r.u32()?,
+                cq_entries: r.u32()?,
+                arena_size: r.u64()?,
+                region_size: r.u64()?,
+            },
+            KIND_REFUSED => Self::Refused {
+                code: r.u32()?,
+                message: r.str()?,
+            },
+            KIND_LOOKUP_MODEL => Self::LookupModel { name: r.str()? },
+            KIND_MODEL_INFO => Self::ModelInfo {
+                id: r.u32()?,
+                input_bytes: r.u64()?,
+                output_bytes: r.u64()?,
+                standalone_ns: r.u64()?,
+                kernels: r.u32()?,
+                name: r.str()?,
+            },
+            KIND_MODEL_NOT_FOUND => Self::ModelNotFound { name: r.str()? },
+            KIND_STATUS_REQUEST => Self::StatusRequest,
+            KIND_STATUS_REPLY => {
+                let n = r.u32()? as usize;
+                let b = r.take(n)?;
+                Self::StatusReply {
+                    json: core::str::from_utf8(b).map_err(|_| DecodeError::BadString)?,
+                }
+            }
+            k => return Err(DecodeError::UnknownKind(k)),
+        };
+        if r.pos != body.len() {
+            return Err(DecodeError::TrailingBytes);
+        }
+        Ok(msg)
+    }
+
+    /// The version fields of a `Hello` frame body, readable whatever the
+    /// rest of the frame holds (for version-mismatch messages).
+    pub fn peek_hello_version(body: &[u8]) -> Option<(u64, u32)> {
+        let mut r = Reader { buf: body, pos: 0 };
+        (r.u16().ok()? == KIND_HELLO).then_some(())?;
+        r.u16().ok()?;
+        Some((r.u64().ok()?, r.u32().ok()?))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn roundtrip(m: Msg<'_>) {
+        let mut buf = [0u8; 512];
+        let n = m.encode(&mut buf).unwrap();
+        let len = Msg::body_len([buf[0], buf[1], buf[2], buf[3]]).unwrap();
+        assert_eq!(len + 4, n);
+        assert_eq!(Msg::decode(&buf[4..n]).unwrap(), m);
+    }
+
+    #[test]
+    fn every_kind_roundtrips() {
+        roundtrip(Msg::Hello {
+            magic: crate::MAGIC,
+            version: 1,
+            layout_hash: 7,
+            pid: 42,
+            name: "rt-client",
+        });
+        roundtrip(Msg::Welcome {
+            version: 1,
+            client_id: 3,
+            sq_entries: 64,
+            cq_entries: 64,
+            arena_size: 4096,
+            region_size: 20480,
+        });
+        roundtrip(Msg::Refused {
+            code: refused::NOT_ALLOWED,
+            message: "uid 1000 not allowed",
+        });
+        roundtrip(Msg::LookupModel { name: "vgg19" });
+        roundtrip(Msg::ModelInfo {
+            id: 4,
+            input_bytes: 150528,
+            output_bytes: 4000,
+            standalone_ns: 3_700_000,
+            kernels: 71,
+            name: "vgg19",
+        });
+        roundtrip(Msg::ModelNotFound { name: "nope" });
+        roundtrip(Msg::StatusRequest);
+        roundtrip(Msg::StatusReply { json: "{\"a\":1}" });
+    }
+
+    #[test]
+    fn garbage_is_rejected_not_panicked_on() {
+        assert_eq!(Msg::decode(&[]), Err(DecodeError::Truncated));
+        assert_eq!(Msg::decode(&[99, 0, 0, 0]), Err(DecodeError::UnknownKind(99)));
+        assert_eq!(
+            Msg::body_len(u32::MAX.to_le_bytes()),
+            Err(DecodeError::TooLong(u32::MAX))
+        );
+        let mut buf = [0u8; 64];
+        let n = Msg::LookupModel { name: "abc" }.encode(&mut buf).unwrap();
+        assert_eq!(Msg::decode(&buf[4..n - 1]), Err(DecodeError::Truncated));
+        buf[n] = 1;
+        assert_eq!(Msg::decode(&buf[4..n + 1]), Err(DecodeError::TrailingBytes));
+        // Every prefix and every single-byte corruption decodes or errors.
+        let n = Msg::Hello {
+            magic: 1,
+            version: 2,
+            layout_hash: 3,
+            pid: 4,
+            name: "x",
+        }
+        .encode(&mut buf)
+        .unwrap();
+        for cut in 0..n {
+            let _ = Msg::decode(&buf[4..cut.max(4)]);
+        }
+        for i in 4..n {
+            let mut b = buf;
+            b[i] ^= 0xff;
+            let _ = Msg::decode(&b[4..n]);
+        }
+    }
+
+    #[test]
+    fn small_buffer_is_reported() {
+        let mut buf = [0u8; 8];
+        let e = Msg::LookupModel { name: "resnet152" }.encode(&mut buf).unwrap_err();
+        assert_eq!(e.needed, 8 + 2 + 9);
+    }
+
+    #[test]
+    fn hello_version_peek() {
+        let mut buf = [0u8; 64];
+        let n = Msg::Hello {
+            magic: 5,
+            version: 9,
+            layout_hash: 0,
+            pid: 0,
+            name: "",
+        }
+        .encode(&mut buf)
+        .unwrap();
+        assert_eq!(Msg::peek_hello_version(&buf[4..n]), Some((5, 9)));
+    }
+}
