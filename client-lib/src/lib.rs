@@ -1,1 +1,725 @@
-//! sluice client library.
+//! # sluice-client: the library latency-critical processes link
+//!
+//! ```no_run
+//! use sluice_client::{Client, Priority, Span, Submit};
+//! let mut c = Client::connect_default("obstacle-detector")?;
+//! let model = c.lookup_model("vgg19")?;
+//! let input = Span { off: 0, len: model.input_bytes };
+//! let output = Span { off: model.input_bytes.next_multiple_of(64), len: model.output_bytes };
+//! c.write_arena(input.off, &vec![0u8; model.input_bytes as usize])?;
+//! let t = c.submit(&Submit { model_id: model.id, priority: Priority::RealTime,
+//!                            deadline_ns: 0, input, output })?;
+//! let done = c.wait(t)?;
+//! assert_eq!(done.status, sluice_client::status::OK);
+//! # Ok::<(), sluice_client::Error>(())
+//! ```
+//!
+//! The fast path — [`Client::submit`], [`Client::try_poll`], [`Client::wait`]
+//! — allocates nothing, cannot panic, and makes no syscall unless the peer
+//! is asleep: submit writes the daemon's eventfd only when the daemon has
+//! parked; wait spins for [`Client::set_spin`] and only then sleeps on a
+//! futex in the shared region (see `shm_proto::wake`).
+//!
+//! The connection (control socket, region memfd, eventfd) is the only state;
+//! when the daemon goes away every call returns [`Error::Disconnected`], and
+//! a new [`Client::connect`] starts over.
+
+mod conn;
+pub mod ffi;
+
+use std::cell::RefCell;
+use std::io::Write as _;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::time::Duration;
+
+use shm_proto::layout::{RegionHeader, RingHeader, STATE_CLOSED, Slot};
+use shm_proto::ring::{Consumer, Producer, PushError};
+use shm_proto::{Geometry, control::Msg, futex};
+
+pub use shm_proto::{Completion, Priority, Request, control::refused, status};
+
+/// Everything that can go wrong, one to one with the C `SLUICE_E*` codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Error {
+    /// No daemon listens on the socket path. C: `SLUICE_EUNREACHABLE` (-1).
+    DaemonUnreachable,
+    /// The daemon refused the session (code from [`refused`]); see
+    /// [`last_error_message`]. C: `SLUICE_EREFUSED` (-2).
+    Refused(u32),
+    /// The daemon sent something this library does not understand. C: -3.
+    Protocol,
+    /// An OS error (errno) on the control path. C: -4.
+    Io(i32),
+    /// The daemon went away (exit, crash, restart) or dropped this client.
+    /// Reconnect with [`Client::connect`]. C: `SLUICE_EDISCONNECTED` (-5).
+    Disconnected,
+    /// The submission ring is full: wait for a completion and retry. C: -6.
+    RingFull,
+    /// As many requests are in flight as the completion ring holds: wait
+    /// for one first. C: -7.
+    TooManyInFlight,
+    /// The ticket is not in flight on this client (already taken, or never
+    /// issued). C: -8.
+    BadTicket,
+    /// No model of that name. C: -9.
+    ModelNotFound,
+    /// A span lies outside the arena. C: -10.
+    BadSpan,
+    /// `wait_timeout` ran out. C: -11.
+    Timeout,
+    /// An argument was invalid (null pointer, bad priority). C: -12.
+    InvalidArgument,
+}
+
+impl Error {
+    /// The C error code (negative).
+    pub const fn code(self) -> i32 {
+        match self {
+            Self::DaemonUnreachable => -1,
+            Self::Refused(_) => -2,
+            Self::Protocol => -3,
+            Self::Io(_) => -4,
+            Self::Disconnected => -5,
+            Self::RingFull => -6,
+            Self::TooManyInFlight => -7,
+            Self::BadTicket => -8,
+            Self::ModelNotFound => -9,
+            Self::BadSpan => -10,
+            Self::Timeout => -11,
+            Self::InvalidArgument => -12,
+        }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Self::DaemonUnreachable => f.write_str("sluiced is not reachable on its socket"),
+            Self::Refused(code) => write!(f, "sluiced refused the session (reason {code})"),
+            Self::Protocol => f.write_str("unexpected message from sluiced (version skew?)"),
+            Self::Io(errno) => write!(f, "I/O error on the control socket (errno {errno})"),
+            Self::Disconnected => f.write_str("disconnected from sluiced; reconnect"),
+            Self::RingFull => f.write_str("submission ring full; wait for a completion and retry"),
+            Self::TooManyInFlight => {
+                f.write_str("completion ring capacity in flight; wait for a completion first")
+            }
+            Self::BadTicket => f.write_str("ticket is not in flight on this client"),
+            Self::ModelNotFound => f.write_str("no model of that name on this daemon"),
+            Self::BadSpan => f.write_str("span lies outside the client's arena"),
+            Self::Timeout => f.write_str("timed out waiting for the completion"),
+            Self::InvalidArgument => f.write_str("invalid argument"),
+        }?;
+        LAST_ERROR.with(|m| {
+            let m = m.borrow();
+            if m.is_empty() {
+                Ok(())
+            } else {
+                write!(f, ": {m}")
+            }
+        })
+    }
+}
+
+impl std::error::Error for Error {}
+
+thread_local! {
+    static LAST_ERROR: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+pub(crate) fn set_last_error(msg: String) {
+    LAST_ERROR.with(|m| *m.borrow_mut() = msg);
+}
+
+/// The detailed message of the last control-path error on this thread
+/// (connect, handshake, look-up), e.g. the daemon's refusal text.
+pub fn last_error_message() -> String {
+    LAST_ERROR.with(|m| m.borrow().clone())
+}
+
+/// The socket path clients and daemon use when none is given: `$SLUICE_SOCKET`,
+/// else `$XDG_RUNTIME_DIR/sluice/sluiced.sock` for a non-root user,
+/// else `/run/sluice/sluiced.sock`.
+pub fn default_socket_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("SLUICE_SOCKET") {
+        return PathBuf::from(p);
+    }
+    let root = rustix::process::geteuid().is_root();
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(dir) if !root && !dir.is_empty() => PathBuf::from(dir).join("sluice/sluiced.sock"),
+        _ => PathBuf::from("/run/sluice/sluiced.sock"),
+    }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of every timestamp and
+/// deadline in sluice (vDSO, no syscall).
+#[inline]
+pub fn now_ns() -> u64 {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
+    (t.tv_sec as u64).wrapping_mul(1_000_000_000) + t.tv_nsec as u64
+}
+
+/// A byte range in the client's arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[repr(C)]
+pub struct Span {
+    /// Offset from the arena's start.
+    pub off: u64,
+    /// Length in bytes.
+    pub len: u64,
+}
+
+/// What to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Submit {
+    /// From [`Client::lookup_model`].
+    pub model_id: u32,
+    /// Real-time or best-effort.
+    pub priority: Priority,
+    /// Absolute `CLOCK_MONOTONIC` deadline ([`now_ns`] + budget), 0 = none.
+    pub deadline_ns: u64,
+    /// Where the input tensor is.
+    pub input: Span,
+    /// Where the output should go.
+    pub output: Span,
+}
+
+/// A model as the daemon describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelInfo {
+    /// Id for [`Submit::model_id`].
+    pub id: u32,
+    /// Exact input length.
+    pub input_bytes: u64,
+    /// Output length.
+    pub output_bytes: u64,
+    /// Standalone execution time on the daemon's device, ns.
+    pub standalone_ns: u64,
+    /// Kernels per inference.
+    pub kernels: u32,
+}
+
+/// Names one request in flight. Redeem it with [`Client::wait`] or
+/// [`Client::try_poll`]; it is the request id the daemon echoes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct Ticket(pub u64);
+
+const SLOT_FREE: u8 = 0;
+const SLOT_IN_FLIGHT: u8 = 1;
+const SLOT_DONE: u8 = 2;
+
+#[derive(Debug, Clone, Copy, Default)]
+struct TicketSlot {
+    generation: u32,
+    state: u8,
+    completion: Completion,
+}
+
+/// A `MAP_SHARED` mapping of the region, unmapped on drop.
+#[derive(Debug)]
+struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing
+        // borrows the mapping any more (the rings are dropped first).
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
+    }
+}
+
+/// How often, in spin iterations, a spinning waiter checks that the daemon
+/// is still there.
+const LIVENESS_EVERY: u32 = 1 << 14;
+/// Longest single futex sleep; between sleeps the waiter checks liveness.
+const PARK_SLICE: Duration = Duration::from_millis(20);
+
+/// A session with sluiced.
+#[derive(Debug)]
+pub struct Client {
+    sq: Producer<Request>,
+    cq: Consumer<Completion>,
+    slots: Box<[TicketSlot]>,
+    free: Vec<u32>,
+    spin: Duration,
+    disconnected: bool,
+    client_id: u32,
+    geometry: Geometry,
+    sock: UnixStream,
+    wake: OwnedFd,
+    scratch: Vec<u8>,
+    _region_fd: OwnedFd,
+    // Last: the rings point into it.
+    map: Mapping,
+}
+
+// SAFETY: the raw pointers in the rings and the mapping belong to this
+// client alone; moving it to another thread moves all of them together.
+unsafe impl Send for Client {}
+
+impl Client {
+    /// Connects to the daemon at [`default_socket_path`].
+    pub fn connect_default(name: &str) -> Result<Self, Error> {
+        Self::connect(default_socket_path(), name)
+    }
+
+    /// Connects to the daemon listening at `path`; `name` shows in
+    /// `sluice status`.
+    pub fn connect(path: impl AsRef<Path>, name: &str) -> Result<Self, Error> {
+        set_last_error(String::new());
+        let s = conn::handshake(path.as_ref(), name)?;
+        let st = rustix::fs::fstat(&s.region).map_err(|e| Error::Io(e.raw_os_error()))?;
+        if (st.st_size as u64) < s.region_size {
+            set_last_error(format!(
+                "region memfd has {} bytes, daemon announced {}",
+                st.st_size, s.region_size
+            ));
+            return Err(Error::Protocol);
+        }
+        let len = s.region_size as usize;
+        // SAFETY: a fresh shared mapping of a memfd the daemon sealed against
+        // shrinking, so every byte stays backed while it is mapped.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                &s.region,
+                0,
+            )
+        }
+        .map_err(|e| Error::Io(e.raw_os_error()))?;
+        let map = Mapping {
+            ptr: NonNull::new(ptr.cast()).ok_or(Error::Protocol)?,
+            len,
+        };
+        let g = s.geometry;
+        let base = map.ptr.as_ptr();
+        // SAFETY: offset 0 of a mapping of at least 256 bytes, 128-aligned
+        // (page aligned); the header holds only atomics.
+        let hdr = unsafe { &*(base as *const RegionHeader) };
+        use std::sync::atomic::Ordering::Acquire;
+        if hdr.magic.load(Acquire) != shm_proto::MAGIC
+            || hdr.version.load(Acquire) != shm_proto::PROTOCOL_VERSION
+            || hdr.layout_hash.load(Acquire) != shm_proto::LAYOUT_HASH
+            || hdr.region_size.load(Acquire) != s.region_size
+        {
+            set_last_error("region header does not match this library's layout".into());
+            return Err(Error::Protocol);
+        }
+        // SAFETY: the geometry was validated and matches the mapping's size,
+        // so both rings lie inside it; this client is the SQ's only producer
+        // and the CQ's only consumer.
+        let (sq, cq) = unsafe {
+            (
+                Producer::from_raw(
+                    base.add(g.sq_offset() as usize) as *const RingHeader,
+                    base.add(g.sq_slots_offset() as usize) as *const Slot<Request>,
+                    g.sq_entries,
+                ),
+                Consumer::from_raw(
+                    base.add(g.cq_offset() as usize) as *const RingHeader,
+                    base.add(g.cq_slots_offset() as usize) as *const Slot<Completion>,
+                    g.cq_entries,
+                ),
+            )
+        };
+        let n = g.cq_entries;
+        Ok(Self {
+            sq,
+            cq,
+            slots: vec![TicketSlot::default(); n as usize].into_boxed_slice(),
+            free: (0..n).rev().collect(),
+            spin: Duration::from_micros(50),
+            disconnected: false,
+            client_id: s.client_id,
+            geometry: g,
+            sock: s.sock,
+            wake: s.wake,
+            scratch: Vec::with_capacity(512),
+            _region_fd: s.region,
+            map,
+        })
+    }
+
+    /// Daemon-assigned client number.
+    pub fn client_id(&self) -> u32 {
+        self.client_id
+    }
+
+    /// Requests submitted and not yet taken back.
+    pub fn in_flight(&self) -> u32 {
+        self.slots.len() as u32 - self.free.len() as u32
+    }
+
+    /// The region's geometry (ring sizes, arena size).
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// How long [`Client::wait`] spins before it sleeps. Spinning costs a
+    /// core; sleeping costs a futex wake (a few µs) when the result comes.
+    pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = spin;
+    }
+
+    /// Asks the daemon for a model by name (control path; blocks).
+    pub fn lookup_model(&mut self, name: &str) -> Result<ModelInfo, Error> {
+        if self.disconnected {
+            return Err(Error::Disconnected);
+        }
+        let r = self.lookup_inner(name);
+        if r == Err(Error::Disconnected) {
+            self.disconnected = true;
+        }
+        r
+    }
+
+    fn lookup_inner(&mut self, name: &str) -> Result<ModelInfo, Error> {
+        if name.len() > 256 {
+            return Err(Error::InvalidArgument);
+        }
+        conn::send(&mut self.sock, &Msg::LookupModel { name })?;
+        let mut fds = Vec::new();
+        conn::recv(&mut self.sock, &mut self.scratch, &mut fds)?;
+        match Msg::decode(&self.scratch).map_err(|_| Error::Protocol)? {
+            Msg::ModelInfo {
+                id,
+                input_bytes,
+                output_bytes,
+                standalone_ns,
+                kernels,
+                ..
+            } => Ok(ModelInfo {
+                id,
+                input_bytes,
+                output_bytes,
+                standalone_ns,
+                kernels,
+            }),
+            Msg::ModelNotFound { .. } => {
+                set_last_error(format!("sluiced has no model named {name:?}"));
+                Err(Error::ModelNotFound)
+            }
+            _ => Err(Error::Protocol),
+        }
+    }
+
+    /// Arena size in bytes.
+    pub fn arena_len(&self) -> u64 {
+        self.geometry.arena_size
+    }
+
+    fn arena_base(&self) -> *mut u8 {
+        // SAFETY: arena_offset < region_size = mapping length (validated geometry).
+        unsafe {
+            self.map
+                .ptr
+                .as_ptr()
+                .add(self.geometry.arena_offset() as usize)
+        }
+    }
+
+    /// Copies `data` into the arena at `off`.
+    pub fn write_arena(&mut self, off: u64, data: &[u8]) -> Result<(), Error> {
+        if !self.geometry.span_in_arena(off, data.len() as u64) {
+            return Err(Error::BadSpan);
+        }
+        // SAFETY: the span is inside the arena (checked above), which is
+        // inside our mapping; `data` is ordinary memory, so no overlap.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                data.as_ptr(),
+                self.arena_base().add(off as usize),
+                data.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Copies arena bytes at `off` into `buf`.
+    pub fn read_arena(&self, off: u64, buf: &mut [u8]) -> Result<(), Error> {
+        if !self.geometry.span_in_arena(off, buf.len() as u64) {
+            return Err(Error::BadSpan);
+        }
+        // SAFETY: as in `write_arena`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.arena_base().add(off as usize),
+                buf.as_mut_ptr(),
+                buf.len(),
+            )
+        };
+        Ok(())
+    }
+
+    /// Raw pointer to the arena, for zero-copy producers of input tensors.
+    /// Valid while the client lives; the daemon writes output spans of
+    /// requests in flight, so do not touch those until they complete.
+    pub fn arena_ptr(&mut self) -> *mut u8 {
+        self.arena_base()
+    }
+
+    /// Submits a request without blocking. Errors: [`Error::BadSpan`],
+    /// [`Error::TooManyInFlight`], [`Error::RingFull`] (back-pressure:
+    /// nothing was queued; wait for a completion and retry),
+    /// [`Error::Disconnected`].
+    #[inline]
+    pub fn submit(&mut self, s: &Submit) -> Result<Ticket, Error> {
+        if !self.geometry.span_in_arena(s.input.off, s.input.len)
+            || !self.geometry.span_in_arena(s.output.off, s.output.len)
+        {
+            return Err(Error::BadSpan);
+        }
+        self.submit_request(Request {
+            request_id: 0,
+            model_id: s.model_id,
+            priority: s.priority as u32,
+            deadline_ns: s.deadline_ns,
+            input_off: s.input.off,
+            input_len: s.input.len,
+            output_off: s.output.off,
+            output_len: s.output.len,
+            flags: 0,
+            reserved: 0,
+        })
+    }
+
+    /// Submits a raw record unchecked (its `request_id` is replaced by the
+    /// ticket). For tests that feed the daemon garbage.
+    #[doc(hidden)]
+    pub fn submit_request(&mut self, mut req: Request) -> Result<Ticket, Error> {
+        if self.disconnected {
+            return Err(Error::Disconnected);
+        }
+        let Some(idx) = self.free.pop() else {
+            return Err(Error::TooManyInFlight);
+        };
+        let Some(slot) = self.slots.get_mut(idx as usize) else {
+            return Err(Error::BadTicket);
+        };
+        let generation = slot.generation.wrapping_add(1);
+        req.request_id = (u64::from(generation) << 32) | u64::from(idx);
+        match self.sq.push(req) {
+            Ok(()) => {}
+            Err(PushError::Full) => {
+                self.free.push(idx);
+                return Err(Error::RingFull);
+            }
+            Err(PushError::Corrupt(_)) => {
+                self.free.push(idx);
+                self.disconnected = true;
+                return Err(Error::Disconnected);
+            }
+        }
+        slot.generation = generation;
+        slot.state = SLOT_IN_FLIGHT;
+        if self.sq.needs_wake() {
+            // The daemon is parked in epoll on our eventfd: ring it.
+            let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+        }
+        Ok(Ticket(req.request_id))
+    }
+
+    fn slot_of(&self, t: Ticket) -> Result<usize, Error> {
+        let idx = (t.0 & 0xffff_ffff) as usize;
+        match self.slots.get(idx) {
+            Some(s) if s.state != SLOT_FREE && u64::from(s.generation) == t.0 >> 32 => Ok(idx),
+            _ => Err(Error::BadTicket),
+        }
+    }
+
+    /// Moves every completion in the ring into the ticket table.
+    #[inline]
+    fn drain(&mut self) -> Result<(), Error> {
+        loop {
+            match self.cq.pop() {
+                Ok(Some(c)) => {
+                    let idx = (c.request_id & 0xffff_ffff) as usize;
+                    if let Some(s) = self.slots.get_mut(idx)
+                        && s.state == SLOT_IN_FLIGHT
+                        && u64::from(s.generation) == c.request_id >> 32
+                    {
+                        s.state = SLOT_DONE;
+                        s.completion = c;
+                    }
+                }
+                Ok(None) => return Ok(()),
+                Err(_) => {
+                    self.disconnected = true;
+                    return Err(Error::Protocol);
+                }
+            }
+        }
+    }
+
+    fn take(&mut self, idx: usize) -> Option<Completion> {
+        let s = self.slots.get_mut(idx)?;
+        if s.state != SLOT_DONE {
+            return None;
+        }
+        s.state = SLOT_FREE;
+        let c = s.completion;
+        self.free.push(idx as u32);
+        Some(c)
+    }
+
+    /// Returns the completion if it has arrived, without blocking.
+    #[inline]
+    pub fn try_poll(&mut self, t: Ticket) -> Result<Option<Completion>, Error> {
+        let idx = self.slot_of(t)?;
+        if let Some(c) = self.take(idx) {
+            return Ok(Some(c));
+        }
+        self.drain()?;
+        if let Some(c) = self.take(idx) {
+            return Ok(Some(c));
+        }
+        if self.disconnected {
+            return Err(Error::Disconnected);
+        }
+        Ok(None)
+    }
+
+    /// Waits for the completion: spins for the spin budget, then sleeps on
+    /// the completion ring's futex until the daemon wakes it.
+    #[inline]
+    pub fn wait(&mut self, t: Ticket) -> Result<Completion, Error> {
+        self.wait_timeout(t, None)
+    }
+
+    /// [`Client::wait`] with an upper bound; [`Error::Timeout`] after it
+    /// (the request stays in flight and can be waited for again).
+    pub fn wait_timeout(
+        &mut self,
+        t: Ticket,
+        timeout: Option<Duration>,
+    ) -> Result<Completion, Error> {
+        let idx = self.slot_of(t)?;
+        let start = now_ns();
+        let spin_until = start.saturating_add(self.spin.as_nanos() as u64);
+        let give_up = timeout.map(|d| start.saturating_add(d.as_nanos() as u64));
+        let mut iter: u32 = 0;
+        loop {
+            self.drain()?;
+            if let Some(c) = self.take(idx) {
+                return Ok(c);
+            }
+            iter = iter.wrapping_add(1);
+            if iter % LIVENESS_EVERY == 0 {
+                self.check_alive()?;
+            }
+            let now = if iter % 64 == 0 || self.spin.is_zero() {
+                now_ns()
+            } else {
+                start
+            };
+            if now < spin_until {
+                std::hint::spin_loop();
+                continue;
+            }
+            if let Some(g) = give_up
+                && now >= g
+            {
+                return Err(Error::Timeout);
+            }
+            let slice = match give_up {
+                Some(g) => Duration::from_nanos(g.saturating_sub(now)).min(PARK_SLICE),
+                None => PARK_SLICE,
+            };
+            match self.cq.prepare_park() {
+                Ok(Some(expected)) => {
+                    futex::wait(self.cq.wake_word(), expected, Some(slice));
+                    self.cq.unpark();
+                    self.drain()?;
+                    if let Some(c) = self.take(idx) {
+                        return Ok(c);
+                    }
+                    self.check_alive()?;
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    self.disconnected = true;
+                    return Err(Error::Protocol);
+                }
+            }
+        }
+    }
+
+    /// Checks, without blocking, that the daemon still serves us: the
+    /// region's state word and a hang-up on the control socket.
+    fn check_alive(&mut self) -> Result<(), Error> {
+        if self.disconnected {
+            return Err(Error::Disconnected);
+        }
+        // SAFETY: the header is at the start of our live mapping.
+        let hdr = unsafe { &*(self.map.ptr.as_ptr() as *const RegionHeader) };
+        let closed = hdr.daemon_state.load(std::sync::atomic::Ordering::Acquire) == STATE_CLOSED;
+        let mut fds = [rustix::event::PollFd::new(
+            &self.sock,
+            rustix::event::PollFlags::IN | rustix::event::PollFlags::RDHUP,
+        )];
+        let hung_up = matches!(rustix::event::poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(n) if n > 0);
+        if closed || hung_up {
+            self.disconnected = true;
+            return Err(Error::Disconnected);
+        }
+        Ok(())
+    }
+
+    /// Whether the daemon is known to be gone.
+    pub fn is_disconnected(&mut self) -> bool {
+        self.check_alive().is_err()
+    }
+
+    /// The whole shared region, for tests that play a hostile client.
+    #[doc(hidden)]
+    pub fn raw_region(&mut self) -> (*mut u8, usize) {
+        (self.map.ptr.as_ptr(), self.map.len)
+    }
+
+    /// The control socket, for tests.
+    #[doc(hidden)]
+    pub fn raw_socket(&mut self) -> &mut UnixStream {
+        &mut self.sock
+    }
+
+    /// Rings the daemon's eventfd unconditionally (tests).
+    #[doc(hidden)]
+    pub fn ring_doorbell(&mut self) {
+        let _ = (&self.wake).as_fd();
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
+}
+
+/// Sends a one-shot status query to the daemon at `path` and returns its
+/// JSON answer.
+pub fn query_status(path: impl AsRef<Path>) -> Result<String, Error> {
+    let path = path.as_ref();
+    let mut sock = UnixStream::connect(path).map_err(|e| {
+        set_last_error(format!(
+            "cannot connect to sluiced at {}: {e}",
+            path.display()
+        ));
+        Error::DaemonUnreachable
+    })?;
+    conn::send(&mut sock, &Msg::StatusRequest)?;
+    let _ = sock.flush();
+    let mut body = Vec::new();
+    let mut fds = Vec::new();
+    conn::recv(&mut sock, &mut body, &mut fds)?;
+    match Msg::decode(&body).map_err(|_| Error::Protocol)? {
+        Msg::StatusReply { json } => Ok(json.to_owned()),
+        Msg::Refused { code, message } => {
+            set_last_error(message.to_owned());
+            Err(Error::Refused(code))
+        }
+        _ => Err(Error::Protocol),
+    }
+}

@@ -446,7 +446,10 @@ mod tests {
     #[test]
     fn garbage_is_rejected_not_panicked_on() {
         assert_eq!(Msg::decode(&[]), Err(DecodeError::Truncated));
-        assert_eq!(Msg::decode(&[99, 0, 0, 0]), Err(DecodeError::UnknownKind(99)));
+        assert_eq!(
+            Msg::decode(&[99, 0, 0, 0]),
+            Err(DecodeError::UnknownKind(99))
+        );
         assert_eq!(
             Msg::body_len(u32::MAX.to_le_bytes()),
             Err(DecodeError::TooLong(u32::MAX))
@@ -479,7 +482,9 @@ mod tests {
     #[test]
     fn small_buffer_is_reported() {
         let mut buf = [0u8; 8];
-        let e = Msg::LookupModel { name: "resnet152" }.encode(&mut buf).unwrap_err();
+        let e = Msg::LookupModel { name: "resnet152" }
+            .encode(&mut buf)
+            .unwrap_err();
         assert_eq!(e.needed, 8 + 2 + 9);
     }
 

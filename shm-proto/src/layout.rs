@@ -132,8 +132,8 @@ pub struct RingHeader {
     /// Number of entries ever consumed (free-running). Written by the
     /// consumer only.
     pub head: CachePadded<AtomicU32>,
-    /// The consumer's wake word: 1 while it is parked (or about to park),
-    /// 0 otherwise. See [`crate::wake`].
+    /// The consumer's wake word: bit 0 set while it is parked (or about to
+    /// park), bits 1–31 count producer notifications. See [`crate::wake`].
     pub parked: CachePadded<AtomicU32>,
 }
 

@@ -33,8 +33,8 @@ pub mod wake;
 pub mod futex;
 
 pub use layout::{
-    Completion, Geometry, LayoutError, RegionHeader, Request, RingHeader, LAYOUT_HASH, MAGIC,
-    PROTOCOL_VERSION,
+    Completion, Geometry, LAYOUT_HASH, LayoutError, MAGIC, PROTOCOL_VERSION, RegionHeader, Request,
+    RingHeader,
 };
 
 /// Priority class of a request.

@@ -375,7 +375,10 @@ mod tests {
         // SAFETY: `ring` outlives both ends.
         let (_p, mut c) = unsafe { ring.split() };
         ring.header().tail.store(1000, Ordering::Relaxed);
-        assert!(matches!(c.pop(), Err(RingError::Corrupt { tail: 1000, .. })));
+        assert!(matches!(
+            c.pop(),
+            Err(RingError::Corrupt { tail: 1000, .. })
+        ));
         ring.header().tail.store(u32::MAX, Ordering::Relaxed);
         assert!(matches!(c.pop(), Err(RingError::Corrupt { .. })));
         // A tail within range is followed (the records are garbage, which

@@ -2,10 +2,10 @@
 //! loom's model-checked versions for every ring and wake-word operation.
 
 #[cfg(loom)]
-pub use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+pub use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 #[cfg(not(loom))]
-pub use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+pub use core::sync::atomic::{AtomicU32, AtomicU64, Ordering, fence};
 
 #[cfg(loom)]
 pub use loom::cell::UnsafeCell;

@@ -3,74 +3,84 @@
 //! A consumer that finds its ring empty first *spins* for a while (the next
 //! entry is usually near); only then does it *park*. Parking must not lose a
 //! wake-up, and a producer must not pay for a syscall when nobody sleeps.
-//! Each ring therefore carries a wake word, [`RingHeader::parked`], owned by
-//! the ring's consumer:
+//! Each ring therefore carries a wake word, [`RingHeader::parked`], whose
+//! encoding is:
 //!
 //! ```text
-//! consumer (to park)                         producer (after each publish)
-//! ------------------                         ----------------------------
-//! C1 parked.store(1)                         P1 tail.store(t + 1, Release)
-//! C2 fence(SeqCst)                           P2 fence(SeqCst)
-//! C3 if tail.load() != head { abort park }   P3 if parked.load() == 1
-//! C4 sleep while parked == 1                 P4     && parked.swap(0) == 1
-//!    (futex_wait(parked, 1), or epoll on        { wake the consumer
-//!    an eventfd the producer writes)              (futex_wake / eventfd) }
-//! C5 parked.store(0)
+//! bit 0      PARKED: the consumer is asleep or about to sleep
+//! bits 1-31  publish counter: +1 (i.e. +2) for every producer notification
 //! ```
 //!
-//! **No lost wake-up.** The two `SeqCst` fences are totally ordered. If the
-//! consumer's fence (C2) comes first, the producer's load P3 sees
-//! `parked == 1` and wakes it. If the producer's fence (P2) comes first, the
-//! consumer's load C3 sees the new tail and does not sleep. Either way a
-//! published entry is never left behind a sleeping consumer. The sleep in C4
-//! is itself race-free: `futex_wait(parked, 1)` returns at once when P4 has
-//! already set the word to 0, and an eventfd stays readable until read.
-//! The loom models in this module check exactly this, for the futex form.
+//! The protocol is an *event count* (as in Linux's `eventcount`/folly's
+//! `EventCount`) folded into one word, so that both sides meet in
+//! read-modify-writes of the same location and no Dekker-style store/load
+//! reordering argument (nor any `SeqCst` fence) is needed:
 //!
-//! **No syscall when nobody sleeps.** P3 is one load of a line the producer
-//! already owns in the common case; the producer only swaps and wakes when
-//! it sees 1, and the swap makes one publish pay for at most one wake.
+//! ```text
+//! consumer (to park)                          producer (after publishing)
+//! ------------------                          ---------------------------
+//! C1 e = word.fetch_or(PARKED, Acquire)       P1 tail.store(t + 1, Release)
+//! C2 if tail.load(Acquire) != head {          P2 old = word.fetch_add(2, AcqRel)
+//!        word.fetch_and(!PARKED); abort }     P3 if old & PARKED {
+//! C3 futex_wait(word, e | PARKED)                  word.fetch_and(!PARKED)
+//!    (or epoll on an eventfd the producer         wake the consumer
+//!    writes)                                       (futex_wake / eventfd) }
+//! C4 word.fetch_and(!PARKED)
+//! ```
+//!
+//! **No lost wake-up.** C1 and P2 are read-modify-writes of one word, so one
+//! of them comes first in its modification order. If C1 is first, P2 reads
+//! the PARKED bit and the producer wakes the consumer. If P2 is first, C1
+//! reads P2's value (or a later one in its release sequence), so P1
+//! happens-before C2 and the consumer sees the new tail and does not sleep.
+//! The sleep itself cannot miss a wake either: `futex_wait(word, e|PARKED)`
+//! returns at once if any producer notified after C1 (the counter moved),
+//! and an eventfd stays readable until read. The loom models below check
+//! this for the futex form, every interleaving, with up to two entries.
+//!
+//! **Cost when nobody sleeps.** One uncontended `lock xadd` on a line only
+//! the producer writes; no syscall. The consumer touches the line only when
+//! it parks.
 //!
 //! **Hostile peers.** A consumer that lies in its wake word only delays its
 //! own wake-ups. A producer that writes the word only causes spurious wakes.
 //!
 //! In sluice the completion ring's consumer (the client) sleeps with
 //! `futex_wait` on the word itself; the daemon, which consumes many
-//! submission rings, sets the word in every ring before it sleeps in
-//! `epoll_wait` on one eventfd per client, which the client writes at P4.
+//! submission rings, parks every ring before it sleeps in `epoll_wait` on one
+//! eventfd per client, which the client writes at P3.
 
 use crate::ring::{Consumer, Producer, RingError};
-use crate::sync::{fence, AtomicU32, Ordering};
+use crate::sync::{AtomicU32, Ordering};
 
-/// Value of the wake word while the consumer is parked.
+/// Bit 0 of the wake word: the consumer is parked.
 pub const PARKED: u32 = 1;
-/// Value of the wake word otherwise.
-pub const AWAKE: u32 = 0;
+/// What a producer notification adds to the wake word.
+pub const NOTIFY: u32 = 2;
 
 impl<T: Copy> Consumer<T> {
-    /// Steps C1–C3: announces that we are about to sleep and re-checks the
-    /// ring. Returns `Ok(true)` when it is safe to sleep (the ring is still
-    /// empty), `Ok(false)` when an entry arrived (the park is cancelled and
-    /// the word reset). After a sleep call [`Consumer::unpark`].
-    pub fn prepare_park(&mut self) -> Result<bool, RingError> {
-        let hdr = self.header();
-        hdr.parked.store(PARKED, Ordering::Relaxed);
-        // SYNC: SeqCst fence C2 pairs with the producer's fence P2 in
-        // `Producer::needs_wake`: either it sees PARKED or we see its tail.
-        fence(Ordering::SeqCst);
+    /// Steps C1–C2: announces that we are about to sleep and re-checks the
+    /// ring. Returns `Ok(Some(expected))` when it is safe to sleep —
+    /// `futex_wait(word, expected)` — and `Ok(None)` when an entry arrived
+    /// (the park is cancelled). After a sleep call [`Consumer::unpark`].
+    pub fn prepare_park(&mut self) -> Result<Option<u32>, RingError> {
+        // SYNC: Acquire pairs with the producer's AcqRel fetch_add in
+        // `Producer::needs_wake`: if it came first, its tail store is
+        // visible to the refresh below.
+        let e = self.header().parked.fetch_or(PARKED, Ordering::Acquire);
         if self.refresh()? != 0 {
             self.unpark();
-            return Ok(false);
+            return Ok(None);
         }
-        Ok(true)
+        Ok(Some(e | PARKED))
     }
 
-    /// Step C5: we are awake again (whether or not somebody woke us).
+    /// Step C4: we are awake again (whether or not somebody woke us).
     pub fn unpark(&self) {
-        self.header().parked.store(AWAKE, Ordering::Relaxed);
+        self.header().parked.fetch_and(!PARKED, Ordering::Relaxed);
     }
 
-    /// The wake word, for `futex_wait(word, PARKED)`.
+    /// The wake word, for `futex_wait(word, expected)`.
     pub fn wake_word(&self) -> &AtomicU32 {
         &self.header().parked
     }
@@ -82,16 +92,20 @@ impl<T: Copy> Consumer<T> {
 }
 
 impl<T: Copy> Producer<T> {
-    /// Steps P2–P4, called after one or more pushes: returns `true` exactly
-    /// when the consumer is parked and this caller must wake it.
+    /// Steps P2–P3, called after one or more pushes: returns `true` exactly
+    /// when the consumer has parked and this caller must wake it.
     #[inline]
     pub fn needs_wake(&self) -> bool {
-        let hdr = self.header();
-        // SYNC: SeqCst fence P2 pairs with the consumer's fence C2 in
-        // `Consumer::prepare_park`.
-        fence(Ordering::SeqCst);
-        hdr.parked.load(Ordering::Relaxed) == PARKED
-            && hdr.parked.swap(AWAKE, Ordering::Relaxed) == PARKED
+        let word = &self.header().parked;
+        // SYNC: AcqRel pairs with the consumer's Acquire fetch_or in
+        // `Consumer::prepare_park` (see the module docs).
+        let old = word.fetch_add(NOTIFY, Ordering::AcqRel);
+        if old & PARKED != 0 {
+            word.fetch_and(!PARKED, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
     }
 
     /// The consumer's wake word, for `futex_wake(word)`.
@@ -104,8 +118,8 @@ impl<T: Copy> Producer<T> {
 mod loom_models {
     //! Run with: `RUSTFLAGS="--cfg loom" cargo test -p shm-proto --release --lib loom`
     use crate::layout::Request;
-    use crate::ring::heap::HeapRing;
     use crate::ring::PushError;
+    use crate::ring::heap::HeapRing;
     use crate::sync::{AtomicU32, Ordering};
     use loom::sync::{Arc, Condvar, Mutex};
 
@@ -172,8 +186,8 @@ mod loom_models {
                         next += 1;
                     }
                     None => {
-                        if c.prepare_park().unwrap() {
-                            futex.wait(c.wake_word(), super::PARKED);
+                        if let Some(expected) = c.prepare_park().unwrap() {
+                            futex.wait(c.wake_word(), expected);
                             c.unpark();
                         }
                     }
