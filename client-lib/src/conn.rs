@@ -45,7 +45,7 @@ pub(crate) fn recv(
     }
     sock.read_exact(&mut prefix[got..]).map_err(io_err)?;
     let len = Msg::body_len(prefix).map_err(|_| Error::Protocol)?;
-    debug_assert!(len <= MAX_FRAME && len >= FRAME_HEADER - 4);
+    debug_assert!((FRAME_HEADER - 4..=MAX_FRAME).contains(&len));
     body.clear();
     body.resize(len, 0);
     sock.read_exact(body).map_err(io_err)

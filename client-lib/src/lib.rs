@@ -29,7 +29,7 @@ pub mod ffi;
 
 use std::cell::RefCell;
 use std::io::Write as _;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
@@ -139,17 +139,22 @@ pub fn last_error_message() -> String {
     LAST_ERROR.with(|m| m.borrow().clone())
 }
 
-/// The socket path clients and daemon use when none is given: `$SLUICE_SOCKET`,
-/// else `$XDG_RUNTIME_DIR/sluice/sluiced.sock` for a non-root user,
-/// else `/run/sluice/sluiced.sock`.
+/// The socket path a client uses when none is given: `$SLUICE_SOCKET` if
+/// set, else the daemon's default for this user — `/run/sluice/sluiced.sock`
+/// for root, `$XDG_RUNTIME_DIR/sluice/sluiced.sock` when that is set, else
+/// `/tmp/sluice-<uid>/sluiced.sock`. A system daemon serving other users
+/// listens on `/run/sluice/sluiced.sock`: set `SLUICE_SOCKET` to that.
 pub fn default_socket_path() -> PathBuf {
     if let Some(p) = std::env::var_os("SLUICE_SOCKET") {
         return PathBuf::from(p);
     }
-    let root = rustix::process::geteuid().is_root();
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(dir) if !root && !dir.is_empty() => PathBuf::from(dir).join("sluice/sluiced.sock"),
-        _ => PathBuf::from("/run/sluice/sluiced.sock"),
+    let euid = rustix::process::geteuid();
+    if euid.is_root() {
+        return PathBuf::from("/run/sluice/sluiced.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+        Some(dir) if dir.is_absolute() => dir.join("sluice/sluiced.sock"),
+        _ => PathBuf::from(format!("/tmp/sluice-{}/sluiced.sock", euid.as_raw())),
     }
 }
 
@@ -693,7 +698,6 @@ impl Client {
     /// Rings the daemon's eventfd unconditionally (tests).
     #[doc(hidden)]
     pub fn ring_doorbell(&mut self) {
-        let _ = (&self.wake).as_fd();
         let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
     }
 }

@@ -7,7 +7,16 @@
 //! - [`model`]: model manifests and the registry.
 //! - [`device`]: the `Device` trait and the embedded simulated GPU.
 //! - [`sys`]: CPU pinning, `SCHED_FIFO`, `mlockall`, systemd notification.
+//! - [`region`]: a client's sealed shared-memory region, daemon side.
+//! - [`dispatch`]: the dispatcher thread (rings → device → completions).
+//! - [`server`]: the control socket and the [`Daemon`] handle.
 pub mod config;
 pub mod device;
+pub mod dispatch;
 pub mod model;
+pub mod region;
+pub mod runtime;
+pub mod server;
 pub mod sys;
+
+pub use server::{Daemon, StartError, Status};
