@@ -18,5 +18,6 @@ pub mod region;
 pub mod runtime;
 pub mod server;
 pub mod sys;
+pub mod tools;
 
 pub use server::{Daemon, StartError, Status};

@@ -63,3 +63,14 @@ pub fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     let r = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
     (r > 0).then_some(r)
 }
+
+/// Like [`init_tracing`], but only warnings unless `RUST_LOG` says otherwise
+/// (for the `sluice` tool, whose output is its table).
+pub fn init_tracing_quiet() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,1 +1,321 @@
-fn main() {}
+//! `sluice`: the command-line front end — demo, status, benchmarks.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use sluice_daemon::Status;
+use sluice_daemon::tools::roles::{self, BenchMode, BenchRole, ClientRole, Pattern};
+use sluice_daemon::tools::{bench_ipc, demo};
+
+/// sluice: share a GPU between real-time and best-effort DNN inference
+/// without making the real-time work wait.
+#[derive(Parser, Debug)]
+#[command(name = "sluice", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Start an embedded daemon on the simulated GPU, run a periodic
+    /// real-time client (VGG-19) and a closed-loop best-effort client
+    /// (ResNet-152) as separate processes, and print their latencies.
+    Demo {
+        /// How long the clients run, in seconds.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        seconds: u64,
+        /// Real-time model.
+        #[arg(long, default_value = "vgg19")]
+        rt_model: String,
+        /// Real-time request period in milliseconds.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+        rt_period_ms: u64,
+        /// Best-effort model (closed loop).
+        #[arg(long, default_value = "resnet152")]
+        be_model: String,
+        /// Print the result as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask a running daemon for its clients, queues and counters.
+    Status {
+        /// Daemon socket (default: $SLUICE_SOCKET, else the per-user default).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Print the daemon's JSON as is.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: Bench,
+    },
+    /// (internal) a demo client process.
+    #[command(name = "__client", hide = true)]
+    Client {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        model: String,
+        #[arg(long, value_enum)]
+        priority: Prio,
+        #[arg(long)]
+        period_ms: Option<u64>,
+        #[arg(long)]
+        seconds: u64,
+        #[arg(long, default_value_t = 200)]
+        spin_us: u64,
+    },
+    /// (internal) an IPC benchmark client process.
+    #[command(name = "__bench-client", hide = true)]
+    BenchClient {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long, value_enum)]
+        mode: Mode,
+        #[arg(long)]
+        samples: u64,
+        #[arg(long)]
+        seconds: u64,
+        #[arg(long)]
+        inflight: u32,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum Bench {
+    /// Round-trip time of the request path (submit → daemon → completion
+    /// seen by the client, zero-time model, separate processes): spinning,
+    /// parked, and a plain Unix-socket request/response baseline measured
+    /// in the same run; plus requests/s with many in flight.
+    Ipc {
+        /// Round trips per latency phase.
+        #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(100..=100_000_000))]
+        samples: u64,
+        /// Seconds of the throughput phase.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=600))]
+        seconds: u64,
+        /// Requests kept in flight in the throughput phase.
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
+        inflight: u32,
+        /// Print one JSON object (nanoseconds) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Prio {
+    Rt,
+    Be,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Mode {
+    Spin,
+    Parked,
+    Uds,
+    Throughput,
+}
+
+fn exe() -> Result<PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find the sluice executable: {e}"))
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("sluice: error: {msg}");
+    ExitCode::FAILURE
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> ExitCode {
+    match serde_json::to_string(v) {
+        Ok(s) => {
+            println!("{s}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Demo {
+            seconds,
+            rt_model,
+            rt_period_ms,
+            be_model,
+            json,
+        } => {
+            sluice_daemon::runtime::init_tracing_quiet();
+            let exe = match exe() {
+                Ok(e) => e,
+                Err(e) => return fail(e),
+            };
+            let opts = demo::DemoOptions {
+                seconds,
+                rt_model,
+                rt_period_ms,
+                be_model,
+            };
+            match demo::run(&exe, &opts) {
+                Ok(r) => {
+                    let bad = r.clients.iter().any(|c| c.errors + c.wrong_outputs > 0 || c.ok == 0);
+                    let code = if json { print_json(&r) } else {
+                        print!("{}", demo::table(&r));
+                        ExitCode::SUCCESS
+                    };
+                    if bad {
+                        return fail("a client saw errors or wrong outputs (see the table)");
+                    }
+                    code
+                }
+                Err(e) => fail(e),
+            }
+        }
+        Cmd::Status { socket, json } => {
+            let path = socket.unwrap_or_else(sluice_client::default_socket_path);
+            match sluice_client::query_status(&path) {
+                Ok(text) if json => {
+                    println!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Ok(text) => match serde_json::from_str::<Status>(&text) {
+                    Ok(s) => {
+                        print!("{}", status_table(&s));
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => fail(format!("unexpected status document: {e}")),
+                },
+                Err(e) => fail(format!("{e} (socket {})", path.display())),
+            }
+        }
+        Cmd::Bench {
+            which:
+                Bench::Ipc {
+                    samples,
+                    seconds,
+                    inflight,
+                    json,
+                },
+        } => {
+            sluice_daemon::runtime::init_tracing_quiet();
+            let exe = match exe() {
+                Ok(e) => e,
+                Err(e) => return fail(e),
+            };
+            let o = bench_ipc::IpcOptions {
+                samples,
+                seconds,
+                inflight,
+            };
+            match bench_ipc::run(&exe, &o) {
+                Ok(r) if json => print_json(&r),
+                Ok(r) => {
+                    print!("{}", bench_ipc::table(&r));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+        Cmd::Client {
+            socket,
+            name,
+            model,
+            priority,
+            period_ms,
+            seconds,
+            spin_us,
+        } => {
+            let role = ClientRole {
+                socket,
+                name,
+                model,
+                priority: match priority {
+                    Prio::Rt => sluice_client::Priority::RealTime,
+                    Prio::Be => sluice_client::Priority::BestEffort,
+                },
+                pattern: period_ms.map_or(Pattern::ClosedLoop, |p| {
+                    Pattern::Periodic(Duration::from_millis(p))
+                }),
+                duration: Duration::from_secs(seconds),
+                spin: Duration::from_micros(spin_us),
+            };
+            match roles::run_client(&role) {
+                Ok(r) => print_json(&r),
+                Err(e) => fail(e),
+            }
+        }
+        Cmd::BenchClient {
+            socket,
+            mode,
+            samples,
+            seconds,
+            inflight,
+        } => {
+            let role = BenchRole {
+                socket,
+                mode: match mode {
+                    Mode::Spin => BenchMode::Spin,
+                    Mode::Parked => BenchMode::Parked,
+                    Mode::Uds => BenchMode::Uds,
+                    Mode::Throughput => BenchMode::Throughput,
+                },
+                samples,
+                inflight,
+                duration: Duration::from_secs(seconds),
+            };
+            match roles::run_bench(&role) {
+                Ok(r) => print_json(&r),
+                Err(e) => fail(e),
+            }
+        }
+    }
+}
+
+fn status_table(s: &Status) -> String {
+    let mut out = format!(
+        "sluiced pid {} v{} (protocol {}), up {:.0} s, socket {}\n\
+         device: {}   dispatcher: {}\n\
+         models: {}\n\
+         requests: {} submitted, {} completed, {} errors; {} on the device\n\
+         sessions refused: {}, clients dropped for corrupting their region: {}\n\
+         dispatcher parks: {}, client wake-ups sent: {}\n\n",
+        s.pid,
+        s.version,
+        s.protocol,
+        s.uptime_s,
+        s.socket,
+        s.device,
+        s.dispatcher,
+        s.models.join(", "),
+        s.submitted,
+        s.completed,
+        s.errors,
+        s.device_queued,
+        s.refused,
+        s.dropped_clients,
+        s.parks,
+        s.wakes
+    );
+    out += &format!(
+        "{:>4} {:<20} {:>8} {:>6} {:>10} {:>10} {:>8} {:>9} {:>10}\n",
+        "id", "name", "pid", "uid", "submitted", "completed", "errors", "on device", "connected"
+    );
+    for c in &s.clients {
+        out += &format!(
+            "{:>4} {:<20} {:>8} {:>6} {:>10} {:>10} {:>8} {:>9} {:>9.0}s\n",
+            c.id, c.name, c.pid, c.uid, c.submitted, c.completed, c.errors, c.on_device, c.connected_s
+        );
+    }
+    if s.clients.is_empty() {
+        out += "(no clients connected)\n";
+    }
+    out
+}
