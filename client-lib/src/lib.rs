@@ -253,6 +253,7 @@ pub struct Client {
     free: Vec<u32>,
     spin: Duration,
     disconnected: bool,
+    sleeps: u64,
     client_id: u32,
     geometry: Geometry,
     sock: UnixStream,
@@ -343,6 +344,7 @@ impl Client {
             free: (0..n).rev().collect(),
             spin: Duration::from_micros(50),
             disconnected: false,
+            sleeps: 0,
             client_id: s.client_id,
             geometry: g,
             sock: s.sock,
@@ -361,6 +363,13 @@ impl Client {
     /// Requests submitted and not yet taken back.
     pub fn in_flight(&self) -> u32 {
         self.slots.len() as u32 - self.free.len() as u32
+    }
+
+    /// How many times a wait went to sleep on the futex (diagnostics: a
+    /// wait whose completion arrived while it spun or prepared to park does
+    /// not sleep).
+    pub fn sleeps(&self) -> u64 {
+        self.sleeps
     }
 
     /// The region's geometry (ring sizes, arena size).
@@ -640,7 +649,9 @@ impl Client {
             };
             match self.cq.prepare_park() {
                 Ok(Some(expected)) => {
-                    futex::wait(self.cq.wake_word(), expected, Some(slice));
+                    if futex::wait(self.cq.wake_word(), expected, Some(slice)) {
+                        self.sleeps += 1;
+                    }
                     self.cq.unpark();
                     self.drain()?;
                     if let Some(c) = self.take(idx) {

@@ -10,13 +10,18 @@ use rustix::thread::futex;
 
 /// Sleeps while `*word == expected`, at most `timeout`. Returns early on a
 /// wake, a changed word, a signal, or a spurious wake-up; callers re-check.
-pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+/// Returns `false` when it did not sleep at all because the word had
+/// already changed (`EAGAIN`).
+pub fn wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> bool {
     let ts = timeout.map(|t| futex::Timespec {
         tv_sec: t.as_secs() as _,
         tv_nsec: t.subsec_nanos() as _,
     });
     // EAGAIN (word changed), EINTR and ETIMEDOUT all mean "re-check".
-    let _ = futex::wait(word, futex::Flags::empty(), expected, ts.as_ref());
+    !matches!(
+        futex::wait(word, futex::Flags::empty(), expected, ts.as_ref()),
+        Err(rustix::io::Errno::AGAIN)
+    )
 }
 
 /// Wakes every waiter on `word`. Returns how many were woken.

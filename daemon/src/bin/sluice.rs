@@ -85,6 +85,8 @@ enum Cmd {
         seconds: u64,
         #[arg(long)]
         inflight: u32,
+        #[arg(long)]
+        cpu: Option<usize>,
     },
 }
 
@@ -120,6 +122,7 @@ enum Prio {
 enum Mode {
     Spin,
     Parked,
+    ParkedDevice,
     Uds,
     Throughput,
 }
@@ -166,8 +169,13 @@ fn main() -> ExitCode {
             };
             match demo::run(&exe, &opts) {
                 Ok(r) => {
-                    let bad = r.clients.iter().any(|c| c.errors + c.wrong_outputs > 0 || c.ok == 0);
-                    let code = if json { print_json(&r) } else {
+                    let bad = r
+                        .clients
+                        .iter()
+                        .any(|c| c.errors + c.wrong_outputs > 0 || c.ok == 0);
+                    let code = if json {
+                        print_json(&r)
+                    } else {
                         print!("{}", demo::table(&r));
                         ExitCode::SUCCESS
                     };
@@ -258,12 +266,15 @@ fn main() -> ExitCode {
             samples,
             seconds,
             inflight,
+            cpu,
         } => {
             let role = BenchRole {
+                cpu,
                 socket,
                 mode: match mode {
                     Mode::Spin => BenchMode::Spin,
                     Mode::Parked => BenchMode::Parked,
+                    Mode::ParkedDevice => BenchMode::ParkedDevice,
                     Mode::Uds => BenchMode::Uds,
                     Mode::Throughput => BenchMode::Throughput,
                 },
@@ -311,7 +322,15 @@ fn status_table(s: &Status) -> String {
     for c in &s.clients {
         out += &format!(
             "{:>4} {:<20} {:>8} {:>6} {:>10} {:>10} {:>8} {:>9} {:>9.0}s\n",
-            c.id, c.name, c.pid, c.uid, c.submitted, c.completed, c.errors, c.on_device, c.connected_s
+            c.id,
+            c.name,
+            c.pid,
+            c.uid,
+            c.submitted,
+            c.completed,
+            c.errors,
+            c.on_device,
+            c.connected_s
         );
     }
     if s.clients.is_empty() {

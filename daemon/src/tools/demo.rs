@@ -65,7 +65,10 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<DemoResult, String> {
     for m in [&opts.rt_model, &opts.be_model] {
         if models.lookup(m).is_none() {
             let names: Vec<_> = models.iter().map(|(_, m)| m.name().to_owned()).collect();
-            return Err(format!("no model named {m:?}; choose one of {}", names.join(", ")));
+            return Err(format!(
+                "no model named {m:?}; choose one of {}",
+                names.join(", ")
+            ));
         }
     }
     let device = crate::runtime::make_device(&config, models.clone()).map_err(|e| e.to_string())?;
@@ -113,7 +116,10 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<DemoResult, String> {
         }
         eprintln!();
     } else {
-        eprintln!("sluice demo: running two client processes for {} s ...", opts.seconds);
+        eprintln!(
+            "sluice demo: running two client processes for {} s ...",
+            opts.seconds
+        );
     }
     let mut clients = Vec::new();
     let mut failures = Vec::new();
@@ -124,7 +130,11 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<DemoResult, String> {
         let text = String::from_utf8_lossy(&out.stdout);
         match serde_json::from_str::<ClientReport>(text.trim()) {
             Ok(r) if out.status.success() => clients.push(r),
-            _ => failures.push(format!("client exited with {} ({})", out.status, text.trim())),
+            _ => failures.push(format!(
+                "client exited with {} ({})",
+                out.status,
+                text.trim()
+            )),
         }
     }
     daemon.shutdown();
@@ -147,8 +157,17 @@ pub fn table(r: &DemoResult) -> String {
     ));
     s.push_str(&format!(
         "{:<16} {:<10} {:>3} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11}\n",
-        "client", "model", "cls", "requests", "errors", "mean µs", "p50 µs", "p99 µs", "max µs",
-        "queue p50", "standalone"
+        "client",
+        "model",
+        "cls",
+        "requests",
+        "errors",
+        "mean µs",
+        "p50 µs",
+        "p99 µs",
+        "max µs",
+        "queue p50",
+        "standalone"
     ));
     for c in &r.clients {
         s.push_str(&format!(

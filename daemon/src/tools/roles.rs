@@ -148,6 +148,9 @@ pub enum BenchMode {
     Spin,
     /// Round trips on the zero-time model, parking on the futex at once.
     Parked,
+    /// Round trips on a 50 µs model, parking at once, device time
+    /// subtracted: the cost of a round trip with the client asleep.
+    ParkedDevice,
     /// Round trips over a plain Unix stream socket to an echo server.
     Uds,
     /// As many zero-time requests as possible, `inflight` outstanding.
@@ -167,6 +170,8 @@ pub struct BenchRole {
     pub inflight: u32,
     /// How long to run (throughput).
     pub duration: Duration,
+    /// CPU to pin the client to.
+    pub cpu: Option<usize>,
 }
 
 /// What an IPC benchmark client measured.
@@ -176,6 +181,12 @@ pub struct BenchReport {
     pub rtt_ns: Summary,
     /// Completions per second (throughput mode).
     pub throughput_rps: f64,
+    /// Fraction of waits that actually slept on the futex.
+    pub slept_fraction: f64,
+    /// Model used.
+    pub model: String,
+    /// Whether the device time (`finished_ns - started_ns`) was subtracted.
+    pub minus_device_time: bool,
 }
 
 /// The size of one request or response on the Unix-socket baseline: the
@@ -184,6 +195,9 @@ pub const UDS_MSG: usize = 64;
 
 /// Runs an IPC benchmark client.
 pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
+    if let Some(cpu) = role.cpu {
+        crate::sys::pin_current_thread(cpu).map_err(|e| e.to_string())?;
+    }
     let warmup = (role.samples / 10).max(100);
     if role.mode == BenchMode::Uds {
         use std::io::{Read, Write};
@@ -204,26 +218,47 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
         return Ok(BenchReport {
             rtt_ns: Summary::of(&h),
             throughput_rps: 0.0,
+            slept_fraction: 1.0,
+            model: String::new(),
+            minus_device_time: false,
         });
     }
     let fail = |e: Error| format!("{e}");
     let mut c = Client::connect(&role.socket, "bench-ipc").map_err(fail)?;
-    let m = c.lookup_model("null").map_err(fail)?;
+    // A parked round trip needs the client asleep before the completion
+    // comes: with the zero-time model the completion usually beats the
+    // client to the futex. `ParkedDevice` therefore runs `echo_small`
+    // (50 µs on the device) and subtracts the device time the daemon
+    // stamped, leaving submit path + futex wake-up.
+    let model = if role.mode == BenchMode::ParkedDevice {
+        "echo_small"
+    } else {
+        "null"
+    };
+    let m = c.lookup_model(model).map_err(fail)?;
     let sub = Submit {
         model_id: m.id,
         priority: Priority::RealTime,
         deadline_ns: 0,
-        input: Span::default(),
-        output: Span::default(),
+        input: Span {
+            off: 0,
+            len: m.input_bytes,
+        },
+        output: Span {
+            off: m.input_bytes.next_multiple_of(64),
+            len: m.output_bytes,
+        },
     };
+    let minus_device = role.mode == BenchMode::ParkedDevice;
     match role.mode {
-        BenchMode::Spin | BenchMode::Parked => {
+        BenchMode::Spin | BenchMode::Parked | BenchMode::ParkedDevice => {
             c.set_spin(if role.mode == BenchMode::Spin {
                 Duration::from_secs(10)
             } else {
                 Duration::ZERO
             });
             let mut h = histogram();
+            let mut sleeps0 = 0;
             for i in 0..warmup + role.samples {
                 let t0 = now_ns();
                 let t = c.submit(&sub).map_err(fail)?;
@@ -232,13 +267,24 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
                 if done.status != sluice_client::status::OK {
                     return Err(format!("status {}", done.status));
                 }
+                if i == warmup {
+                    sleeps0 = c.sleeps();
+                }
                 if i >= warmup {
-                    h.saturating_record(t1 - t0);
+                    let device = if minus_device {
+                        done.finished_ns.saturating_sub(done.started_ns)
+                    } else {
+                        0
+                    };
+                    h.saturating_record((t1 - t0).saturating_sub(device));
                 }
             }
             Ok(BenchReport {
                 rtt_ns: Summary::of(&h),
                 throughput_rps: 0.0,
+                slept_fraction: (c.sleeps() - sleeps0) as f64 / role.samples as f64,
+                model: model.to_owned(),
+                minus_device_time: minus_device,
             })
         }
         BenchMode::Throughput => {
@@ -271,6 +317,9 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
             Ok(BenchReport {
                 rtt_ns: Summary::default(),
                 throughput_rps: completed as f64 / secs,
+                slept_fraction: 0.0,
+                model: model.to_owned(),
+                minus_device_time: false,
             })
         }
         BenchMode::Uds => unreachable!("handled above"),
