@@ -457,7 +457,7 @@ unsafe fn bytes_out<'a>(p: *mut u8, len: usize) -> Option<&'a mut [u8]> {
 ///
 /// # Safety
 /// - `socket_path` is NULL or a NUL-terminated string.
-/// - `name` is a NUL-terminated string.
+/// - `name` is NULL or a NUL-terminated string.
 /// - `out` is NULL or valid for writing one pointer.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn sluice_connect(
@@ -1069,7 +1069,7 @@ mod tests {
 
     #[test]
     fn connect_rejects_null_arguments() {
-        let mut out: *mut sluice_client = 0x1 as *mut _;
+        let mut out: *mut sluice_client = std::ptr::dangling_mut();
         // SAFETY: valid strings and out pointer, or NULLs.
         let rc = unsafe { sluice_connect(null(), null(), &mut out) };
         assert_eq!(rc, SLUICE_EINVAL);
