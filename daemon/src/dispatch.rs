@@ -542,4 +542,35 @@ mod tests {
         r.reserved = 1;
         assert_eq!(validate(&r, &reg, g), Err(status::BAD_FLAGS));
     }
+
+    proptest::proptest! {
+        /// Any record a client can write is either refused with a status or
+        /// names a registered model and spans that lie inside the arena.
+        #[test]
+        fn arbitrary_requests_are_refused_or_in_bounds(
+            model in 0u32..12, priority in 0u32..3, flags in 0u32..2, reserved in 0u32..2,
+            input_off in proptest::prelude::any::<u64>(), input_len in proptest::prelude::any::<u64>(),
+            output_off in proptest::prelude::any::<u64>(), output_len in proptest::prelude::any::<u64>(),
+            small in proptest::prelude::any::<bool>(),
+        ) {
+            let reg = ModelRegistry::builtin();
+            let g = shm_proto::Geometry { sq_entries: 8, cq_entries: 8, arena_size: 1 << 20 };
+            let (input_off, input_len, output_off, output_len) = if small {
+                (input_off % 4096, input_len % 4096, output_off % 4096, output_len % 4096)
+            } else {
+                (input_off, input_len, output_off, output_len)
+            };
+            let r = Request {
+                request_id: 1, model_id: model, priority, deadline_ns: 0,
+                input_off, input_len, output_off, output_len, flags, reserved,
+            };
+            if validate(&r, &reg, g).is_ok() {
+                let m = reg.get(model).unwrap();
+                proptest::prop_assert!(input_off + input_len <= g.arena_size);
+                proptest::prop_assert!(output_off + output_len <= g.arena_size);
+                proptest::prop_assert_eq!(input_len, m.input_bytes);
+                proptest::prop_assert!(output_len >= m.output_bytes);
+            }
+        }
+    }
 }
