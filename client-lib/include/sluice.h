@@ -1,7 +1,17 @@
 /*
  * sluice.h: C ABI of sluice-client, the library that latency-critical
  * processes link to submit DNN inference requests to sluiced.
- * See docs/c-api.md. SPDX-License-Identifier: Apache-2.0 OR MIT
+ * SPDX-License-Identifier: Apache-2.0 OR MIT
+ *
+ * Conventions (docs/c-api.md has the whole story and a build recipe):
+ * - Fallible functions return SLUICE_OK (0), a negative SLUICE_E* code, or
+ *   (sluice_try_poll only) SLUICE_PENDING. sluice_strerror() names a code;
+ *   sluice_last_error_message() gives this thread's detailed message.
+ * - Every pointer argument is checked for NULL (SLUICE_EINVAL).
+ * - A struct sluice_client is used by one thread at a time; it may move
+ *   between threads. Open one session per submitting thread.
+ * - sluice_submit, sluice_try_poll and sluice_wait* allocate nothing and
+ *   never block longer than asked.
  */
 
 #ifndef SLUICE_H
@@ -165,9 +175,9 @@ extern "C" {
 
 // Connects to sluiced and stores the new session in *out (NULL on failure).
 //
-// socket_path may be NULL: then $SLUICE_SOCKET if set, else the daemon's
-// default for this user (/run/sluice/sluiced.sock for root,
-// $XDG_RUNTIME_DIR/sluice/sluiced.sock, else /tmp/sluice-<uid>/sluiced.sock).
+// socket_path may be NULL: then `$SLUICE_SOCKET` if set, else the daemon's
+// default for this user (`/run/sluice/sluiced.sock` for root,
+// `$XDG_RUNTIME_DIR/sluice/sluiced.sock`, else `/tmp/sluice-<uid>/sluiced.sock`).
 // name (UTF-8) shows in `sluice status`. Blocks for the handshake.
 //
 // Returns SLUICE_OK, SLUICE_EUNREACHABLE, SLUICE_EREFUSED, SLUICE_EPROTO,

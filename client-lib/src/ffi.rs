@@ -14,7 +14,7 @@
 //!   positive `SLUICE_PENDING`. [`sluice_strerror`] names a code;
 //!   [`sluice_last_error_message`] gives this thread's detailed message.
 //! - Every pointer argument is checked for NULL (`SLUICE_EINVAL`).
-//! - The fast path — [`sluice_submit`], [`sluice_try_poll`], [`sluice_wait`],
+//! - The fast path — [`sluice_submit()`], [`sluice_try_poll`], [`sluice_wait`],
 //!   [`sluice_wait_timeout`], [`sluice_write_arena`], [`sluice_read_arena`]
 //!   — allocates nothing and cannot panic: it calls the Rust fast path,
 //!   which guarantees both, and records its error message by formatting
@@ -345,12 +345,22 @@ fn cold_fail(code: c_int, msg: String) -> c_int {
     code
 }
 
+/// The most specific text for a control-path error: the library's detailed
+/// message when it recorded one during this call, else the error's text.
+fn detail(e: Error) -> String {
+    let m = crate::last_error_message();
+    if m.is_empty() { e.to_string() } else { m }
+}
+
 /// Runs a control-path function, turning a panic into `SLUICE_EIO` with a
 /// message instead of unwinding into C. Clears the detailed message first
 /// so that a failure's message is about this call only.
 fn guard(func: &'static str, f: impl FnOnce() -> c_int) -> c_int {
-    crate::set_last_error(String::new());
-    match catch_unwind(AssertUnwindSafe(f)) {
+    let run = || {
+        crate::set_last_error(String::new());
+        f()
+    };
+    match catch_unwind(AssertUnwindSafe(run)) {
         Ok(rc) => rc,
         Err(payload) => {
             let what = payload
@@ -447,9 +457,9 @@ unsafe fn bytes_out<'a>(p: *mut u8, len: usize) -> Option<&'a mut [u8]> {
 
 /// Connects to sluiced and stores the new session in *out (NULL on failure).
 ///
-/// socket_path may be NULL: then $SLUICE_SOCKET if set, else the daemon's
-/// default for this user (/run/sluice/sluiced.sock for root,
-/// $XDG_RUNTIME_DIR/sluice/sluiced.sock, else /tmp/sluice-<uid>/sluiced.sock).
+/// socket_path may be NULL: then `$SLUICE_SOCKET` if set, else the daemon's
+/// default for this user (`/run/sluice/sluiced.sock` for root,
+/// `$XDG_RUNTIME_DIR/sluice/sluiced.sock`, else `/tmp/sluice-<uid>/sluiced.sock`).
 /// name (UTF-8) shows in `sluice status`. Blocks for the handshake.
 ///
 /// Returns SLUICE_OK, SLUICE_EUNREACHABLE, SLUICE_EREFUSED, SLUICE_EPROTO,
@@ -488,7 +498,10 @@ pub unsafe extern "C" fn sluice_connect(
                 *out = Box::into_raw(Box::new(sluice_client { client }));
                 SLUICE_OK
             }
-            Err(e) => cold_fail(e.code(), format!("sluice_connect({}): {e}", path.display())),
+            Err(e) => cold_fail(
+                e.code(),
+                format!("sluice_connect({}): {}", path.display(), detail(e)),
+            ),
         }
     })
 }
@@ -548,7 +561,10 @@ pub unsafe extern "C" fn sluice_lookup_model(
                 *out = m.into();
                 SLUICE_OK
             }
-            Err(e) => cold_fail(e.code(), format!("sluice_lookup_model({name:?}): {e}")),
+            Err(e) => cold_fail(
+                e.code(),
+                format!("sluice_lookup_model({name:?}): {}", detail(e)),
+            ),
         }
     })
 }
@@ -1169,6 +1185,73 @@ mod tests {
             unsafe { sluice_connect(c"/nonexistent-x/s.sock".as_ptr(), c"t".as_ptr(), &mut out) };
         assert_eq!(rc, SLUICE_EUNREACHABLE);
         assert!(last_msg().starts_with("sluice_connect(/nonexistent-x/s.sock)"));
+    }
+
+    /// Counts allocations per thread, so a test can show that a code path
+    /// allocates nothing while other tests run.
+    struct CountingAlloc;
+
+    thread_local! {
+        static ALLOCS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+
+    // SAFETY: forwards to the system allocator unchanged; the counter is a
+    // const-initialised thread-local without a destructor, so counting
+    // itself never allocates.
+    unsafe impl std::alloc::GlobalAlloc for CountingAlloc {
+        unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+            let _ = ALLOCS.try_with(|n| n.set(n.get() + 1));
+            // SAFETY: the caller's contract is passed on.
+            unsafe { std::alloc::System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+            // SAFETY: the caller's contract is passed on.
+            unsafe { std::alloc::System.dealloc(ptr, layout) }
+        }
+    }
+
+    #[global_allocator]
+    static GLOBAL: CountingAlloc = CountingAlloc;
+
+    #[test]
+    fn fast_path_failures_do_not_allocate() {
+        let req = sluice_submit::default();
+        let mut t = 0u64;
+        let mut done = sluice_completion::default();
+        let before = ALLOCS.with(|n| n.get());
+        // SAFETY: NULL clients are rejected before anything is touched; the
+        // other pointers are valid.
+        let rcs = unsafe {
+            [
+                sluice_submit(null_mut(), &req, &mut t),
+                sluice_try_poll(null_mut(), 1, &mut done),
+                sluice_wait(null_mut(), 1, &mut done),
+                sluice_wait_timeout(null_mut(), 1, 1, &mut done),
+                sluice_write_arena(null_mut(), 0, null(), 0),
+                sluice_read_arena(null_mut(), 0, null_mut(), 0),
+                ticket_error("sluice_wait_timeout", Error::Timeout, 0x1_0000_0002, 5),
+                arena_error("sluice_read_arena", Error::BadSpan, 1 << 40, 8, 1 << 20),
+                fast_error("sluice_submit", Error::RingFull),
+            ]
+        };
+        let after = ALLOCS.with(|n| n.get());
+        assert_eq!(after - before, 0, "the fast path's error paths allocated");
+        assert!(rcs.iter().all(|&rc| rc < 0), "{rcs:?}");
+        assert_eq!(
+            last_msg(),
+            "sluice_submit: submission ring full; wait for a completion and retry"
+        );
+    }
+
+    #[test]
+    fn guard_turns_a_panic_into_eio_with_message() {
+        let rc = guard("sluice_test", || panic!("boom {}", 42));
+        assert_eq!(rc, SLUICE_EIO);
+        let m = last_msg();
+        assert!(
+            m.starts_with("sluice_test: internal panic (boom 42)"),
+            "{m}"
+        );
     }
 
     #[test]
