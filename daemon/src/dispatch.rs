@@ -88,6 +88,9 @@ struct Active {
 const CONTROL_TOKEN: u64 = u64::MAX;
 /// Longest sleep, so the heartbeat (watched by the systemd watchdog) moves.
 const MAX_PARK_NS: u64 = 250_000_000;
+/// Longest sleep while a client has requests waiting but no completion
+/// credit (it has not read its completions).
+const CREDIT_POLL_NS: u64 = 1_000_000;
 
 /// Validates a request copied out of a client's ring.
 pub fn validate(
@@ -411,10 +414,21 @@ impl Dispatcher {
     fn park(&mut self, events: &mut Vec<epoll::Event>) {
         let mut bad = Vec::new();
         let mut ready = false;
+        let mut credit_blocked = false;
         for c in &mut self.clients {
             match c.sq.prepare_park() {
                 Ok(Some(_)) => {}
-                Ok(None) => ready = true,
+                Ok(None) => {
+                    // Entries are waiting; we can take them only with
+                    // completion credit. A client that sits on its
+                    // completions does not ring us when it reads them, so
+                    // we poll it at CREDIT_POLL_NS instead of spinning.
+                    match c.cq.len() {
+                        Ok(unread) if c.cq.capacity() > unread + c.on_device => ready = true,
+                        Ok(_) => credit_blocked = true,
+                        Err(_) => bad.push(c.id),
+                    }
+                }
                 Err(_) => bad.push(c.id),
             }
         }
@@ -423,7 +437,11 @@ impl Dispatcher {
                 c.sq.unpark();
             }
             for id in bad {
-                self.remove(id, "client corrupted its submission ring indices");
+                self.shared
+                    .counters
+                    .dropped_clients
+                    .fetch_add(1, Ordering::Relaxed);
+                self.remove(id, "client corrupted its rings");
             }
             return;
         }
@@ -432,7 +450,11 @@ impl Dispatcher {
             .device
             .next_event_ns()
             .unwrap_or(u64::MAX)
-            .min(now.saturating_add(MAX_PARK_NS));
+            .min(now.saturating_add(if credit_blocked {
+                CREDIT_POLL_NS
+            } else {
+                MAX_PARK_NS
+            }));
         let wait_ns = until.saturating_sub(now);
         if wait_ns > 0 {
             self.shared.counters.parks.fetch_add(1, Ordering::Relaxed);

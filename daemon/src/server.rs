@@ -96,10 +96,6 @@ impl Shared {
         }
     }
 
-    fn client_count(&self) -> usize {
-        self.clients.lock().map(|v| v.len()).unwrap_or(0)
-    }
-
     /// The status document `sluice status` prints.
     pub fn status(&self) -> Status {
         let c = &self.counters;
@@ -475,7 +471,7 @@ fn serve_connection(mut sock: UnixStream, shared: Arc<Shared>) {
         refuse(&mut sock, &shared, refused::NOT_ALLOWED, &msg);
         return;
     }
-    let (name, version_ok) = match Msg::decode(&body) {
+    let name = match Msg::decode(&body) {
         Ok(Msg::StatusRequest) => {
             let json = serde_json::to_string(&shared.status()).unwrap_or_default();
             let _ = send(&mut sock, &Msg::StatusReply { json: &json });
@@ -488,7 +484,16 @@ fn serve_connection(mut sock: UnixStream, shared: Arc<Shared>) {
             name,
             ..
         }) => {
-            if magic != shm_proto::MAGIC || version != shm_proto::PROTOCOL_VERSION {
+            if magic != shm_proto::MAGIC {
+                let msg = format!(
+                    "hello carries magic {magic:#018x}, not sluice's {:#018x}; \
+                     is this a sluice client library?",
+                    shm_proto::MAGIC
+                );
+                refuse(&mut sock, &shared, refused::BAD_MESSAGE, &msg);
+                return;
+            }
+            if version != shm_proto::PROTOCOL_VERSION {
                 let msg = format!(
                     "client speaks sluice protocol v{version}, this daemon speaks v{}; \
                      rebuild the client against the daemon's version of sluice-client",
@@ -507,36 +512,62 @@ fn serve_connection(mut sock: UnixStream, shared: Arc<Shared>) {
                 refuse(&mut sock, &shared, refused::LAYOUT_MISMATCH, &msg);
                 return;
             }
-            (name.to_owned(), true)
+            name.to_owned()
         }
-        _ => {
-            if let Some((_, v)) = Msg::peek_hello_version(&body) {
-                let msg = format!(
-                    "cannot decode a hello of protocol v{v}; this daemon speaks v{}",
-                    shm_proto::PROTOCOL_VERSION
-                );
-                refuse(&mut sock, &shared, refused::VERSION_MISMATCH, &msg);
-            } else {
-                refuse(
+        decoded => {
+            let why = match decoded {
+                Err(e) => e.to_string(),
+                Ok(_) => "the first message must be a sluice Hello or StatusRequest".to_owned(),
+            };
+            match Msg::peek_hello_version(&body) {
+                Some((magic, v))
+                    if magic == shm_proto::MAGIC && v != shm_proto::PROTOCOL_VERSION =>
+                {
+                    let msg = format!(
+                        "cannot decode a hello of protocol v{v} ({why}); this daemon speaks v{}; \
+                         rebuild the client against the daemon's version of sluice-client",
+                        shm_proto::PROTOCOL_VERSION
+                    );
+                    refuse(&mut sock, &shared, refused::VERSION_MISMATCH, &msg);
+                }
+                _ => refuse(
                     &mut sock,
                     &shared,
                     refused::BAD_MESSAGE,
-                    "the first message must be a sluice Hello or StatusRequest",
-                );
+                    &format!("malformed first message: {why}"),
+                ),
             }
             return;
         }
     };
-    debug_assert!(version_ok);
+    // Reserve the client's place under the lock, so concurrent handshakes
+    // cannot together exceed clients.max_clients.
     let max = shared.config.clients.max_clients;
-    if shared.client_count() >= max {
+    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    let stats = Arc::new(ClientStats::default());
+    let reserved = match shared.clients.lock() {
+        Ok(mut v) if v.len() < max => {
+            v.push(ClientInfo {
+                id,
+                name: name.clone(),
+                pid,
+                uid,
+                connected: Instant::now(),
+                stats: stats.clone(),
+            });
+            true
+        }
+        _ => false,
+    };
+    if !reserved {
         let msg = format!(
             "daemon already serves clients.max_clients = {max} clients; raise it or retry later"
         );
         refuse(&mut sock, &shared, refused::TOO_MANY_CLIENTS, &msg);
         return;
     }
-    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+    // From here on, every early return must give the place back.
+    let release = |shared: &Shared| shared.unregister(id);
     let geometry = shm_proto::Geometry {
         sq_entries: shared.config.clients.sq_entries,
         cq_entries: shared.config.clients.cq_entries,
@@ -552,6 +583,7 @@ fn serve_connection(mut sock: UnixStream, shared: Arc<Shared>) {
     let (region, wake) = match setup {
         Ok(x) => x,
         Err(e) => {
+            release(&shared);
             refuse(&mut sock, &shared, refused::INTERNAL, &e);
             return;
         }
@@ -566,6 +598,7 @@ fn serve_connection(mut sock: UnixStream, shared: Arc<Shared>) {
     };
     let mut frame = [0u8; 128];
     let Ok(n) = welcome.encode(&mut frame) else {
+        release(&shared);
         return;
     };
     let fds = [region.fd().as_fd(), wake.as_fd()];
@@ -582,25 +615,19 @@ fn serve_connection(mut sock: UnixStream, shared: Arc<Shared>) {
         Ok(k) if k == n => {}
         Ok(k) => {
             if sock.write_all(&frame[k..n]).is_err() {
+                release(&shared);
                 return;
             }
         }
-        Err(_) => return,
+        Err(_) => {
+            release(&shared);
+            return;
+        }
     }
     let Ok(sock_clone) = sock.try_clone() else {
+        release(&shared);
         return;
     };
-    let stats = Arc::new(ClientStats::default());
-    if let Ok(mut v) = shared.clients.lock() {
-        v.push(ClientInfo {
-            id,
-            name: name.clone(),
-            pid,
-            uid,
-            connected: Instant::now(),
-            stats: stats.clone(),
-        });
-    }
     tracing::info!(client = id, pid, uid, name = %name, "client connected");
     shared.send(Command::Add(NewClient {
         id,

@@ -241,8 +241,6 @@ fn raw_overfill_beyond_completion_credit_loses_nothing() {
 /// unread (so the daemon has no credit to take anything), the daemon has
 /// nothing to do and should park, not spin on that ring.
 #[test]
-#[ignore = "bug: daemon/src/dispatch.rs park() treats a non-empty SQ with zero credit as \
-            'ready' and returns without sleeping: the dispatcher spins at 100% CPU"]
 fn dispatcher_parks_while_a_client_sits_on_its_completions() {
     let _w = sluice_tests::watchdog(
         "dispatcher_parks_while_a_client_sits_on_its_completions",
