@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::time::Duration;
 
-use shm_proto::layout::{RegionHeader, RingHeader, STATE_CLOSED, Slot};
+use shm_proto::layout::{RegionHeader, STATE_CLOSED};
 use shm_proto::ring::{Consumer, Producer, PushError};
 use shm_proto::{Geometry, control::Msg, futex};
 
@@ -319,21 +319,14 @@ impl Client {
             set_last_error("region header does not match this library's layout".into());
             return Err(Error::Protocol);
         }
+        let r = g.ring_ptrs(base);
         // SAFETY: the geometry was validated and matches the mapping's size,
         // so both rings lie inside it; this client is the SQ's only producer
         // and the CQ's only consumer.
         let (sq, cq) = unsafe {
             (
-                Producer::from_raw(
-                    base.add(g.sq_offset() as usize) as *const RingHeader,
-                    base.add(g.sq_slots_offset() as usize) as *const Slot<Request>,
-                    g.sq_entries,
-                ),
-                Consumer::from_raw(
-                    base.add(g.cq_offset() as usize) as *const RingHeader,
-                    base.add(g.cq_slots_offset() as usize) as *const Slot<Completion>,
-                    g.cq_entries,
-                ),
+                Producer::from_raw(r.sq_header, r.sq_slots, g.sq_entries),
+                Consumer::from_raw(r.cq_header, r.cq_slots, g.cq_entries),
             )
         };
         let n = g.cq_entries;

@@ -12,7 +12,7 @@ use std::sync::atomic::Ordering;
 
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
-use shm_proto::layout::{RegionHeader, RingHeader, STATE_CLOSED, STATE_SERVING, Slot};
+use shm_proto::layout::{RegionHeader, STATE_CLOSED, STATE_SERVING};
 use shm_proto::ring::{Consumer, Producer};
 use shm_proto::{Completion, Geometry, Request};
 
@@ -154,10 +154,10 @@ impl Region {
         self.header()
             .daemon_state
             .store(STATE_CLOSED, Ordering::Release);
-        let g = self.geometry;
-        // SAFETY: cq_offset is inside the mapping (validated geometry) and
-        // 128-aligned; `RingHeader` is made of atomics only.
-        let cq = unsafe { &*(self.ptr.as_ptr().add(g.cq_offset() as usize) as *const RingHeader) };
+        let r = self.geometry.ring_ptrs(self.ptr.as_ptr());
+        // SAFETY: the CQ header is inside the mapping (validated geometry)
+        // and 128-aligned; `RingHeader` is made of atomics only.
+        let cq = unsafe { &*r.cq_header };
         shm_proto::futex::wake_all(&cq.parked);
     }
 
@@ -167,22 +167,13 @@ impl Region {
     /// Call once per region (one consumer of the SQ, one producer of the CQ
     /// in the daemon), and drop both ends before the region.
     pub unsafe fn ring_ends(&self) -> (Consumer<Request>, Producer<Completion>) {
-        let g = self.geometry;
-        let base = self.ptr.as_ptr();
-        // SAFETY: the offsets come from our validated geometry and lie inside
-        // the mapping; the caller guarantees uniqueness and lifetime.
+        let r = self.geometry.ring_ptrs(self.ptr.as_ptr());
+        // SAFETY: the pointers come from our validated geometry and lie
+        // inside the mapping; the caller guarantees uniqueness and lifetime.
         unsafe {
             (
-                Consumer::from_raw(
-                    base.add(g.sq_offset() as usize) as *const RingHeader,
-                    base.add(g.sq_slots_offset() as usize) as *const Slot<Request>,
-                    g.sq_entries,
-                ),
-                Producer::from_raw(
-                    base.add(g.cq_offset() as usize) as *const RingHeader,
-                    base.add(g.cq_slots_offset() as usize) as *const Slot<Completion>,
-                    g.cq_entries,
-                ),
+                Consumer::from_raw(r.sq_header, r.sq_slots, self.geometry.sq_entries),
+                Producer::from_raw(r.cq_header, r.cq_slots, self.geometry.cq_entries),
             )
         }
     }

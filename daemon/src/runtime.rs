@@ -11,8 +11,18 @@ use crate::model::ModelRegistry;
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`).
 pub fn init_tracing() {
+    init_tracing_with("info");
+}
+
+/// Like [`init_tracing`], but only warnings unless `RUST_LOG` says otherwise
+/// (for the `sluice` tool, whose output is its table).
+pub fn init_tracing_quiet() {
+    init_tracing_with("warn");
+}
+
+fn init_tracing_with(default: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
@@ -63,16 +73,4 @@ pub fn wait_signal(set: &libc::sigset_t, timeout: Duration) -> Option<i32> {
     // null siginfo pointer is allowed.
     let r = unsafe { libc::sigtimedwait(set, std::ptr::null_mut(), &ts) };
     (r > 0).then_some(r)
-}
-
-/// Like [`init_tracing`], but only warnings unless `RUST_LOG` says otherwise
-/// (for the `sluice` tool, whose output is its table).
-pub fn init_tracing_quiet() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
 }

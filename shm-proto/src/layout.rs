@@ -277,6 +277,19 @@ impl core::fmt::Display for LayoutError {
     }
 }
 
+/// Raw pointers to a region's two rings, from [`Geometry::ring_ptrs`].
+#[derive(Debug, Clone, Copy)]
+pub struct RingPtrs {
+    /// Submission ring header.
+    pub sq_header: *const RingHeader,
+    /// Submission ring slots.
+    pub sq_slots: *const Slot<Request>,
+    /// Completion ring header.
+    pub cq_header: *const RingHeader,
+    /// Completion ring slots.
+    pub cq_slots: *const Slot<Completion>,
+}
+
 /// The sizes a region is built from, and the offsets that follow from them.
 ///
 /// ```text
@@ -349,6 +362,19 @@ impl Geometry {
     pub const fn region_size(&self) -> u64 {
         self.arena_offset() + self.arena_size
     }
+    /// Where both rings of a region mapped at `base` are. Computing the
+    /// pointers is safe; using them needs `base` to be a live mapping of
+    /// at least [`Geometry::region_size`] bytes of a valid geometry.
+    pub fn ring_ptrs(&self, base: *mut u8) -> RingPtrs {
+        let at = |off: u64| base.wrapping_add(off as usize);
+        RingPtrs {
+            sq_header: at(self.sq_offset()) as *const RingHeader,
+            sq_slots: at(self.sq_slots_offset()) as *const Slot<Request>,
+            cq_header: at(self.cq_offset()) as *const RingHeader,
+            cq_slots: at(self.cq_slots_offset()) as *const Slot<Completion>,
+        }
+    }
+
     /// Whether `[off, off + len)` lies inside the arena. Overflow-safe.
     pub const fn span_in_arena(&self, off: u64, len: u64) -> bool {
         match off.checked_add(len) {
