@@ -112,6 +112,13 @@ impl std::fmt::Display for Error {
             Self::Timeout => f.write_str("timed out waiting for the completion"),
             Self::InvalidArgument => f.write_str("invalid argument"),
         }?;
+        // Only the control-path errors leave a detailed message behind.
+        if !matches!(
+            self,
+            Self::DaemonUnreachable | Self::Refused(_) | Self::Protocol | Self::ModelNotFound
+        ) {
+            return Ok(());
+        }
         LAST_ERROR.with(|m| {
             let m = m.borrow();
             if m.is_empty() {
@@ -560,6 +567,8 @@ impl Client {
                 Ok(None) => return Ok(()),
                 Err(_) => {
                     self.disconnected = true;
+                    // No stale control-path message (clearing allocates nothing).
+                    LAST_ERROR.with(|m| m.borrow_mut().clear());
                     return Err(Error::Protocol);
                 }
             }
@@ -655,6 +664,8 @@ impl Client {
                 Ok(None) => {}
                 Err(_) => {
                     self.disconnected = true;
+                    // No stale control-path message (clearing allocates nothing).
+                    LAST_ERROR.with(|m| m.borrow_mut().clear());
                     return Err(Error::Protocol);
                 }
             }
