@@ -13,6 +13,7 @@
 pub mod config;
 pub mod device;
 pub mod dispatch;
+pub mod idempotent;
 pub mod model;
 pub mod region;
 pub mod runtime;
