@@ -10,9 +10,13 @@
 //! - [`region`]: a client's sealed shared-memory region, daemon side.
 //! - [`dispatch`]: the dispatcher thread (rings → device → completions).
 //! - [`server`]: the control socket and the [`Daemon`] handle.
+//! - [`gpu`]: discrete-event GPU execution model with REEF's preemption
+//!   mechanisms (step 2 groundwork; not yet driving the daemon).
+//! - [`idempotent`]: REEF's multi-kernel idempotent-group checker.
 pub mod config;
 pub mod device;
 pub mod dispatch;
+pub mod gpu;
 pub mod idempotent;
 pub mod model;
 pub mod region;
