@@ -21,6 +21,7 @@ pub mod idempotent;
 pub mod model;
 pub mod region;
 pub mod runtime;
+pub mod sched;
 pub mod server;
 pub mod sys;
 pub mod tools;
