@@ -180,14 +180,63 @@ impl fmt::Display for Backend {
     }
 }
 
+/// How the simulated device schedules requests (`device.scheduler`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Scheduler {
+    /// Step 1's simple device: one request at a time, real-time first, no
+    /// preemption, times scaled by `device.time_scale`.
+    #[default]
+    Fifo,
+    /// The discrete-event GPU model of `device.profile`, scheduled by a
+    /// policy (`seq`, `streams`, `wait-preempt`, `reef`, `paella`).
+    Policy(crate::sched::PolicyKind),
+}
+
+impl Scheduler {
+    /// The name used in the config file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fifo => "fifo",
+            Self::Policy(k) => k.as_str(),
+        }
+    }
+
+    /// Parses a config-file name (`rt-only` is a benchmark reference and is
+    /// refused: it drops best-effort work).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "fifo" => Some(Self::Fifo),
+            "rt-only" => None,
+            n => crate::sched::PolicyKind::from_name(n).map(Self::Policy),
+        }
+    }
+
+    /// Every name [`Scheduler::from_name`] accepts.
+    pub fn names() -> Vec<&'static str> {
+        let mut v = vec!["fifo"];
+        v.extend(
+            crate::sched::PolicyKind::ALL
+                .iter()
+                .filter(|k| **k != crate::sched::PolicyKind::RtOnly)
+                .map(|k| k.as_str()),
+        );
+        v
+    }
+}
+
 /// `[device]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceConfig {
     /// Which backend. Default [`Backend::Sim`].
     pub backend: Backend,
-    /// Sim only: multiplies every model time; finite, `> 0`, `<= 1000`.
-    /// Default 1.0 (real time).
+    /// `fifo` scheduler only: multiplies every model time; finite, `> 0`,
+    /// `<= 1000`. Default 1.0 (real time).
     pub time_scale: f64,
+    /// How requests are scheduled. Default `fifo`.
+    pub scheduler: Scheduler,
+    /// GPU model profile for the policy schedulers (`mi50`, `gv100`,
+    /// `h100`). Default `mi50`.
+    pub profile: String,
 }
 
 impl Default for DeviceConfig {
@@ -195,6 +244,8 @@ impl Default for DeviceConfig {
         Self {
             backend: Backend::Sim,
             time_scale: 1.0,
+            scheduler: Scheduler::Fifo,
+            profile: "mi50".to_owned(),
         }
     }
 }
@@ -428,9 +479,11 @@ impl Config {
         let _ = writeln!(s, "backend = {}", toml_string(dev.backend.as_str()));
         let _ = writeln!(
             s,
-            "time_scale = {:?}  # model times multiplied by this",
+            "time_scale = {:?}  # model times multiplied by this (fifo only)",
             dev.time_scale
         );
+        let _ = writeln!(s, "scheduler = {}", toml_string(dev.scheduler.as_str()));
+        let _ = writeln!(s, "profile = {}", toml_string(&dev.profile));
 
         let _ = writeln!(s, "\n[models]");
         match &self.models.dir {
@@ -588,6 +641,8 @@ struct RawClients {
 struct RawDevice {
     backend: Option<String>,
     time_scale: Option<Float>,
+    scheduler: Option<String>,
+    profile: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -912,6 +967,36 @@ impl Validator {
                         format!("use one of: {}", supported.join(", ")),
                     );
                 }
+            }
+        }
+        if let Some(name) = raw.scheduler {
+            match Scheduler::from_name(&name) {
+                Some(sch) => d.scheduler = sch,
+                None => {
+                    let names: Vec<String> =
+                        Scheduler::names().iter().map(|n| toml_string(n)).collect();
+                    self.fail(
+                        "device.scheduler",
+                        toml_string(&name),
+                        "is not a scheduler the daemon can run",
+                        format!("use one of: {}", names.join(", ")),
+                    );
+                }
+            }
+        }
+        if let Some(name) = raw.profile {
+            if crate::gpu::DeviceProfile::builtin(&name).is_ok() {
+                d.profile = name;
+            } else {
+                let names: Vec<String> = crate::gpu::DeviceProfile::builtin_names()
+                    .map(toml_string)
+                    .collect();
+                self.fail(
+                    "device.profile",
+                    toml_string(&name),
+                    "is not a built-in GPU profile",
+                    format!("use one of: {}", names.join(", ")),
+                );
             }
         }
         if let Some(Float(scale)) = raw.time_scale {
@@ -1339,6 +1424,23 @@ mod tests {
             e.to_string(),
             "device.backend = \"cuda\" is not a supported backend; use one of: \"sim\""
         );
+    }
+
+    #[test]
+    fn scheduler_and_profile_are_read_and_checked() {
+        let c = load("[device]\nscheduler = \"reef\"\nprofile = \"h100\"").unwrap();
+        assert_eq!(
+            c.device.scheduler,
+            Scheduler::Policy(crate::sched::PolicyKind::Reef)
+        );
+        assert_eq!(c.device.profile, "h100");
+        assert_eq!(Config::default().device.scheduler, Scheduler::Fifo);
+        let e = invalid("[device]\nscheduler = \"rt-only\"");
+        assert_eq!(e.key, "device.scheduler");
+        assert!(e.to_string().contains("\"reef\""), "{e}");
+        let e = invalid("[device]\nprofile = \"a100\"");
+        assert_eq!(e.key, "device.profile");
+        assert!(e.to_string().contains("\"mi50\""), "{e}");
     }
 
     #[test]

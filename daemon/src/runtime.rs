@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{Backend, Config};
+use crate::config::{Backend, Config, Scheduler};
 use crate::device::Device;
+use crate::device::modeled::ModeledGpu;
 use crate::device::sim::SimGpu;
 use crate::model::ModelRegistry;
 
@@ -43,8 +44,19 @@ pub fn make_device(
     config: &Config,
     models: Arc<ModelRegistry>,
 ) -> Result<Box<dyn Device>, Box<dyn std::error::Error>> {
-    match config.device.backend {
-        Backend::Sim => Ok(Box::new(SimGpu::new(models, config.device.time_scale)?)),
+    match (config.device.backend, config.device.scheduler) {
+        (Backend::Sim, Scheduler::Fifo) => {
+            Ok(Box::new(SimGpu::new(models, config.device.time_scale)?))
+        }
+        (Backend::Sim, Scheduler::Policy(kind)) => {
+            let profile = crate::gpu::DeviceProfile::builtin(&config.device.profile)?;
+            Ok(Box::new(ModeledGpu::new(
+                profile,
+                kind,
+                models,
+                sluice_client::now_ns(),
+            )?))
+        }
     }
 }
 

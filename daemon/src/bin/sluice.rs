@@ -22,9 +22,15 @@ struct Cli {
 enum Cmd {
     /// Start an embedded daemon on the simulated GPU, run a periodic
     /// real-time client (VGG-19) and a closed-loop best-effort client
-    /// (ResNet-152) as separate processes, and print their latencies.
+    /// (ResNet-152) as separate processes, and print their latencies —
+    /// once per scheduler, side by side (default: reef, then streams).
     Demo {
-        /// How long the clients run, in seconds.
+        /// Schedulers to compare, comma-separated: fifo, seq, streams,
+        /// wait-preempt, reef, paella. Default: reef,streams.
+        #[arg(long, value_delimiter = ',')]
+        scheduler: Vec<String>,
+        /// How long the clients run in all, in seconds (split between the
+        /// schedulers).
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
         seconds: u64,
         /// Real-time model.
@@ -150,6 +156,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Demo {
+            scheduler,
             seconds,
             rt_model,
             rt_period_ms,
@@ -161,31 +168,55 @@ fn main() -> ExitCode {
                 Ok(e) => e,
                 Err(e) => return fail(e),
             };
-            let opts = demo::DemoOptions {
-                seconds,
-                rt_model,
-                rt_period_ms,
-                be_model,
-            };
-            match demo::run(&exe, &opts) {
-                Ok(r) => {
-                    let bad = r
-                        .clients
-                        .iter()
-                        .any(|c| c.errors + c.wrong_outputs > 0 || c.ok == 0);
-                    let code = if json {
-                        print_json(&r)
-                    } else {
-                        print!("{}", demo::table(&r));
-                        ExitCode::SUCCESS
-                    };
-                    if bad {
-                        return fail("a client saw errors or wrong outputs (see the table)");
+            let schedulers = if scheduler.is_empty() {
+                demo::default_schedulers()
+            } else {
+                let mut v = Vec::new();
+                for name in &scheduler {
+                    match sluice_daemon::config::Scheduler::from_name(name) {
+                        Some(s) => v.push(s),
+                        None => {
+                            return fail(format!(
+                                "unknown scheduler {name:?}; use one of: {}",
+                                sluice_daemon::config::Scheduler::names().join(", ")
+                            ));
+                        }
                     }
-                    code
                 }
-                Err(e) => fail(e),
+                v
+            };
+            let each = (seconds / schedulers.len() as u64).max(1);
+            let mut results = Vec::new();
+            for sch in schedulers {
+                let opts = demo::DemoOptions {
+                    seconds: each,
+                    rt_model: rt_model.clone(),
+                    rt_period_ms,
+                    be_model: be_model.clone(),
+                    scheduler: sch,
+                };
+                match demo::run(&exe, &opts) {
+                    Ok(r) => results.push(r),
+                    Err(e) => return fail(format!("scheduler {}: {e}", sch.as_str())),
+                }
             }
+            let bad = results
+                .iter()
+                .flat_map(|r| &r.clients)
+                .any(|c| c.errors + c.wrong_outputs > 0 || c.ok == 0);
+            let code = if json {
+                print_json(&results)
+            } else {
+                for r in &results {
+                    println!("{}", demo::table(r));
+                }
+                print!("{}", demo::LEGEND);
+                ExitCode::SUCCESS
+            };
+            if bad {
+                return fail("a client saw errors or wrong outputs (see the table)");
+            }
+            code
         }
         Cmd::Status { socket, json } => {
             let path = socket.unwrap_or_else(sluice_client::default_socket_path);

@@ -38,7 +38,7 @@ use super::{Device, Finished, Job};
 use crate::model::ModelRegistry;
 
 /// Bytes moved through [`Job::memory`] per read or write.
-const CHUNK: usize = 64 * 1024;
+pub(crate) const CHUNK: usize = 64 * 1024;
 
 /// [`SimGpu::new`] was given a bad argument.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -186,7 +186,7 @@ impl SimGpu {
 
 /// Computes the reference output of `job` into its output span. Returns the
 /// status and the number of bytes written.
-fn compute_output(models: &ModelRegistry, buf: &mut [u8], job: &Job) -> (u32, u64) {
+pub(crate) fn compute_output(models: &ModelRegistry, buf: &mut [u8], job: &Job) -> (u32, u64) {
     let Some(model) = models.get(job.model) else {
         tracing::warn!(?job, "sim: job names no model in the registry");
         return (status::DEVICE_ERROR, 0);

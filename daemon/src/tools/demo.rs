@@ -22,11 +22,15 @@ pub struct DemoOptions {
     pub rt_period_ms: u64,
     /// Best-effort model (closed loop).
     pub be_model: String,
+    /// How the simulated device schedules.
+    pub scheduler: crate::config::Scheduler,
 }
 
 /// The demo's outcome.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct DemoResult {
+    /// Scheduler name.
+    pub scheduler: String,
     /// Device name.
     pub device: String,
     /// One report per client.
@@ -60,7 +64,8 @@ fn spawn_client(
 /// Runs the demo. `exe` is the `sluice` binary (for the client processes).
 pub fn run(exe: &Path, opts: &DemoOptions) -> Result<DemoResult, String> {
     let socket = temp_socket("demo").map_err(|e| format!("temporary directory: {e}"))?;
-    let config = embedded_config(socket.clone(), 100);
+    let mut config = embedded_config(socket.clone(), 100);
+    config.device.scheduler = opts.scheduler;
     let models = Arc::new(crate::model::ModelRegistry::builtin());
     for m in [&opts.rt_model, &opts.be_model] {
         if models.lookup(m).is_none() {
@@ -143,6 +148,7 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<DemoResult, String> {
         return Err(failures.join("; "));
     }
     Ok(DemoResult {
+        scheduler: opts.scheduler.as_str().to_owned(),
         device: device_name,
         clients,
     })
@@ -152,8 +158,8 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<DemoResult, String> {
 pub fn table(r: &DemoResult) -> String {
     let mut s = String::new();
     s.push_str(&format!(
-        "device: {} (simulated GPU: times are the models' profiled times, not measured on a GPU)\n\n",
-        r.device
+        "scheduler: {}   device: {} (simulated GPU: not measured on a GPU)\n\n",
+        r.scheduler, r.device
     ));
     s.push_str(&format!(
         "{:<16} {:<10} {:>3} {:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>11} {:>11}\n",
@@ -185,10 +191,28 @@ pub fn table(r: &DemoResult) -> String {
             c.standalone_us
         ));
     }
-    s.push_str(
-        "\nlatency = submit → completion seen by the client; queue = time in the daemon before the\n\
-         device started the request. Step 1's simulated GPU runs one request at a time, real-time\n\
-         first, without preemption: a real-time request can wait for the best-effort one running.\n",
-    );
     s
+}
+
+/// The legend printed under the tables.
+pub const LEGEND: &str = "latency = submit → completion seen by the client; queue = time in the daemon before the\n\
+device started the request. `fifo` runs one request at a time without preemption; the\n\
+policies run kernels on the GPU model (docs/gpu-model.md, docs/policies.md).\n";
+
+/// The schedulers `sluice demo` compares by default: `reef` against
+/// `streams` where this build has them, else `fifo`.
+pub fn default_schedulers() -> Vec<crate::config::Scheduler> {
+    use crate::config::Scheduler;
+    use crate::sched::PolicyKind;
+    let models = Arc::new(crate::model::ModelRegistry::builtin());
+    let have: Vec<Scheduler> = [PolicyKind::Reef, PolicyKind::Streams]
+        .into_iter()
+        .filter(|k| crate::sched::make_policy(*k, &models).is_some())
+        .map(Scheduler::Policy)
+        .collect();
+    if have.is_empty() {
+        vec![Scheduler::Fifo]
+    } else {
+        have
+    }
 }
