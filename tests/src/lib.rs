@@ -403,6 +403,8 @@ pub struct DaemonOpts {
     pub time_scale: f64,
     /// `daemon.idle_spin_us`.
     pub idle_spin_us: u32,
+    /// `device.scheduler` (`fifo`, or a policy on the GPU model).
+    pub scheduler: &'static str,
 }
 
 impl Default for DaemonOpts {
@@ -415,6 +417,7 @@ impl Default for DaemonOpts {
             max_clients: 64,
             time_scale: 1.0,
             idle_spin_us: 50,
+            scheduler: "fifo",
         }
     }
 }
@@ -456,6 +459,7 @@ impl DaemonProc {
             ("max_clients", opts.max_clients.to_string()),
             ("time_scale", opts.time_scale.to_string()),
             ("idle_spin_us", opts.idle_spin_us.to_string()),
+            ("scheduler", opts.scheduler.to_string()),
         ];
         let child = spawn_role("daemon", &args, &log);
         let pid = child.id();
@@ -947,6 +951,14 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
     config.clients.arena_bytes = a.num("arena_bytes", 4 << 20);
     config.clients.max_clients = a.num("max_clients", 64);
     config.device.time_scale = a.num("time_scale", 1.0);
+    config.device.scheduler = match sluice_daemon::config::Scheduler::from_name(a.req("scheduler"))
+    {
+        Some(s) => s,
+        None => {
+            eprintln!("daemon role: unknown scheduler {}", a.req("scheduler"));
+            return 2;
+        }
+    };
     let models = match runtime::load_models(&config) {
         Ok(m) => Arc::new(m),
         Err(e) => {
