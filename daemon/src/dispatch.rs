@@ -86,6 +86,7 @@ struct Active {
 }
 
 const CONTROL_TOKEN: u64 = u64::MAX;
+const TIMER_TOKEN: u64 = u64::MAX - 1;
 /// Longest sleep, so the heartbeat (watched by the systemd watchdog) moves.
 const MAX_PARK_NS: u64 = 250_000_000;
 /// Longest sleep while a client has requests waiting but no completion
@@ -124,6 +125,9 @@ pub(crate) struct Dispatcher {
     rx: Receiver<Command>,
     control: Arc<OwnedFd>,
     epoll: OwnedFd,
+    /// Armed at the device's next event: `epoll_wait`'s own timeout has
+    /// only millisecond resolution, a timerfd has the hrtimer's.
+    timer: OwnedFd,
     clients: Vec<Active>,
     index: HashMap<u32, usize>,
     done: Vec<Finished>,
@@ -149,12 +153,23 @@ impl Dispatcher {
             epoll::EventData::new_u64(CONTROL_TOKEN),
             epoll::EventFlags::IN,
         )?;
+        let timer = rustix::time::timerfd_create(
+            rustix::time::TimerfdClockId::Monotonic,
+            rustix::time::TimerfdFlags::CLOEXEC | rustix::time::TimerfdFlags::NONBLOCK,
+        )?;
+        epoll::add(
+            &ep,
+            timer.as_fd(),
+            epoll::EventData::new_u64(TIMER_TOKEN),
+            epoll::EventFlags::IN,
+        )?;
         Ok(Self {
             shared,
             device,
             rx,
             control,
             epoll: ep,
+            timer,
             clients: Vec::new(),
             index: HashMap::new(),
             done: Vec::with_capacity(256),
@@ -446,33 +461,49 @@ impl Dispatcher {
             return;
         }
         let now = now_ns();
-        let until = self
-            .device
-            .next_event_ns()
-            .unwrap_or(u64::MAX)
-            .min(now.saturating_add(if credit_blocked {
-                CREDIT_POLL_NS
-            } else {
-                MAX_PARK_NS
-            }));
+        let device_next = self.device.next_event_ns();
+        let until = device_next.unwrap_or(u64::MAX).min(now.saturating_add(if credit_blocked {
+            CREDIT_POLL_NS
+        } else {
+            MAX_PARK_NS
+        }));
         let wait_ns = until.saturating_sub(now);
         if wait_ns > 0 {
             self.shared.counters.parks.fetch_add(1, Ordering::Relaxed);
-            let ts = rustix::time::Timespec {
-                tv_sec: (wait_ns / 1_000_000_000) as i64,
-                tv_nsec: (wait_ns % 1_000_000_000) as i64,
+            // Wake at `until` to the nanosecond: an absolute timerfd.
+            let spec = rustix::time::Itimerspec {
+                it_interval: rustix::time::Timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                },
+                it_value: rustix::time::Timespec {
+                    tv_sec: (until / 1_000_000_000) as i64,
+                    tv_nsec: (until % 1_000_000_000) as i64,
+                },
+            };
+            let _ = rustix::time::timerfd_settime(
+                &self.timer,
+                rustix::time::TimerfdTimerFlags::ABSTIME,
+                &spec,
+            );
+            // The epoll timeout is only a backstop (ms resolution).
+            let backstop = rustix::time::Timespec {
+                tv_sec: 0,
+                tv_nsec: ((wait_ns + 2_000_000).min(MAX_PARK_NS + 2_000_000)) as i64,
             };
             events.clear();
             let _ = epoll::wait(
                 &self.epoll,
                 rustix::buffer::spare_capacity(events),
-                Some(&ts),
+                Some(&backstop),
             );
             let mut buf = [0u8; 8];
             for ev in events.iter() {
                 let token = ev.data.u64();
                 let fd = if token == CONTROL_TOKEN {
                     Some(self.control.as_fd())
+                } else if token == TIMER_TOKEN {
+                    Some(self.timer.as_fd())
                 } else {
                     self.index
                         .get(&(token as u32))
