@@ -11,6 +11,12 @@
 //! ([`tag`], [`untag`]), so a policy can map GPU events back to tasks.
 
 pub mod driver;
+pub mod paella;
+pub mod reef;
+pub mod rt_only;
+pub mod seq;
+pub mod streams;
+pub mod wait_preempt;
 
 use std::sync::Arc;
 
@@ -158,9 +164,17 @@ pub const fn untag(tag: u64) -> (TaskId, usize) {
 ///
 /// Each policy module adds its arm here.
 pub fn make_policy(kind: PolicyKind, models: &Arc<ModelRegistry>) -> Option<Box<dyn Policy>> {
-    let _ = models;
-    let _ = kind;
-    None
+    match kind {
+        PolicyKind::Seq => Some(Box::new(seq::Seq::new())),
+        PolicyKind::Streams => Some(Box::new(streams::Streams::new())),
+        PolicyKind::RtOnly => Some(Box::new(rt_only::RtOnly::new())),
+        PolicyKind::WaitPreempt => Some(Box::new(wait_preempt::wait_preempt(Arc::clone(models)))),
+        PolicyKind::Reef => Some(Box::new(reef::Reef::new(
+            Arc::clone(models),
+            reef::ReefConfig::reef(),
+        ))),
+        PolicyKind::Paella => Some(Box::new(paella::Paella::new(models))),
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,1091 @@
+//! `reef`: reset-based preemption and dynamic kernel padding (REEF, TOCS 2025).
+//!
+//! Real-time (RT) tasks run FIFO on one RT stream. Each best-effort (BE)
+//! client has its own stream (a *lane*) whose device queue is capped
+//! ([`ReefConfig::dq_capacity`], REEF's `hip_set_stream_cap`, §4.2).
+//!
+//! - **Preemption (§4).** When an RT task arrives, every BE lane with work
+//!   on the device is preempted with [`GpuSim::preempt_reset`]: host-queue
+//!   reset, preemption flag (lazy eviction), kill of the running kernel. The
+//!   latency of each preemption, from the model's `Preempted` report, goes to
+//!   [`preempt_latency_ns`](super::PolicyStats::preempt_latency_ns). BE lanes
+//!   stay parked while RT work is left; when the RT queue drains, each
+//!   preempted task is relaunched from its restore point (§4.4): the
+//!   report's `first_incomplete` kernel, or, if that kernel is not
+//!   idempotent, the start of its idempotent group.
+//!   Manifests carry an `idempotent` flag per kernel but no read/write
+//!   ranges, so the group start is approximated as the nearest earlier kernel
+//!   flagged idempotent (the in-place kernel's input was written by the
+//!   kernel before it). Every kernel launched again counts in
+//!   [`relaunched_kernels`](super::PolicyStats::relaunched_kernels).
+//! - **Dynamic kernel padding (§5.2).** When an RT kernel starts, each
+//!   parked BE lane may launch its next kernel beside it, if rule 1 and
+//!   rule 2 hold in the model's terms: *rule 1*, the BE kernel, launched now,
+//!   finishes before the RT kernel is expected to (the host push and the
+//!   command-processor fetch count, since the model launches the BE kernel
+//!   separately instead of fusing it into one `dkp` kernel); *rule 2*, all its
+//!   blocks fit at once in the resources one CU has left beside the RT
+//!   kernel's blocks (the occupancy helpers of [`crate::gpu::occupancy`],
+//!   with the RT kernel spread evenly over the CUs as the model places it).
+//!   BE kernels run through *proxy kernels* (§5.2): their register count is
+//!   rounded up to the largest count of their occupancy level, one proxy
+//!   per level, which leaves occupancy unchanged.
+//! - **Multi-version kernels (§5.3).** Each BE kernel gets synthetic versions
+//!   that do the same work in `1/f` as many blocks, each `f` times as long
+//!   (`f` in [`VERSION_FACTORS`]; the manifests have one implementation per
+//!   kernel). Versions dominated by another (no worse in kernel time, block
+//!   time, registers, shared memory, block size and blocks per CU, better in
+//!   one) are pruned when the tables are built; selection takes the fastest
+//!   version that meets both rules.
+//!
+//! The same scheduler with [`Mechanism::Wait`] is the wait-based baseline
+//! (`wait-preempt`, see [`super::wait_preempt`]).
+//!
+//! Decisions allocate nothing once the per-model tables are built; those
+//! need the device profile, so they are built on the first callback.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use shm_proto::Priority;
+
+use super::rt_only::{kernel_count, last_kernel_done, launch_kernels};
+use super::{Ctx, Policy, Task, TaskDone, tag, untag};
+use crate::gpu::occupancy::CuState;
+use crate::gpu::{
+    DeviceProfile, Event, Footprint, GpuSim, KernelLaunch, Ns, Outcome, StreamId, blocks_per_cu,
+};
+use crate::model::ModelRegistry;
+
+/// Device-queue capacity of BE streams under `reef` (REEF §4.2 / §6.4 uses
+/// a small capacity such as 4).
+pub const DEFAULT_DQ_CAPACITY: u32 = 4;
+
+/// Synthetic versions of a BE kernel: `f` original blocks merged into one.
+pub const VERSION_FACTORS: [u32; 3] = [1, 2, 4];
+
+/// How BE work is preempted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mechanism {
+    /// Reset-based (REEF §4): drop, evict, kill; restore later.
+    Reset,
+    /// Wait-based: stop feeding, let queued and running kernels finish.
+    Wait,
+}
+
+/// What the scheduler does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReefConfig {
+    /// The preemption mechanism.
+    pub mechanism: Mechanism,
+    /// Device-queue capacity of BE streams; `None` keeps the profile's.
+    pub dq_capacity: Option<u32>,
+    /// Dynamic kernel padding (only with [`Mechanism::Reset`]).
+    pub padding: bool,
+    /// Multi-version kernel selection for padding.
+    pub multi_version: bool,
+}
+
+impl ReefConfig {
+    /// REEF as the paper describes it.
+    pub const fn reef() -> Self {
+        Self {
+            mechanism: Mechanism::Reset,
+            dq_capacity: Some(DEFAULT_DQ_CAPACITY),
+            padding: true,
+            multi_version: true,
+        }
+    }
+
+    /// The wait-based baseline: profile's device queue, no padding.
+    pub const fn wait_preempt() -> Self {
+        Self {
+            mechanism: Mechanism::Wait,
+            dq_capacity: None,
+            padding: false,
+            multi_version: false,
+        }
+    }
+}
+
+impl Default for ReefConfig {
+    fn default() -> Self {
+        Self::reef()
+    }
+}
+
+/// One version of a BE kernel as padding would launch it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Version {
+    /// Original blocks merged into one block of this version.
+    pub merge: u32,
+    /// Blocks in the grid.
+    pub grid: u32,
+    /// Threads per block.
+    pub threads: u32,
+    /// Registers per thread, as the proxy kernel allocates them.
+    pub proxy_regs: u32,
+    /// Shared memory per block.
+    pub shared_mem: u32,
+    /// One block's time alone.
+    pub block_time_ns: Ns,
+    /// The whole kernel's time alone on the device.
+    pub kernel_time_ns: Ns,
+    /// Blocks per CU when the grid is spread evenly over every CU.
+    pub per_cu: u32,
+    /// What one block takes from a CU.
+    pub footprint: Footprint,
+    /// The kernel's idempotent flag.
+    pub idempotent: bool,
+}
+
+impl Version {
+    /// Whether `self` dominates `other` (REEF §5.3): no worse in any
+    /// attribute, better in at least one. "Block number" is counted per CU,
+    /// which is what a version takes from each CU under even spreading.
+    pub fn dominates(&self, other: &Self) -> bool {
+        let le = [
+            self.kernel_time_ns <= other.kernel_time_ns,
+            self.block_time_ns <= other.block_time_ns,
+            self.proxy_regs <= other.proxy_regs,
+            self.shared_mem <= other.shared_mem,
+            self.threads <= other.threads,
+            self.per_cu <= other.per_cu,
+        ];
+        let lt = [
+            self.kernel_time_ns < other.kernel_time_ns,
+            self.block_time_ns < other.block_time_ns,
+            self.proxy_regs < other.proxy_regs,
+            self.shared_mem < other.shared_mem,
+            self.threads < other.threads,
+            self.per_cu < other.per_cu,
+        ];
+        le.iter().all(|&b| b) && lt.iter().any(|&b| b)
+    }
+}
+
+/// The register count of the proxy kernel (REEF §5.2) that runs a kernel
+/// of `regs` registers per thread: the most registers a thread may have at
+/// the same occupancy level. Unchanged if no level applies.
+pub fn proxy_regs(profile: &DeviceProfile, regs: u32) -> u32 {
+    let wave = profile.cu.wave_size.max(1);
+    let bank = profile.bank_registers();
+    let max_waves = (profile.cu.max_threads / wave / profile.cu.register_banks.max(1)).max(1);
+    let Some(waves) = bank.checked_div(regs.saturating_mul(wave)) else {
+        return regs;
+    };
+    let waves = waves.min(max_waves);
+    if waves == 0 {
+        return regs;
+    }
+    (bank / (waves * wave)).max(regs)
+}
+
+/// Per-kernel figures of one model.
+#[derive(Debug, Clone, Default)]
+struct ModelTable {
+    /// As an RT kernel: footprint, blocks per CU under even spreading,
+    /// time alone.
+    rt: Vec<(Footprint, u32, Ns)>,
+    /// Pruned BE versions, all kernels, each kernel's sorted by block time.
+    versions: Vec<Version>,
+    /// Each kernel's range in `versions`.
+    ranges: Vec<(u32, u32)>,
+    /// Restore point of each kernel (start of its idempotent group).
+    group_start: Vec<u32>,
+}
+
+#[derive(Debug, Clone)]
+struct Tables {
+    models: Vec<ModelTable>,
+    empty_cu: CuState,
+    launch_overhead: Ns,
+}
+
+/// The synthetic versions of manifest kernel `k`, pruned, sorted by block
+/// time (fastest first).
+pub fn versions_of(
+    profile: &DeviceProfile,
+    k: &crate::model::Kernel,
+    factors: &[u32],
+) -> Vec<Version> {
+    let ncu = profile.compute_units.max(1);
+    let grid = u32::try_from(k.blocks()).unwrap_or(u32::MAX).max(1);
+    let threads = u32::try_from(k.threads_per_block()).unwrap_or(u32::MAX);
+    let regs = proxy_regs(profile, k.regs_per_thread);
+    let fp = Footprint::new(profile, threads, regs, k.shared_mem_bytes);
+    let bpc = blocks_per_cu(profile, &fp).0.max(1);
+    let base_block = (k.block_time_us * 1000.0).round() as Ns;
+    let mut v: Vec<Version> = factors
+        .iter()
+        .map(|&f| {
+            let g = grid.div_ceil(f);
+            let bt = base_block * Ns::from(f);
+            Version {
+                merge: f,
+                grid: g,
+                threads,
+                proxy_regs: regs,
+                shared_mem: k.shared_mem_bytes,
+                block_time_ns: bt,
+                kernel_time_ns: Ns::from(g.div_ceil(ncu * bpc)) * bt,
+                per_cu: g.div_ceil(ncu),
+                footprint: fp,
+                idempotent: k.idempotent,
+            }
+        })
+        .collect();
+    let keep: Vec<bool> = v
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            !v.iter()
+                .enumerate()
+                .any(|(j, b)| (b.dominates(a)) || (j < i && b == a))
+        })
+        .collect();
+    let mut it = keep.iter();
+    v.retain(|_| *it.next().unwrap_or(&false));
+    v.sort_by_key(|x| (x.block_time_ns, x.per_cu));
+    v
+}
+
+impl Tables {
+    fn build(profile: &DeviceProfile, models: &ModelRegistry, cfg: &ReefConfig) -> Self {
+        let ncu = profile.compute_units.max(1);
+        let factors: &[u32] = if cfg.multi_version {
+            &VERSION_FACTORS
+        } else {
+            &VERSION_FACTORS[..1]
+        };
+        let mut tables = Vec::with_capacity(models.len());
+        for (_, m) in models.iter() {
+            let ks = &m.manifest.kernels;
+            let mut t = ModelTable::default();
+            let mut last_idem = 0u32;
+            for (j, k) in ks.iter().enumerate() {
+                let grid = u32::try_from(k.blocks()).unwrap_or(u32::MAX).max(1);
+                let threads = u32::try_from(k.threads_per_block()).unwrap_or(u32::MAX);
+                let fp = Footprint::new(profile, threads, k.regs_per_thread, k.shared_mem_bytes);
+                let bpc = blocks_per_cu(profile, &fp).0.max(1);
+                let bt = (k.block_time_us * 1000.0).round() as Ns;
+                let level = grid.div_ceil(ncu).min(bpc);
+                t.rt.push((fp, level, Ns::from(grid.div_ceil(ncu * bpc)) * bt));
+                let start = t.versions.len() as u32;
+                t.versions.extend(versions_of(profile, k, factors));
+                t.ranges.push((start, t.versions.len() as u32));
+                if k.idempotent {
+                    last_idem = j as u32;
+                    t.group_start.push(j as u32);
+                } else {
+                    t.group_start.push(last_idem.min(j as u32));
+                }
+            }
+            tables.push(t);
+        }
+        Self {
+            models: tables,
+            empty_cu: CuState::empty(profile),
+            launch_overhead: profile.queues.host_launch_ns + profile.queues.cp_fetch_ns,
+        }
+    }
+}
+
+/// Restore point of kernel `k` in a model whose kernels have the given
+/// idempotent flags: `k` itself if idempotent, else the nearest earlier
+/// idempotent kernel (0 if none).
+pub fn group_start(idempotent: &[bool], k: usize) -> usize {
+    if idempotent.get(k).copied().unwrap_or(true) {
+        return k;
+    }
+    (0..k).rev().find(|&i| idempotent[i]).unwrap_or(0)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LaneState {
+    /// BE work runs freely.
+    Running,
+    /// A preemption was requested; its report has not come yet.
+    Preempting,
+    /// Preempted (or idle at an RT arrival); waits for the RT queue to drain.
+    Parked,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Cur {
+    task: Task,
+    /// Kernels in the task.
+    n: usize,
+    /// Next kernel to launch.
+    next: usize,
+    /// Kernels launched at least once (a prefix).
+    launched: usize,
+}
+
+#[derive(Debug)]
+struct Lane {
+    stream: StreamId,
+    queue: VecDeque<Task>,
+    cur: Option<Cur>,
+    state: LaneState,
+    /// Tag of the padding kernel in flight.
+    padding: Option<u64>,
+}
+
+/// REEF (or, with [`Mechanism::Wait`], the wait-based baseline).
+#[derive(Debug)]
+pub struct Reef {
+    cfg: ReefConfig,
+    models: Arc<ModelRegistry>,
+    tables: Option<Tables>,
+    rt: Option<StreamId>,
+    rt_tasks: VecDeque<Task>,
+    lanes: Vec<Lane>,
+    /// Lane of each client, indexed by client id (`u32::MAX`: none).
+    lane_of_client: Vec<u32>,
+    /// Lane of each stream, indexed by stream id (`u32::MAX`: none).
+    lane_of_stream: Vec<u32>,
+    padded: u64,
+}
+
+impl Reef {
+    /// A scheduler over `models` with `cfg`.
+    pub fn new(models: Arc<ModelRegistry>, cfg: ReefConfig) -> Self {
+        Self {
+            cfg,
+            models,
+            tables: None,
+            rt: None,
+            rt_tasks: VecDeque::new(),
+            lanes: Vec::new(),
+            lane_of_client: Vec::new(),
+            lane_of_stream: Vec::new(),
+            padded: 0,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ReefConfig {
+        &self.cfg
+    }
+
+    /// BE kernels launched as padding beside RT kernels so far.
+    pub fn padded_kernels(&self) -> u64 {
+        self.padded
+    }
+
+    fn init(&mut self, gpu: &mut GpuSim) -> StreamId {
+        if self.tables.is_none() {
+            self.tables = Some(Tables::build(gpu.profile(), &self.models, &self.cfg));
+        }
+        *self.rt.get_or_insert_with(|| gpu.create_stream(1))
+    }
+
+    /// The lane of `client`, created on first use on a stream that does not
+    /// share the RT stream's hardware queue.
+    fn lane_for(&mut self, gpu: &mut GpuSim, rt: StreamId, client: u32) -> usize {
+        let c = client as usize;
+        if let Some(&l) = self.lane_of_client.get(c)
+            && l != u32::MAX
+        {
+            return l as usize;
+        }
+        let hwq = gpu.profile().queues.hw_queues.max(1);
+        let stream = loop {
+            let s = gpu.create_stream(0);
+            if hwq == 1 || s.0 % hwq != rt.0 % hwq {
+                break s;
+            }
+        };
+        if let Some(cap) = self.cfg.dq_capacity
+            && let Err(e) = gpu.set_dq_capacity(stream, cap.max(1))
+        {
+            tracing::error!("device-queue capacity: {e}");
+        }
+        let l = self.lanes.len();
+        self.lanes.push(Lane {
+            stream,
+            queue: VecDeque::new(),
+            cur: None,
+            state: if self.rt_tasks.is_empty() {
+                LaneState::Running
+            } else {
+                LaneState::Parked
+            },
+            padding: None,
+        });
+        if self.lane_of_client.len() <= c {
+            self.lane_of_client.resize(c + 1, u32::MAX);
+        }
+        self.lane_of_client[c] = l as u32;
+        let s = stream.0 as usize;
+        if self.lane_of_stream.len() <= s {
+            self.lane_of_stream.resize(s + 1, u32::MAX);
+        }
+        self.lane_of_stream[s] = l as u32;
+        l
+    }
+
+    /// Launches the rest of lane `l`'s current task, counting relaunches.
+    fn launch_rest(&mut self, cx: &mut Ctx<'_>, l: usize) {
+        let lane = &mut self.lanes[l];
+        let Some(cur) = lane.cur.as_mut() else { return };
+        if cur.next >= cur.n {
+            return;
+        }
+        if cur.next < cur.launched {
+            cx.stats.relaunched_kernels += (cur.launched - cur.next) as u64;
+        }
+        launch_kernels(cx, lane.stream, &cur.task, cur.next..cur.n);
+        cur.next = cur.n;
+        cur.launched = cur.n;
+    }
+
+    /// Makes the next queued task current; launches it if the lane runs.
+    fn start_next(&mut self, cx: &mut Ctx<'_>, l: usize) {
+        while self.lanes[l].cur.is_none() {
+            let Some(task) = self.lanes[l].queue.pop_front() else {
+                return;
+            };
+            let n = kernel_count(cx.models, task.model);
+            if n == 0 {
+                cx.done.push(TaskDone {
+                    task,
+                    finished: cx.gpu.now(),
+                });
+                continue;
+            }
+            self.lanes[l].cur = Some(Cur {
+                task,
+                n,
+                next: 0,
+                launched: 0,
+            });
+        }
+        if self.lanes[l].state == LaneState::Running {
+            self.launch_rest(cx, l);
+        }
+    }
+
+    /// Preempts every running lane that has work on the device.
+    fn preempt_all(&mut self, cx: &mut Ctx<'_>) {
+        for lane in &mut self.lanes {
+            if lane.state != LaneState::Running {
+                continue;
+            }
+            if lane.cur.is_none() {
+                lane.state = LaneState::Parked;
+                continue;
+            }
+            let r = match self.cfg.mechanism {
+                Mechanism::Reset => cx.gpu.preempt_reset(lane.stream).map(|_| ()),
+                Mechanism::Wait => cx.gpu.wait_based_preempt(lane.stream),
+            };
+            match r {
+                Ok(()) => lane.state = LaneState::Preempting,
+                Err(e) => tracing::error!("preempting stream {}: {e}", lane.stream.0),
+            }
+        }
+    }
+
+    /// Lets lane `l` run again after the RT queue drained.
+    fn restore(&mut self, cx: &mut Ctx<'_>, l: usize) {
+        if self.cfg.mechanism == Mechanism::Wait
+            && let Err(e) = cx.gpu.resume(self.lanes[l].stream)
+        {
+            tracing::error!("resuming stream {}: {e}", self.lanes[l].stream.0);
+            return;
+        }
+        self.lanes[l].state = LaneState::Running;
+        if self.lanes[l].cur.is_some() {
+            self.launch_rest(cx, l);
+        } else {
+            self.start_next(cx, l);
+        }
+    }
+
+    fn restore_all(&mut self, cx: &mut Ctx<'_>) {
+        for l in 0..self.lanes.len() {
+            if self.lanes[l].state == LaneState::Parked {
+                self.restore(cx, l);
+            }
+        }
+    }
+
+    /// Dynamic kernel padding beside the RT kernel that just started.
+    fn pad(&mut self, cx: &mut Ctx<'_>, rt_tag: u64) {
+        let Some(tables) = self.tables.as_ref() else {
+            return;
+        };
+        let (tid, k) = untag(rt_tag);
+        let Some(rt_task) = self.rt_tasks.iter().find(|t| t.id == tid) else {
+            return;
+        };
+        let Some(&(rt_fp, level, rt_time)) = tables
+            .models
+            .get(rt_task.model as usize)
+            .and_then(|m| m.rt.get(k))
+        else {
+            return;
+        };
+        let now = cx.gpu.now();
+        let deadline = now + rt_time;
+        let start = now + tables.launch_overhead;
+        if start >= deadline {
+            return;
+        }
+        let mut cu = tables.empty_cu;
+        cu.take(&rt_fp, level);
+        for lane in &mut self.lanes {
+            if lane.state != LaneState::Parked || lane.padding.is_some() {
+                continue;
+            }
+            let Some(cur) = lane.cur.as_mut() else {
+                continue;
+            };
+            if cur.next >= cur.n {
+                continue;
+            }
+            let Some(mt) = tables.models.get(cur.task.model as usize) else {
+                continue;
+            };
+            let Some(&(a, b)) = mt.ranges.get(cur.next) else {
+                continue;
+            };
+            let mut pick = None;
+            for v in &mt.versions[a as usize..b as usize] {
+                if start + v.block_time_ns > deadline {
+                    break; // rule 1; versions are sorted by block time
+                }
+                if v.per_cu <= cu.fit(&v.footprint).0 {
+                    pick = Some(*v); // rule 2
+                    break;
+                }
+            }
+            let Some(v) = pick else { continue };
+            let t = tag(cur.task.id, cur.next);
+            let launch = KernelLaunch {
+                grid_blocks: v.grid,
+                threads_per_block: v.threads,
+                regs_per_thread: v.proxy_regs,
+                shared_mem: v.shared_mem,
+                block_time_ns: v.block_time_ns,
+                idempotent: v.idempotent,
+                mem_intensity: None,
+                tag: t,
+            };
+            if let Err(e) = cx.gpu.launch(lane.stream, launch) {
+                tracing::error!("padding launch refused: {e}");
+                continue;
+            }
+            cu.take(&v.footprint, v.per_cu);
+            if cur.next < cur.launched {
+                cx.stats.relaunched_kernels += 1;
+            }
+            cur.next += 1;
+            cur.launched = cur.launched.max(cur.next);
+            lane.padding = Some(t);
+            self.padded += 1;
+        }
+    }
+
+    fn on_lane_event(&mut self, cx: &mut Ctx<'_>, l: usize, ev: &Event) {
+        match ev {
+            Event::KernelFinished {
+                t, kernel, outcome, ..
+            } => {
+                let lane = &mut self.lanes[l];
+                if lane.padding == Some(kernel.tag) {
+                    lane.padding = None;
+                }
+                if *outcome != Outcome::Completed {
+                    return;
+                }
+                let (tid, k) = untag(kernel.tag);
+                let Some(cur) = lane.cur else { return };
+                if cur.task.id != tid || k + 1 != cur.n {
+                    return;
+                }
+                lane.cur = None;
+                cx.done.push(TaskDone {
+                    task: cur.task,
+                    finished: *t,
+                });
+                self.start_next(cx, l);
+            }
+            Event::Preempted(report) => {
+                cx.stats.preempt_latency_ns.push(report.latency_ns());
+                let lane = &mut self.lanes[l];
+                if self.cfg.mechanism == Mechanism::Reset {
+                    if let (Some(cur), Some(fi)) = (lane.cur.as_mut(), report.first_incomplete) {
+                        let (tid, k) = untag(fi.tag);
+                        if cur.task.id == tid {
+                            let gs = self
+                                .tables
+                                .as_ref()
+                                .and_then(|t| t.models.get(cur.task.model as usize))
+                                .and_then(|m| m.group_start.get(k))
+                                .map_or(k, |&g| g as usize);
+                            cur.next = cur.next.min(gs);
+                        }
+                    }
+                    if let Err(e) = cx.gpu.resume(lane.stream) {
+                        tracing::error!("resuming stream {}: {e}", lane.stream.0);
+                    }
+                }
+                if lane.state == LaneState::Preempting {
+                    lane.state = LaneState::Parked;
+                }
+                if self.rt_tasks.is_empty() && self.lanes[l].state == LaneState::Parked {
+                    self.restore(cx, l);
+                }
+            }
+            Event::KernelStarted { .. } => {}
+        }
+    }
+}
+
+impl Policy for Reef {
+    fn name(&self) -> &'static str {
+        match self.cfg.mechanism {
+            Mechanism::Reset => "reef",
+            Mechanism::Wait => "wait-preempt",
+        }
+    }
+
+    fn on_arrival(&mut self, cx: &mut Ctx<'_>, task: Task) {
+        let rt = self.init(cx.gpu);
+        match task.priority {
+            Priority::RealTime => {
+                let n = kernel_count(cx.models, task.model);
+                if n == 0 || launch_kernels(cx, rt, &task, 0..n) == 0 {
+                    cx.done.push(TaskDone {
+                        task,
+                        finished: cx.gpu.now(),
+                    });
+                    return;
+                }
+                self.rt_tasks.push_back(task);
+                self.preempt_all(cx);
+            }
+            Priority::BestEffort => {
+                let l = self.lane_for(cx.gpu, rt, task.client);
+                self.lanes[l].queue.push_back(task);
+                if self.lanes[l].cur.is_none() {
+                    self.start_next(cx, l);
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, cx: &mut Ctx<'_>, ev: &Event) {
+        let Some(rt) = self.rt else { return };
+        let stream = match ev {
+            Event::KernelStarted { stream, .. } | Event::KernelFinished { stream, .. } => *stream,
+            Event::Preempted(r) => r.stream,
+        };
+        if stream == rt {
+            match ev {
+                Event::KernelStarted { kernel, .. } => {
+                    if self.cfg.padding && self.cfg.mechanism == Mechanism::Reset {
+                        self.pad(cx, kernel.tag);
+                    }
+                }
+                _ => {
+                    if let Some((task, t)) =
+                        last_kernel_done(cx.models, ev, rt, self.rt_tasks.front())
+                    {
+                        self.rt_tasks.pop_front();
+                        cx.done.push(TaskDone { task, finished: t });
+                        if self.rt_tasks.is_empty() {
+                            self.restore_all(cx);
+                        }
+                    }
+                }
+            }
+            return;
+        }
+        if let Some(&l) = self.lane_of_stream.get(stream.0 as usize)
+            && l != u32::MAX
+        {
+            self.on_lane_event(cx, l as usize, ev);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::OnceLock;
+
+    use super::*;
+    use crate::sched::driver::{Arrival, ClientSpec, RunResult, Workload, run};
+    use crate::sched::{PolicyKind, make_policy};
+
+    const DURATION_NS: Ns = 300_000_000;
+
+    fn models() -> Arc<ModelRegistry> {
+        static M: OnceLock<Arc<ModelRegistry>> = OnceLock::new();
+        Arc::clone(M.get_or_init(|| Arc::new(ModelRegistry::builtin())))
+    }
+
+    fn id(name: &str) -> u32 {
+        models().lookup(name).unwrap().0
+    }
+
+    /// One Poisson RT client (resnet152 at about half its standalone
+    /// throughput) and three closed-loop BE clients.
+    fn workload() -> Workload {
+        let rt_ns = models().lookup("resnet152").unwrap().1.total_time_ns as f64;
+        let mut clients = vec![ClientSpec {
+            priority: Priority::RealTime,
+            model: id("resnet152"),
+            arrival: Arrival::Poisson {
+                rate_per_s: 0.5e9 / rt_ns,
+                seed: 42,
+            },
+        }];
+        for m in ["vgg19", "yolov3", "bert_base"] {
+            clients.push(ClientSpec {
+                priority: Priority::BestEffort,
+                model: id(m),
+                arrival: Arrival::ClosedLoop,
+            });
+        }
+        Workload {
+            clients,
+            duration_ns: DURATION_NS,
+        }
+    }
+
+    fn rt_mean_ms(r: &RunResult) -> f64 {
+        let v: Vec<f64> = r
+            .done
+            .iter()
+            .filter(|d| d.task.priority == Priority::RealTime)
+            .map(|d| (d.finished - d.task.arrival) as f64 / 1e6)
+            .collect();
+        v.iter().sum::<f64>() / v.len().max(1) as f64
+    }
+
+    fn count(r: &RunResult, p: Priority) -> usize {
+        r.done.iter().filter(|d| d.task.priority == p).count()
+    }
+
+    /// Each policy's run of [`workload`], computed once.
+    fn result(kind: PolicyKind) -> &'static RunResult {
+        static R: OnceLock<HashMap<&'static str, OnceLock<RunResult>>> = OnceLock::new();
+        let map = R.get_or_init(|| {
+            PolicyKind::ALL
+                .into_iter()
+                .map(|k| (k.as_str(), OnceLock::new()))
+                .collect()
+        });
+        if kind == PolicyKind::Reef {
+            return &tracked_reef().0;
+        }
+        map[kind.as_str()].get_or_init(|| {
+            let mut p = make_policy(kind, &models()).unwrap();
+            run(&DeviceProfile::mi50(), &models(), p.as_mut(), &workload())
+        })
+    }
+
+    /// What [`Tracker`] saw.
+    #[derive(Debug, Default)]
+    struct Seen {
+        arrived: HashMap<u64, Task>,
+        /// Completed executions of each (task, kernel).
+        completions: HashMap<(u64, usize), u32>,
+        /// Completions expected beyond the first: kernels of an idempotent
+        /// group that had completed before a reset and run again.
+        rewound: HashMap<(u64, usize), u32>,
+        /// Tasks whose kernels were dropped, evicted or killed.
+        preempted: Vec<u64>,
+        /// Tasks reported done before every kernel had completed.
+        early: Vec<u64>,
+        padded: u64,
+    }
+
+    /// Wraps a policy and checks, from the GPU's events, that every kernel
+    /// of every task completes, and no more often than restores explain.
+    struct Tracker {
+        inner: Reef,
+        seen: Seen,
+    }
+
+    /// Restore point computed here, independently of the policy's tables.
+    fn expected_group_start(model: u32, k: usize) -> usize {
+        let m = models();
+        let ks = &m.get(model).unwrap().manifest.kernels;
+        let mut g = k;
+        while g > 0 && !ks[g].idempotent {
+            g -= 1;
+        }
+        g
+    }
+
+    impl Policy for Tracker {
+        fn name(&self) -> &'static str {
+            self.inner.name()
+        }
+
+        fn on_arrival(&mut self, cx: &mut Ctx<'_>, task: Task) {
+            self.seen.arrived.insert(task.id, task);
+            self.inner.on_arrival(cx, task);
+        }
+
+        fn on_event(&mut self, cx: &mut Ctx<'_>, ev: &Event) {
+            match ev {
+                Event::KernelFinished {
+                    kernel,
+                    outcome: Outcome::Completed,
+                    ..
+                } => *self.seen.completions.entry(untag(kernel.tag)).or_default() += 1,
+                Event::Preempted(r) => {
+                    if let Some(fi) = r.first_incomplete {
+                        let (tid, k) = untag(fi.tag);
+                        let model = self.seen.arrived[&tid].model;
+                        for j in expected_group_start(model, k)..k {
+                            *self.seen.rewound.entry((tid, j)).or_default() += 1;
+                        }
+                        self.seen.preempted.push(tid);
+                    }
+                }
+                _ => {}
+            }
+            let before = cx.done.len();
+            self.inner.on_event(cx, ev);
+            for d in &cx.done[before..] {
+                let n = kernel_count(&models(), d.task.model);
+                if (0..n).any(|j| !self.seen.completions.contains_key(&(d.task.id, j))) {
+                    self.seen.early.push(d.task.id);
+                }
+            }
+        }
+    }
+
+    fn tracked_reef() -> &'static (RunResult, Seen) {
+        static R: OnceLock<(RunResult, Seen)> = OnceLock::new();
+        R.get_or_init(|| {
+            let mut t = Tracker {
+                inner: Reef::new(models(), ReefConfig::reef()),
+                seen: Seen::default(),
+            };
+            let r = run(&DeviceProfile::mi50(), &models(), &mut t, &workload());
+            t.seen.padded = t.inner.padded_kernels();
+            (r, t.seen)
+        })
+    }
+
+    fn p50(v: &[Ns]) -> Ns {
+        let mut v = v.to_vec();
+        v.sort_unstable();
+        v[v.len() / 2]
+    }
+
+    #[test]
+    fn reef_rt_latency_is_within_5_percent_of_rt_only() {
+        let (reef, alone) = (result(PolicyKind::Reef), result(PolicyKind::RtOnly));
+        assert_eq!(
+            count(reef, Priority::RealTime),
+            count(alone, Priority::RealTime)
+        );
+        let (a, b) = (rt_mean_ms(reef), rt_mean_ms(alone));
+        assert!(a <= b * 1.05, "reef {a:.3} ms, rt-only {b:.3} ms");
+        // BE work still ran.
+        assert!(count(reef, Priority::BestEffort) > 0);
+    }
+
+    #[test]
+    fn streams_rt_latency_is_clearly_worse_than_rt_only() {
+        let (s, alone) = (
+            rt_mean_ms(result(PolicyKind::Streams)),
+            rt_mean_ms(result(PolicyKind::RtOnly)),
+        );
+        assert!(s > alone * 1.5, "streams {s:.3} ms, rt-only {alone:.3} ms");
+    }
+
+    #[test]
+    fn wait_preempt_rt_latency_lies_between_reef_and_streams() {
+        let w = rt_mean_ms(result(PolicyKind::WaitPreempt));
+        let r = rt_mean_ms(result(PolicyKind::Reef));
+        let s = rt_mean_ms(result(PolicyKind::Streams));
+        assert!(
+            r < w && w < s,
+            "reef {r:.3}, wait-preempt {w:.3}, streams {s:.3} ms"
+        );
+    }
+
+    #[test]
+    fn reef_completes_more_tasks_than_seq() {
+        let (r, q) = (result(PolicyKind::Reef), result(PolicyKind::Seq));
+        assert!(
+            r.done.len() > q.done.len(),
+            "reef {}, seq {}",
+            r.done.len(),
+            q.done.len()
+        );
+    }
+
+    #[test]
+    fn reset_preemption_is_recorded_and_far_faster_than_waiting() {
+        let reset = &result(PolicyKind::Reef).stats.preempt_latency_ns;
+        let wait = &result(PolicyKind::WaitPreempt).stats.preempt_latency_ns;
+        assert!(!reset.is_empty() && !wait.is_empty());
+        // kill + a capacity-4 device queue of fetches: well under 200 us.
+        assert!(reset.iter().all(|&l| l < 200_000), "{reset:?}");
+        assert!(
+            p50(reset) * 10 < p50(wait),
+            "reset {reset:?}, wait {wait:?}"
+        );
+    }
+
+    #[test]
+    fn every_preempted_task_finishes_with_each_kernel_run_as_restores_explain() {
+        let (r, seen) = tracked_reef();
+        assert!(!seen.preempted.is_empty(), "the workload never preempted");
+        assert_eq!(r.unfinished, 0);
+        assert!(
+            seen.early.is_empty(),
+            "done before all kernels: {:?}",
+            seen.early
+        );
+        let done: std::collections::HashSet<u64> = r.done.iter().map(|d| d.task.id).collect();
+        for tid in &seen.preempted {
+            assert!(done.contains(tid), "preempted task {tid} never finished");
+        }
+        for d in &r.done {
+            for j in 0..kernel_count(&models(), d.task.model) {
+                let key = (d.task.id, j);
+                let got = seen.completions.get(&key).copied().unwrap_or(0);
+                let want = 1 + seen.rewound.get(&key).copied().unwrap_or(0);
+                assert_eq!(got, want, "task {} kernel {j}", d.task.id);
+            }
+        }
+        assert!(r.stats.relaunched_kernels > 0);
+    }
+
+    #[test]
+    fn padding_runs_be_kernels_beside_rt_kernels() {
+        assert!(tracked_reef().1.padded > 0);
+    }
+
+    #[test]
+    fn group_start_goes_back_to_the_nearest_idempotent_kernel() {
+        let f = [true, false, true, false, false, true];
+        assert_eq!(group_start(&f, 0), 0);
+        assert_eq!(group_start(&f, 1), 0);
+        assert_eq!(group_start(&f, 2), 2);
+        assert_eq!(group_start(&f, 4), 2);
+        assert_eq!(group_start(&f, 5), 5);
+        assert_eq!(group_start(&[false, false], 1), 0);
+        // The policy's tables agree on every shipped model.
+        let t = Tables::build(&DeviceProfile::mi50(), &models(), &ReefConfig::reef());
+        for (mid, m) in models().iter() {
+            let flags: Vec<bool> = m.manifest.kernels.iter().map(|k| k.idempotent).collect();
+            for k in 0..flags.len() {
+                assert_eq!(
+                    t.models[mid as usize].group_start[k] as usize,
+                    group_start(&flags, k)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn proxy_kernels_keep_occupancy_and_there_are_few_levels() {
+        let p = DeviceProfile::mi50();
+        let mut levels = std::collections::BTreeSet::new();
+        for regs in 1..=256 {
+            let pr = proxy_regs(&p, regs);
+            assert!(pr >= regs);
+            let a = blocks_per_cu(&p, &Footprint::new(&p, 256, regs, 0)).0;
+            let b = blocks_per_cu(&p, &Footprint::new(&p, 256, pr, 0)).0;
+            assert_eq!(a, b, "regs {regs} -> proxy {pr}");
+            levels.insert(pr);
+        }
+        // One proxy per occupancy level: 10 wave levels per SIMD on an MI50.
+        assert_eq!(levels.len(), 10, "{levels:?}");
+    }
+
+    #[test]
+    fn versions_are_pruned_by_dominance_and_sorted_fastest_first() {
+        let p = DeviceProfile::mi50();
+        let m = models();
+        let mut saw_three = false;
+        for (_, model) in m.iter() {
+            for k in &model.manifest.kernels {
+                let v = versions_of(&p, k, &VERSION_FACTORS);
+                assert!(!v.is_empty() && v[0].merge == 1);
+                assert!(
+                    v.windows(2)
+                        .all(|w| w[0].block_time_ns <= w[1].block_time_ns)
+                );
+                for a in &v {
+                    assert!(!v.iter().any(|b| b.dominates(a)), "{a:?} is dominated");
+                    assert_eq!(a.grid, (k.blocks() as u32).div_ceil(a.merge));
+                }
+                // A grid that spreads one block per CU gains nothing from
+                // merging: only the original survives.
+                if k.blocks() <= u64::from(p.compute_units) {
+                    assert_eq!(v.len(), 1, "{k:?}");
+                }
+                saw_three |= v.len() == 3;
+            }
+        }
+        assert!(saw_three);
+    }
+
+    #[test]
+    #[ignore = "prints the comparison table"]
+    fn print_policy_table() {
+        for k in [
+            PolicyKind::RtOnly,
+            PolicyKind::Seq,
+            PolicyKind::Streams,
+            PolicyKind::WaitPreempt,
+            PolicyKind::Reef,
+        ] {
+            let r = result(k);
+            let mut pl = r.stats.preempt_latency_ns.clone();
+            pl.sort_unstable();
+            let p50 = pl.get(pl.len() / 2).copied().unwrap_or(0);
+            let p99 = pl.get(pl.len() * 99 / 100).copied().unwrap_or(0);
+            println!(
+                "{:>12}: rt {:3} mean {:7.3} ms | be done {:4} | unfinished {:3} | util {:.2} | \
+                 preempt n {} p50 {} us p99 {} us | relaunched {} | decision p99 {} ns",
+                k.as_str(),
+                count(r, Priority::RealTime),
+                rt_mean_ms(r),
+                count(r, Priority::BestEffort),
+                r.unfinished,
+                r.utilisation,
+                pl.len(),
+                p50 / 1000,
+                p99 / 1000,
+                r.stats.relaunched_kernels,
+                r.decision_ns.value_at_quantile(0.99),
+            );
+        }
+        for (name, padding, multi_version) in [
+            ("no padding", false, false),
+            ("padding, 1 version", true, false),
+            ("padding, multi-version", true, true),
+        ] {
+            let cfg = ReefConfig {
+                padding,
+                multi_version,
+                ..ReefConfig::reef()
+            };
+            let mut p = Reef::new(models(), cfg);
+            let r = run(&DeviceProfile::mi50(), &models(), &mut p, &workload());
+            println!(
+                "reef {name:>22}: rt mean {:7.3} ms | be done {:4} | padded {:5} | util {:.2}",
+                rt_mean_ms(&r),
+                count(&r, Priority::BestEffort),
+                p.padded_kernels(),
+                r.utilisation
+            );
+        }
+    }
+}
