@@ -462,11 +462,13 @@ impl Dispatcher {
         }
         let now = now_ns();
         let device_next = self.device.next_event_ns();
-        let until = device_next.unwrap_or(u64::MAX).min(now.saturating_add(if credit_blocked {
-            CREDIT_POLL_NS
-        } else {
-            MAX_PARK_NS
-        }));
+        let until = device_next
+            .unwrap_or(u64::MAX)
+            .min(now.saturating_add(if credit_blocked {
+                CREDIT_POLL_NS
+            } else {
+                MAX_PARK_NS
+            }));
         let wait_ns = until.saturating_sub(now);
         if wait_ns > 0 {
             self.shared.counters.parks.fetch_add(1, Ordering::Relaxed);

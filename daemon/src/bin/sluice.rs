@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use sluice_daemon::Status;
+use sluice_daemon::gpu::DeviceProfile;
+use sluice_daemon::sched::PolicyKind;
+use sluice_daemon::tools::disb::{self, DisbWorkload};
 use sluice_daemon::tools::roles::{self, BenchMode, BenchRole, ClientRole, Pattern};
-use sluice_daemon::tools::{bench_ipc, demo};
+use sluice_daemon::tools::{bench_hol, bench_ipc, bench_preempt, demo};
 
 /// sluice: share a GPU between real-time and best-effort DNN inference
 /// without making the real-time work wait.
@@ -116,6 +119,123 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// REEF's DNN inference serving benchmark (DISB, workloads A-E of REEF
+    /// Table 2, or a trace) on the simulated GPU, for every scheduling
+    /// policy: RT latency over standalone time, normalised throughput,
+    /// preemption latency, decision cost.
+    Disb {
+        /// Workload: A, B, C, D, E, a list such as A,C, or all (default:
+        /// all, or none when --trace is given).
+        #[arg(long, value_parser = parse_workloads)]
+        workload: Option<Workloads>,
+        /// Policies to run (repeat or list; default: all).
+        #[arg(long = "policy", value_name = "NAME", num_args = 1.., value_parser = parse_policy)]
+        policies: Vec<PolicyKind>,
+        /// Device profile of the simulated GPU.
+        #[arg(long, default_value = "mi50", value_parser = parse_device)]
+        device: String,
+        /// Virtual time of each run, ms (default 2000 on mi50, 1000 on
+        /// gv100 and h100; trace: until the last arrival).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+        duration_ms: Option<u64>,
+        /// Seed of the arrival phases and Poisson gaps.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Trace CSV (client,priority,model,arrival_ms), run as workload
+        /// `trace`.
+        #[arg(long, value_name = "FILE.csv")]
+        trace: Option<PathBuf>,
+        /// Worker threads (default: the number of CPUs).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+        jobs: Option<u64>,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Write an SVG plot (RT latency CDF and throughput per policy).
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+    },
+    /// Preemption latency on the simulated GPU, wait-based against
+    /// reset-based, as launched kernels and kernel time grow (REEF Fig. 19),
+    /// and against device-queue capacity (REEF Fig. 21).
+    Preempt {
+        /// Device profile of the simulated GPU.
+        #[arg(long, default_value = "mi50", value_parser = parse_device)]
+        device: String,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Paella's head-of-line blocking workload (Paella §2.1) on the
+    /// simulated GPU: naive submission against `paella`, utilisation and
+    /// p99 latency against offered load.
+    Hol {
+        /// Offered loads, fractions of capacity (default 0.1,0.2,...,1.0).
+        #[arg(long, value_delimiter = ',', value_parser = parse_load)]
+        loads: Vec<f64>,
+        /// Jobs per load point.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(10..=10_000_000))]
+        jobs: Option<u32>,
+        /// Streams the naive submission cycles through.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        naive_streams: Option<u32>,
+        /// Seed of the arrival process.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `--workload`'s value.
+#[derive(Clone, Debug)]
+struct Workloads(Vec<DisbWorkload>);
+
+fn parse_workloads(s: &str) -> Result<Workloads, String> {
+    if s.trim().eq_ignore_ascii_case("all") {
+        return Ok(Workloads(DisbWorkload::ALL.to_vec()));
+    }
+    let mut v = Vec::new();
+    for part in s.split(',') {
+        let w = DisbWorkload::from_letter(part).ok_or_else(|| {
+            format!(
+                "`{part}` is not a DISB workload; use A, B, C, D, E, a list such as A,C, or all"
+            )
+        })?;
+        if !v.contains(&w) {
+            v.push(w);
+        }
+    }
+    Ok(Workloads(v))
+}
+
+fn parse_policy(s: &str) -> Result<PolicyKind, String> {
+    PolicyKind::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.as_str()).collect();
+        format!("`{s}` is not a policy; use one of {}", names.join(", "))
+    })
+}
+
+fn parse_device(s: &str) -> Result<String, String> {
+    if DeviceProfile::builtin_names().any(|n| n == s) {
+        Ok(s.to_owned())
+    } else {
+        let names: Vec<&str> = DeviceProfile::builtin_names().collect();
+        Err(format!(
+            "`{s}` is not a device profile; use one of {}",
+            names.join(", ")
+        ))
+    }
+}
+
+fn parse_load(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 4.0 => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a load; give a fraction of capacity above 0, at most 4 (e.g. 0.5)"
+        )),
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -140,6 +260,17 @@ fn exe() -> Result<PathBuf, String> {
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
     eprintln!("sluice: error: {msg}");
     ExitCode::FAILURE
+}
+
+/// Fails with an error and every `source` below it, one per clause.
+fn fail_chain(e: &dyn std::error::Error) -> ExitCode {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        msg += &format!(": {c}");
+        src = c.source();
+    }
+    fail(msg)
 }
 
 fn print_json<T: serde::Serialize>(v: &T) -> ExitCode {
@@ -261,6 +392,98 @@ fn main() -> ExitCode {
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail(e),
+            }
+        }
+        Cmd::Bench {
+            which:
+                Bench::Disb {
+                    workload,
+                    policies,
+                    device,
+                    duration_ms,
+                    seed,
+                    trace,
+                    jobs,
+                    json,
+                    plot,
+                },
+        } => {
+            let workloads = match workload {
+                Some(Workloads(w)) => w,
+                None if trace.is_some() => Vec::new(),
+                None => DisbWorkload::ALL.to_vec(),
+            };
+            let defaults = disb::DisbOptions::default();
+            let opts = disb::DisbOptions {
+                workloads,
+                trace,
+                policies: if policies.is_empty() {
+                    PolicyKind::ALL.to_vec()
+                } else {
+                    policies
+                },
+                device,
+                duration_ms,
+                seed,
+                jobs: jobs.map_or(defaults.jobs, |j| usize::try_from(j).unwrap_or(1)),
+            };
+            let mut progress = disb::stderr_progress();
+            let r = match disb::run(&opts, &mut progress) {
+                Ok(r) => r,
+                Err(e) => return fail_chain(&e),
+            };
+            if let Some(path) = plot
+                && let Err(e) = std::fs::write(&path, disb::plot(&r))
+            {
+                return fail(format!("cannot write the plot to {}: {e}", path.display()));
+            }
+            if json {
+                print_json(&r)
+            } else {
+                print!("{}", disb::table(&r));
+                ExitCode::SUCCESS
+            }
+        }
+        Cmd::Bench {
+            which: Bench::Preempt { device, json },
+        } => match bench_preempt::run(&bench_preempt::PreemptOptions {
+            device: device.clone(),
+        }) {
+            Ok(r) if json => print_json(&r),
+            Ok(r) => {
+                print!("{}", bench_preempt::table(&r, &device));
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail_chain(&e),
+        },
+        Cmd::Bench {
+            which:
+                Bench::Hol {
+                    loads,
+                    jobs,
+                    naive_streams,
+                    seed,
+                    json,
+                },
+        } => {
+            let d = bench_hol::HolOptions::default();
+            let opts = bench_hol::HolOptions {
+                loads: if loads.is_empty() {
+                    d.loads.clone()
+                } else {
+                    loads
+                },
+                jobs: jobs.unwrap_or(d.jobs),
+                naive_streams: naive_streams.unwrap_or(d.naive_streams),
+                seed: seed.unwrap_or(d.seed),
+                ..d
+            };
+            let r = bench_hol::run(&opts);
+            if json {
+                print_json(&r)
+            } else {
+                print!("{}", bench_hol::table(&r));
+                ExitCode::SUCCESS
             }
         }
         Cmd::Client {

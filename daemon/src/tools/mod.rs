@@ -1,9 +1,14 @@
 //! The `sluice` command's subcommands as library code: the demo, the IPC
-//! benchmark, and the client roles they run as separate processes.
+//! benchmark, the scheduling benchmarks on the simulated GPU (DISB,
+//! preemption), and the client roles they run as separate processes.
 
+pub mod bench_hol;
 pub mod bench_ipc;
+pub mod bench_preempt;
 pub mod demo;
+pub mod disb;
 pub mod roles;
+pub mod svg;
 
 use std::path::PathBuf;
 
