@@ -13,6 +13,12 @@ What is real and what is made up (see docs/models.md for the long form):
   layer structure follows each architecture (convolutions, GEMMs,
   element-wise ops) and kernel times are weighted by a rough FLOP/byte cost,
   but no number below the model total was measured.
+* Synthetic and deterministic (no random numbers, so the fields above are
+  unchanged by it): each kernel's device-memory `reads`/`writes` byte ranges
+  over a made-up buffer layout (see `accesses`), and `group_start`, the start
+  of its minimal idempotent group (REEF Section 4.4), computed by a port of
+  daemon/src/idempotent.rs that the Rust test
+  model::tests::group_starts_are_current cross-checks.
 
 block_time_us follows a simplified GCN occupancy model of the 60-CU MI50
 (see `blocks_per_cu`):  kernel_time_us = block_time_us * rounds, where
@@ -92,7 +98,7 @@ NON_IDEMPOTENT_FRACTION = 0.07
 class Layer:
     """One kernel before timing: op name, kind, cost and output size."""
 
-    def __init__(self, op, kind, out_elems, flops=0, nbytes=None, cout=None, batch=1, work=None):
+    def __init__(self, op, kind, out_elems, flops=0, nbytes=None, cout=None, batch=1, work=None, wbytes=0):
         self.op = op
         self.kind = kind
         self.out_elems = max(1, int(out_elems))
@@ -104,13 +110,15 @@ class Layer:
         # independent work items if not out_elems / outputs-per-thread
         # (split-K matrix-vector products)
         self.work = work
+        # weight bytes (synthetic memory layout only, see `accesses`)
+        self.wbytes = wbytes
 
 
 def conv(h, w, cin, cout, k, op="conv2d"):
     out = h * w * cout
     flops = 2 * out * cin * k * k
     nbytes = 4 * (h * w * cin + out + cin * cout * k * k)
-    return Layer(op, "conv", out, flops, nbytes, cout=cout)
+    return Layer(op, "conv", out, flops, nbytes, cout=cout, wbytes=4 * cin * cout * k * k)
 
 
 def winograd(h, w, cin, cout):
@@ -118,15 +126,15 @@ def winograd(h, w, cin, cout):
     tiles = math.ceil(h / 4) * math.ceil(w / 4)
     return [
         Layer("winograd_input_transform", "ewise", 36 * tiles * cin),
-        Layer("winograd_batch_gemm", "wino", 36 * tiles * cout, 2 * 36 * tiles * cin * cout, 4 * 36 * (tiles * cin + cin * cout + tiles * cout), cout=cout),
+        Layer("winograd_batch_gemm", "wino", 36 * tiles * cout, 2 * 36 * tiles * cin * cout, 4 * 36 * (tiles * cin + cin * cout + tiles * cout), cout=cout, wbytes=4 * 36 * cin * cout),
         Layer("winograd_output_transform_bias_relu", "ewise", h * w * cout),
     ]
 
 
 def dense(m, k, n, op="dense"):
     if m == 1:  # matrix-vector: one thread per output and 1024-wide K slice
-        return Layer(op, "gemm", n, 2 * k * n, 4 * (k + k * n + n), work=n * math.ceil(k / 1024))
-    return Layer(op, "gemm", m * n, 2 * m * k * n, 4 * (m * k + k * n + m * n), cout=n)
+        return Layer(op, "gemm", n, 2 * k * n, 4 * (k + k * n + n), work=n * math.ceil(k / 1024), wbytes=4 * k * n)
+    return Layer(op, "gemm", m * n, 2 * m * k * n, 4 * (m * k + k * n + m * n), cout=n, wbytes=4 * k * n)
 
 
 def ewise(op, elems):
@@ -288,6 +296,142 @@ PROVENANCE = (
 )
 
 
+# --- synthetic memory accesses (REEF §4.4 idempotent groups) ----------------
+# Deterministic, no random numbers: the layout follows from the layer list and
+# the non-idempotent set, so adding it changed no other field of the files.
+ALIGN = 256
+# Ops whose kernel also reads an earlier activation (a residual/skip input):
+# the output of the kernel SKIP_BACK launches before the current producer.
+SKIP_OPS = {"add", "add_relu", "bias_residual_add"}
+SKIP_BACK = 3
+# Ops that write the shared workspace instead of a new activation; the next
+# kernel reads the workspace as well as the current activation.
+WORKSPACE_OPS = {"winograd_input_transform", "layer_norm_mean_var"}
+
+
+def weight_bytes(l):
+    """Bytes of parameters a layer reads (synthetic)."""
+    if l.wbytes:
+        return l.wbytes
+    if l.kind == "gather":  # the embedding rows it may touch
+        return 4 * l.out_elems
+    if "bias" in l.op:
+        return 4 * min(l.out_elems, 4096)
+    if l.op == "layer_norm_normalize":  # gamma and beta
+        return 8 * min(l.out_elems, 4096)
+    return 0
+
+
+def align(n):
+    return -(-n // ALIGN) * ALIGN
+
+
+def accesses(layers, in_place, in_bytes):
+    """Per kernel (reads, writes) as lists of [start, end) byte ranges.
+
+    Layout: the input tensor at 0, then every layer's weights in launch
+    order, then one activation buffer per kernel that produces one (no
+    reuse), then one workspace sized for its largest user.  A kernel reads
+    the current activation (the input tensor for the first), its weights,
+    a skip activation (SKIP_OPS) and the workspace if the kernel before it
+    wrote it; it writes a new activation, or the workspace (WORKSPACE_OPS),
+    or -- for the in-place kernels in `in_place` -- the activation it reads.
+    """
+    off = align(max(in_bytes, 1))
+    weights = []
+    for l in layers:
+        w = weight_bytes(l)
+        weights.append([off, off + w] if w else None)
+        off = align(off + w)
+    acts = []  # activation buffer written by each kernel (None: not a new one)
+    for i, l in enumerate(layers):
+        if i in in_place or l.op in WORKSPACE_OPS:
+            acts.append(None)
+        else:
+            acts.append([off, off + 4 * l.out_elems])
+            off = align(off + 4 * l.out_elems)
+    ws_size = max([4 * l.out_elems for l in layers if l.op in WORKSPACE_OPS] or [0])
+    ws = [off, off + ws_size]
+    cur = [0, max(in_bytes, 1)]  # the current activation
+    produced = []  # activation buffers in the order they were produced
+    ws_pending = False
+    out = []
+    for i, l in enumerate(layers):
+        reads = [cur]
+        if weights[i]:
+            reads.append(weights[i])
+        if ws_pending:
+            reads.append(ws)
+        if l.op in SKIP_OPS and len(produced) > SKIP_BACK:
+            reads.append(produced[-1 - SKIP_BACK])
+        if i in in_place:
+            writes = [cur]
+            ws_pending = False
+        elif l.op in WORKSPACE_OPS:
+            writes = [[ws[0], ws[0] + 4 * l.out_elems]]
+            ws_pending = True
+        else:
+            writes = [acts[i]]
+            cur = acts[i]
+            produced.append(cur)
+            ws_pending = False
+        out.append((reads, writes))
+    return out
+
+
+def rs(ranges):
+    """Canonical range set: sorted, merged, non-empty (start, end) pairs."""
+    v = sorted((a, b) for a, b in ranges if b > a)
+    merged = []
+    for a, b in v:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
+
+
+def rs_diff(x, y):
+    out = []
+    for a, b in x:
+        cur = a
+        for c, d in y:
+            if d <= cur or c >= b:
+                continue
+            if c > cur:
+                out.append((cur, c))
+            cur = max(cur, d)
+        if cur < b:
+            out.append((cur, b))
+    return out
+
+
+def rs_meets(x, y):
+    return any(max(a, c) < min(b, d) for a, b in x for c, d in y)
+
+
+def minimal_groups(acc):
+    """Start of the minimal idempotent group ending at each kernel.
+
+    A port of `minimal_groups` in daemon/src/idempotent.rs (REEF §4.4):
+    grow the group backwards until its inputs and outputs are disjoint.
+    The Rust test `model::tests::group_starts_are_current` recomputes every
+    shipped manifest's groups with the Rust checker and fails if this port
+    ever disagrees.
+    """
+    starts = []
+    for k, (r, w) in enumerate(acc):
+        inputs, outputs, i = rs(r), rs(w), k
+        while rs_meets(inputs, outputs):
+            assert i > 0, f"kernel {k} has no idempotent group"
+            i -= 1
+            ri, wi = acc[i]
+            inputs = rs(ri + rs_diff(inputs, rs(wi)))
+            outputs = rs(outputs + wi)
+        starts.append(i)
+    return starts
+
+
 def split_total(rng, layers, total_cus):
     """Kernel times in units of 0.01 us, summing exactly to total_cus."""
     weights = []
@@ -341,6 +485,8 @@ def build(name):
     in_place = [i for i, l in enumerate(layers) if l.op in IN_PLACE_OPS]
     n_non_idem = min(len(in_place), round(NON_IDEMPOTENT_FRACTION * n))
     non_idem = set(rng.sample(in_place, n_non_idem))
+    acc = accesses(layers, non_idem, in_bytes)
+    groups = minimal_groups(acc)
     kernels = []
     for i, (l, cus) in enumerate(zip(layers, times)):
         grid, block, regs, shared = launch(rng, l)
@@ -351,7 +497,9 @@ def build(name):
             "name": f"{op}_{i}", "grid": grid, "block": block,
             "regs_per_thread": regs, "shared_mem_bytes": shared,
             "kernel_time_us": kt, "block_time_us": bt, "idempotent": i not in non_idem,
+            "reads": acc[i][0], "writes": acc[i][1], "group_start": groups[i],
         })
+        assert (groups[i] == i) == (i not in non_idem), (name, i, groups[i])
     assert len(kernels) == n
     assert sum(round(k["kernel_time_us"] * 100) for k in kernels) == total_cus
     return {
@@ -377,6 +525,7 @@ def special_models():
             "name": "echo_0", "grid": [1, 1, 1], "block": [64, 1, 1],
             "regs_per_thread": 16, "shared_mem_bytes": 0,
             "kernel_time_us": 50.0, "block_time_us": 50.0, "idempotent": True,
+            "reads": [[0, 64]], "writes": [[256, 320]], "group_start": 0,
         }],
     }
     return {"null": null, "echo_small": echo}

@@ -10,13 +10,22 @@
 //! the same set of manifests always yields the same ids. Clients look a model
 //! up by name once and then send its id in every request.
 //!
+//! A manifest may also give each kernel's device-memory accesses (`reads`,
+//! `writes`) and the start of its minimal idempotent group (`group_start`,
+//! REEF §4.4), kept beside the manifest as [`KernelMemory`]; validation
+//! recomputes the groups with [`idempotent::minimal_groups`] and refuses a
+//! stale value. [`Model::group_start`] is the restore point a reset-based
+//! policy relaunches from.
+//!
 //! [`ModelRegistry::builtin`] embeds the shipped manifests in the binary, so
 //! the daemon works from a fresh clone with no files installed;
 //! [`ModelRegistry::load_dir`] reads a directory of manifests instead.
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::idempotent::{self, ByteRange, KernelAccess, NoIdempotentGroup};
 
 /// Longest model name in bytes.
 pub const MAX_NAME_LEN: usize = 31;
@@ -65,6 +74,114 @@ impl Kernel {
     }
 }
 
+/// A kernel's device-memory accesses and idempotent group: the manifest
+/// fields `reads`, `writes` and `group_start` (format in `docs/models.md`).
+///
+/// Kept beside [`Manifest`] (in [`Model::memory`]) rather than in [`Kernel`],
+/// so that code building kernels by hand needs no change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelMemory {
+    /// Bytes the kernel may read (`"reads": [[start, end], ...]`, half-open).
+    pub reads: Vec<ByteRange>,
+    /// Bytes the kernel writes on every complete run.
+    pub writes: Vec<ByteRange>,
+    /// Start of the minimal idempotent group ending at this kernel; required
+    /// when the manifest declares ranges, and must equal
+    /// [`idempotent::minimal_groups`] of the model's accesses.
+    pub group_start: Option<u32>,
+}
+
+impl KernelMemory {
+    /// The accesses in the form [`idempotent`] works on.
+    pub fn access(&self) -> KernelAccess {
+        KernelAccess {
+            reads: self.reads.clone(),
+            writes: self.writes.clone(),
+        }
+    }
+}
+
+/// `[[start, end], ...]` as byte ranges.
+fn de_ranges<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ByteRange>, D::Error> {
+    let pairs = Vec::<(u64, u64)>::deserialize(d)?;
+    Ok(pairs
+        .into_iter()
+        .map(|(s, e)| ByteRange::new(s, e))
+        .collect())
+}
+
+/// A kernel line of a manifest file, with the memory fields.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKernel {
+    name: String,
+    grid: [u32; 3],
+    block: [u32; 3],
+    regs_per_thread: u32,
+    shared_mem_bytes: u32,
+    kernel_time_us: f64,
+    block_time_us: f64,
+    idempotent: bool,
+    #[serde(default, deserialize_with = "de_ranges")]
+    reads: Vec<ByteRange>,
+    #[serde(default, deserialize_with = "de_ranges")]
+    writes: Vec<ByteRange>,
+    #[serde(default)]
+    group_start: Option<u32>,
+}
+
+/// A manifest file before it is split into [`Manifest`] and [`KernelMemory`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    name: String,
+    display_name: String,
+    provenance: String,
+    input_bytes: u64,
+    output_bytes: u64,
+    total_time_us: f64,
+    kernels: Vec<RawKernel>,
+}
+
+impl RawManifest {
+    /// Splits off the memory fields; the memory is empty when no kernel
+    /// declares a range or a group.
+    fn split(self) -> (Manifest, Vec<KernelMemory>) {
+        let mut kernels = Vec::with_capacity(self.kernels.len());
+        let mut memory = Vec::with_capacity(self.kernels.len());
+        for k in self.kernels {
+            kernels.push(Kernel {
+                name: k.name,
+                grid: k.grid,
+                block: k.block,
+                regs_per_thread: k.regs_per_thread,
+                shared_mem_bytes: k.shared_mem_bytes,
+                kernel_time_us: k.kernel_time_us,
+                block_time_us: k.block_time_us,
+                idempotent: k.idempotent,
+            });
+            memory.push(KernelMemory {
+                reads: k.reads,
+                writes: k.writes,
+                group_start: k.group_start,
+            });
+        }
+        if memory == vec![KernelMemory::default(); memory.len()] {
+            memory.clear();
+        }
+        let manifest = Manifest {
+            name: self.name,
+            display_name: self.display_name,
+            provenance: self.provenance,
+            input_bytes: self.input_bytes,
+            output_bytes: self.output_bytes,
+            total_time_us: self.total_time_us,
+            kernels,
+        };
+        (manifest, memory)
+    }
+}
+
 /// A model manifest as stored in `daemon/models/<name>.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -86,17 +203,26 @@ pub struct Manifest {
 }
 
 impl Manifest {
-    /// Parses and validates a manifest. `file` names it in errors.
+    /// Parses and validates a manifest, memory fields included, and drops
+    /// the memory fields. `file` names it in errors.
     pub fn parse(file: &str, json: &str) -> Result<Self, ModelError> {
-        let manifest: Self = serde_json::from_str(json).map_err(|source| ModelError::Parse {
+        Self::parse_with_memory(file, json).map(|(manifest, _)| manifest)
+    }
+
+    /// Parses and validates a manifest and its per-kernel memory fields
+    /// (empty when the manifest declares none). `file` names it in errors.
+    pub fn parse_with_memory(
+        file: &str,
+        json: &str,
+    ) -> Result<(Self, Vec<KernelMemory>), ModelError> {
+        let (manifest, memory) = parse_unchecked(file, json)?;
+        let invalid = |source| ModelError::Invalid {
             file: file.to_owned(),
             source,
-        })?;
-        manifest.validate().map_err(|source| ModelError::Invalid {
-            file: file.to_owned(),
-            source,
-        })?;
-        Ok(manifest)
+        };
+        manifest.validate().map_err(invalid)?;
+        manifest.validate_memory(&memory).map_err(invalid)?;
+        Ok((manifest, memory))
     }
 
     /// Sum of the kernel times in nanoseconds (each kernel rounded to 1 ns).
@@ -202,6 +328,111 @@ impl Manifest {
         Ok(())
     }
 }
+
+impl Manifest {
+    /// Checks the memory fields against the kernels (`docs/models.md`,
+    /// "Memory accesses and idempotent groups"). `memory` is empty, or has one
+    /// entry per kernel.
+    ///
+    /// Without ranges no kernel may have a `group_start`. With ranges, every
+    /// kernel needs one, equal to [`idempotent::minimal_groups`] of the
+    /// model's accesses (hence at most its index), and a kernel is flagged
+    /// `idempotent` exactly when its own accesses are idempotent (its group
+    /// is itself).
+    pub fn validate_memory(&self, memory: &[KernelMemory]) -> Result<(), ManifestError> {
+        let model = &self.name;
+        let at = |index: usize| (model.clone(), index, self.kernels[index].name.clone());
+        if memory.is_empty() {
+            return Ok(());
+        }
+        if memory.len() != self.kernels.len() {
+            return Err(ManifestError::MemoryLength {
+                model: model.clone(),
+                entries: memory.len(),
+                kernels: self.kernels.len(),
+            });
+        }
+        if memory
+            .iter()
+            .all(|m| m.reads.is_empty() && m.writes.is_empty())
+        {
+            let index = memory
+                .iter()
+                .position(|m| m.group_start.is_some())
+                .unwrap_or(0);
+            let (model, index, kernel) = at(index);
+            return Err(ManifestError::GroupWithoutRanges {
+                model,
+                index,
+                kernel,
+            });
+        }
+        let accesses: Vec<KernelAccess> = memory.iter().map(KernelMemory::access).collect();
+        let groups = idempotent::minimal_groups(&accesses).map_err(|source| {
+            let (model, index, kernel) = at(source.kernel);
+            ManifestError::NoGroup {
+                model,
+                index,
+                kernel,
+                source,
+            }
+        })?;
+        for (index, (m, &computed)) in memory.iter().zip(&groups).enumerate() {
+            let stored = m.group_start.map(|g| g as usize);
+            if stored != Some(computed) {
+                let (model, index, kernel) = at(index);
+                return Err(ManifestError::StaleGroupStart {
+                    model,
+                    index,
+                    kernel,
+                    stored: m.group_start,
+                    computed,
+                });
+            }
+            let flag = self.kernels[index].idempotent;
+            if flag != (computed == index) {
+                let (model, index, kernel) = at(index);
+                return Err(ManifestError::FlagDisagrees {
+                    model,
+                    index,
+                    kernel,
+                    flag,
+                    computed,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses a manifest file without validating it.
+fn parse_unchecked(file: &str, json: &str) -> Result<(Manifest, Vec<KernelMemory>), ModelError> {
+    let raw: RawManifest = serde_json::from_str(json).map_err(|source| ModelError::Parse {
+        file: file.to_owned(),
+        source,
+    })?;
+    Ok(raw.split())
+}
+
+/// Restore point of `kernel` from the `idempotent` flags alone, for
+/// manifests without memory ranges: the kernel itself if flagged idempotent
+/// (or past the end), else the nearest earlier kernel flagged idempotent, else
+/// 0. Right when an in-place kernel's input was written by the last
+/// idempotent kernel before it, as in the generated manifests; a manifest
+/// with ranges gets the exact group instead.
+pub fn flag_group_start(kernels: &[Kernel], kernel: usize) -> usize {
+    if kernels.get(kernel).is_none_or(|k| k.idempotent) {
+        return kernel;
+    }
+    (0..kernel)
+        .rev()
+        .find(|&i| kernels[i].idempotent)
+        .unwrap_or(0)
+}
+
+/// The command that rewrites the shipped manifests' `group_start` fields.
+pub const BLESS_COMMAND: &str =
+    "SLUICE_BLESS=1 cargo test -p sluice-daemon --lib model::tests::group_starts_are_current";
 
 /// Converts µs to whole ns, rounding; negative and NaN become 0, huge values
 /// saturate.
@@ -315,6 +546,83 @@ pub enum ManifestError {
         /// The kernel time.
         kernel_time_us: f64,
     },
+    /// The memory fields do not have one entry per kernel.
+    #[error(
+        "model `{model}`: {entries} memory entries for {kernels} kernels; give every kernel \
+         its reads, writes and group_start, or none of them"
+    )]
+    MemoryLength {
+        /// Model name.
+        model: String,
+        /// Entries given.
+        entries: usize,
+        /// Kernels in the manifest.
+        kernels: usize,
+    },
+    /// A kernel has a `group_start` but no kernel declares memory ranges.
+    #[error(
+        "model `{model}`: kernel {index} (`{kernel}`) has a group_start but the manifest declares \
+         no reads/writes ranges to check it against; add the ranges or remove group_start"
+    )]
+    GroupWithoutRanges {
+        /// Model name.
+        model: String,
+        /// Index of the kernel in `kernels`.
+        index: usize,
+        /// Kernel name.
+        kernel: String,
+    },
+    /// Even the kernels from 0 to this one are not idempotent together.
+    #[error("model `{model}`: kernel {index} (`{kernel}`) has no idempotent group")]
+    NoGroup {
+        /// Model name.
+        model: String,
+        /// Index of the kernel in `kernels`.
+        index: usize,
+        /// Kernel name.
+        kernel: String,
+        /// The clobbered bytes.
+        #[source]
+        source: NoIdempotentGroup,
+    },
+    /// A kernel's `group_start` is missing or differs from the group its
+    /// ranges give.
+    #[error(
+        "model `{model}`: kernel {index} (`{kernel}`): group_start is {}, but its reads/writes \
+         ranges give {computed}; set it to {computed} (`python3 scripts/gen-models.py` regenerates \
+         the shipped manifests, `{BLESS_COMMAND}` rewrites their group_start fields)",
+        stored.map_or_else(|| "missing".to_owned(), |g| g.to_string())
+    )]
+    StaleGroupStart {
+        /// Model name.
+        model: String,
+        /// Index of the kernel in `kernels`.
+        index: usize,
+        /// Kernel name.
+        kernel: String,
+        /// The manifest's value, if any.
+        stored: Option<u32>,
+        /// The start [`idempotent::minimal_groups`] computes.
+        computed: usize,
+    },
+    /// A kernel's `idempotent` flag disagrees with its own ranges.
+    #[error(
+        "model `{model}`: kernel {index} (`{kernel}`) is flagged idempotent: {flag}, but its \
+         reads/writes ranges {} (its group starts at {computed}); fix the flag or the ranges",
+        if *flag { "overlap, so re-running it alone is not safe" } else { "are disjoint" }
+    )]
+    FlagDisagrees {
+        /// Model name.
+        model: String,
+        /// Index of the kernel in `kernels`.
+        index: usize,
+        /// Kernel name.
+        kernel: String,
+        /// The manifest's flag.
+        flag: bool,
+        /// The group start the ranges give.
+        computed: usize,
+    },
     /// The kernel times do not add up to `total_time_us`.
     #[error(
         "model `{model}`: the kernel times sum to {sum_us} µs but total_time_us is {total_us}; \
@@ -408,12 +716,30 @@ pub struct Model {
     pub input_bytes: u64,
     /// Output size in bytes.
     pub output_bytes: u64,
+    /// Per-kernel memory accesses and groups, validated; empty when the
+    /// manifest declares none.
+    pub memory: Vec<KernelMemory>,
 }
 
 impl Model {
     /// The model's lookup name.
     pub fn name(&self) -> &str {
         &self.manifest.name
+    }
+
+    /// Restore point of `kernel` (REEF §4.4): the first kernel of its minimal
+    /// idempotent group, which a task killed while `kernel` was the first
+    /// unfinished one re-launches from. `kernel` itself when it is idempotent
+    /// alone or past the end.
+    ///
+    /// From the manifest's `group_start` when it declares memory ranges
+    /// (validated against [`idempotent::minimal_groups`]); otherwise the
+    /// flag-based approximation [`flag_group_start`].
+    pub fn group_start(&self, kernel: usize) -> usize {
+        match self.memory.get(kernel).and_then(|m| m.group_start) {
+            Some(g) => g as usize,
+            None => flag_group_start(&self.manifest.kernels, kernel),
+        }
     }
 }
 
@@ -444,11 +770,11 @@ impl ModelRegistry {
     pub fn builtin() -> Self {
         let manifests = BUILTIN.iter().map(|(file, json)| {
             let file = format!("builtin:{file}");
-            let manifest = Manifest::parse(&file, json)
+            let (manifest, memory) = Manifest::parse_with_memory(&file, json)
                 .unwrap_or_else(|e| panic!("embedded model manifest is broken: {e:?}"));
-            (file, manifest)
+            (file, manifest, memory)
         });
-        Self::from_manifests(manifests)
+        Self::from_parts(manifests)
             .unwrap_or_else(|e| panic!("embedded model manifests clash: {e}"))
     }
 
@@ -479,23 +805,35 @@ impl ModelRegistry {
                 source,
             })?;
             let file = path.display().to_string();
-            let manifest = Manifest::parse(&file, &json)?;
-            manifests.push((file, manifest));
+            let (manifest, memory) = Manifest::parse_with_memory(&file, &json)?;
+            manifests.push((file, manifest, memory));
         }
-        Self::from_manifests(manifests)
+        Self::from_parts(manifests)
     }
 
     /// Builds a registry from `(file, manifest)` pairs, validating each.
     /// `file` only names the source in errors and in [`Model::file`].
+    /// Such models have no memory ranges ([`Model::group_start`] falls back
+    /// to the flags).
     pub fn from_manifests(
         manifests: impl IntoIterator<Item = (String, Manifest)>,
     ) -> Result<Self, ModelError> {
-        let mut all: Vec<(String, Manifest)> = manifests.into_iter().collect();
-        for (file, manifest) in &all {
-            manifest.validate().map_err(|source| ModelError::Invalid {
+        Self::from_parts(manifests.into_iter().map(|(f, m)| (f, m, Vec::new())))
+    }
+
+    /// Builds a registry from `(file, manifest, memory)` triples, validating
+    /// each; `memory` is empty or has one entry per kernel.
+    pub fn from_parts(
+        manifests: impl IntoIterator<Item = (String, Manifest, Vec<KernelMemory>)>,
+    ) -> Result<Self, ModelError> {
+        let mut all: Vec<(String, Manifest, Vec<KernelMemory>)> = manifests.into_iter().collect();
+        for (file, manifest, memory) in &all {
+            let invalid = |source| ModelError::Invalid {
                 file: file.clone(),
                 source,
-            })?;
+            };
+            manifest.validate().map_err(invalid)?;
+            manifest.validate_memory(memory).map_err(invalid)?;
         }
         // Stable: of two duplicates, the first given is reported first.
         all.sort_by(|a, b| a.1.name.cmp(&b.1.name));
@@ -511,13 +849,14 @@ impl ModelRegistry {
         let models = all
             .into_iter()
             .zip(0u32..)
-            .map(|((file, manifest), id)| Model {
+            .map(|((file, manifest, memory), id)| Model {
                 id,
                 total_time_ns: manifest.total_time_ns(),
                 input_bytes: manifest.input_bytes,
                 output_bytes: manifest.output_bytes,
                 manifest,
                 file,
+                memory,
             })
             .collect();
         Ok(Self { models })
@@ -552,6 +891,37 @@ impl ModelRegistry {
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (u32, &Model)> + '_ {
         self.models.iter().map(|m| (m.id, m))
     }
+}
+
+/// `text` (a manifest file, one kernel per line) with each kernel's
+/// `group_start` set to `groups[kernel]`, replacing the field or appending it
+/// at the end of the kernel's line; every other byte is kept.
+#[cfg(test)]
+fn rewrite_group_starts(text: &str, groups: &[usize]) -> String {
+    let mut kernel = 0;
+    let lines: Vec<String> = text
+        .split('\n')
+        .map(|line| {
+            if !line.trim_start().starts_with("{\"name\":") {
+                return line.to_owned();
+            }
+            let Some(&g) = groups.get(kernel) else {
+                return line.to_owned();
+            };
+            kernel += 1;
+            const KEY: &str = "\"group_start\": ";
+            if let Some(at) = line.find(KEY) {
+                let from = at + KEY.len();
+                let digits = line[from..].bytes().take_while(u8::is_ascii_digit).count();
+                format!("{}{g}{}", &line[..from], &line[from + digits..])
+            } else if let Some(close) = line.rfind('}') {
+                format!("{}, {KEY}{g}{}", &line[..close], &line[close..])
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect();
+    lines.join("\n")
 }
 
 #[cfg(test)]
@@ -846,5 +1216,344 @@ mod tests {
         assert!(matches!(e, ModelError::Empty { .. }), "{e:?}");
         let e = ModelRegistry::load_dir(empty.0.join("missing")).unwrap_err();
         assert!(matches!(e, ModelError::ReadDir { .. }), "{e:?}");
+    }
+
+    // ---- memory accesses and idempotent groups ----
+
+    /// `echo_small` extended to three kernels: K0 reads the input and writes
+    /// A, K1 adds into A in place (reads and writes A), K2 reads A, writes B.
+    fn three_kernels(group_start_1: u32) -> String {
+        edited(|v| {
+            let k0 = v["kernels"][0].clone();
+            let k = |i: usize, r: serde_json::Value, w: serde_json::Value, g: u32, idem: bool| {
+                let mut x = k0.clone();
+                x["name"] = format!("k{i}").into();
+                x["kernel_time_us"] = 50.0.into();
+                x["reads"] = r;
+                x["writes"] = w;
+                x["group_start"] = g.into();
+                x["idempotent"] = idem.into();
+                x
+            };
+            use serde_json::json;
+            v["kernels"] = json!([
+                k(0, json!([[0, 64]]), json!([[256, 320]]), 0, true),
+                k(
+                    1,
+                    json!([[256, 320], [512, 576]]),
+                    json!([[256, 320]]),
+                    group_start_1,
+                    false
+                ),
+                k(2, json!([[256, 320]]), json!([[1024, 1088]]), 2, true),
+            ]);
+            v["total_time_us"] = 150.0.into();
+        })
+    }
+
+    #[test]
+    fn manifest_with_ranges_parses_and_gives_groups() {
+        let (m, memory) = Manifest::parse_with_memory("ok.json", &three_kernels(0)).unwrap();
+        assert_eq!(memory.len(), 3);
+        assert_eq!(
+            memory[1].reads,
+            [ByteRange::new(256, 320), ByteRange::new(512, 576)]
+        );
+        let reg = ModelRegistry::from_parts([("ok.json".to_owned(), m.clone(), memory)]).unwrap();
+        let model = reg.get(0).unwrap();
+        assert_eq!(
+            (0..4).map(|k| model.group_start(k)).collect::<Vec<_>>(),
+            [0, 0, 2, 3]
+        );
+        // The plain manifest is the same; memory fields are kept beside it.
+        assert_eq!(Manifest::parse("ok.json", &three_kernels(0)).unwrap(), m);
+    }
+
+    #[test]
+    fn wrong_group_start_is_refused_with_both_values() {
+        let e = parse_err(&three_kernels(1));
+        assert!(
+            e.contains("bad.json") && e.contains("kernel 1 (`k1`)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("group_start is 1") && e.contains("give 0"),
+            "{e}"
+        );
+        assert!(
+            e.contains("scripts/gen-models.py") && e.contains(BLESS_COMMAND),
+            "{e}"
+        );
+        // Missing, and after the kernel.
+        let e = parse_err(&edited(|v| {
+            let mut x: serde_json::Value = serde_json::from_str(&three_kernels(0)).unwrap();
+            x["kernels"][2]
+                .as_object_mut()
+                .unwrap()
+                .remove("group_start");
+            *v = x;
+        }));
+        assert!(
+            e.contains("kernel 2 (`k2`)") && e.contains("group_start is missing"),
+            "{e}"
+        );
+        let e = parse_err(&edited(|v| {
+            let mut x: serde_json::Value = serde_json::from_str(&three_kernels(0)).unwrap();
+            x["kernels"][0]["group_start"] = 2.into();
+            *v = x;
+        }));
+        assert!(
+            e.contains("kernel 0") && e.contains("group_start is 2, but"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn flag_that_disagrees_with_ranges_is_refused() {
+        let e = parse_err(&edited(|v| {
+            let mut x: serde_json::Value = serde_json::from_str(&three_kernels(0)).unwrap();
+            x["kernels"][2]["idempotent"] = false.into();
+            *v = x;
+        }));
+        assert!(
+            e.contains("kernel 2 (`k2`) is flagged idempotent: false"),
+            "{e}"
+        );
+        assert!(e.contains("are disjoint"), "{e}");
+    }
+
+    #[test]
+    fn group_without_ranges_and_ungroupable_kernels_are_refused() {
+        let e = parse_err(&edited(|v| {
+            let k = v["kernels"][0].as_object_mut().unwrap();
+            k.remove("reads");
+            k.remove("writes");
+        }));
+        assert!(
+            e.contains("kernel 0 (`echo_0`)") && e.contains("no reads/writes"),
+            "{e}"
+        );
+        // An in-place kernel with nothing before it has no group.
+        let e = parse_err(&edited(|v| {
+            v["kernels"][0]["reads"] = serde_json::json!([[0, 64]]);
+            v["kernels"][0]["writes"] = serde_json::json!([[0, 64]]);
+            v["kernels"][0]["group_start"] = 0.into();
+        }));
+        assert!(
+            e.contains("kernel 0 (`echo_0`) has no idempotent group"),
+            "{e}"
+        );
+        assert!(e.contains("0x0..0x40"), "{e}");
+    }
+
+    #[test]
+    fn without_ranges_group_start_follows_the_flags() {
+        let mut m = echo();
+        let k = k_flag;
+        m.kernels = vec![k(true), k(false), k(true), k(false), k(false), k(true)];
+        m.total_time_us = 300.0;
+        let reg = ModelRegistry::from_manifests([("t".to_owned(), m)]).unwrap();
+        let model = reg.get(0).unwrap();
+        assert!(model.memory.is_empty());
+        let got: Vec<usize> = (0..7).map(|k| model.group_start(k)).collect();
+        assert_eq!(got, [0, 0, 2, 2, 2, 5, 6]);
+        let ks = [k_flag(false), k_flag(false)];
+        assert_eq!(flag_group_start(&ks, 1), 0);
+    }
+
+    fn k_flag(idempotent: bool) -> Kernel {
+        Kernel {
+            idempotent,
+            ..echo().kernels[0].clone()
+        }
+    }
+
+    #[test]
+    fn shipped_groups_are_non_trivial_exactly_for_in_place_kernels() {
+        for (_, m) in ModelRegistry::builtin().iter() {
+            let ks = &m.manifest.kernels;
+            if ks.is_empty() {
+                assert!(m.memory.is_empty());
+                continue;
+            }
+            assert_eq!(m.memory.len(), ks.len(), "{} has ranges", m.name());
+            for (i, k) in ks.iter().enumerate() {
+                let g = m.group_start(i);
+                if k.idempotent {
+                    assert_eq!(g, i, "{} {}", m.name(), k.name);
+                } else {
+                    assert!(g < i, "{} {}: group {g}", m.name(), k.name);
+                    assert!(k.name.contains("_inplace_"), "{}", k.name);
+                    // In place: it reads and writes the same bytes.
+                    let mem = &m.memory[i];
+                    let r: idempotent::RangeSet = mem.reads.iter().collect();
+                    let w: idempotent::RangeSet = mem.writes.iter().collect();
+                    assert!(r.intersects(&w), "{}", k.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn group_starts_are_current() {
+        // Recomputes the groups of every shipped manifest from its ranges,
+        // from the files on disk. With SLUICE_BLESS=1, rewrites stale
+        // group_start fields in place.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("models");
+        let bless = std::env::var_os("SLUICE_BLESS").is_some_and(|v| v == "1");
+        let mut stale = Vec::new();
+        for (file, _) in BUILTIN {
+            let path = dir.join(file);
+            let text = std::fs::read_to_string(&path).unwrap();
+            let (_, memory) = parse_unchecked(file, &text).unwrap();
+            if memory.is_empty() {
+                continue;
+            }
+            let accesses: Vec<KernelAccess> = memory.iter().map(KernelMemory::access).collect();
+            let groups = idempotent::minimal_groups(&accesses)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let blessed = rewrite_group_starts(&text, &groups);
+            if blessed == text {
+                continue;
+            }
+            if bless {
+                std::fs::write(&path, &blessed).unwrap();
+            }
+            let bad = memory
+                .iter()
+                .zip(&groups)
+                .position(|(m, &g)| m.group_start.map(|s| s as usize) != Some(g));
+            stale.push(format!("{} (first stale kernel: {bad:?})", path.display()));
+        }
+        assert!(
+            bless || stale.is_empty(),
+            "stale group_start in {stale:?}; run `{BLESS_COMMAND}` (and, for generated \
+             manifests, fix the Python port in scripts/gen-models.py so that \
+             `python3 scripts/gen-models.py --check` agrees)"
+        );
+    }
+
+    #[test]
+    fn rewrite_group_starts_replaces_or_appends() {
+        let text = " \"kernels\": [\n  {\"name\": \"a\", \"group_start\": 17},\n  {\"name\": \"b\"}\n ]\n}\n";
+        let want = " \"kernels\": [\n  {\"name\": \"a\", \"group_start\": 0},\n  {\"name\": \"b\", \"group_start\": 1}\n ]\n}\n";
+        assert_eq!(rewrite_group_starts(text, &[0, 1]), want);
+        assert_eq!(rewrite_group_starts(want, &[0, 1]), want);
+    }
+
+    // ---- restoring on the shipped ranges ----
+
+    /// A deterministic machine over the *cells* of a model's layout: the
+    /// pieces between consecutive range endpoints, so a buffer of megabytes
+    /// is one cell (every range is a union of cells, and which cells a
+    /// kernel touches is all that matters for idempotence).
+    struct Machine {
+        /// Per kernel: cells read, cells written.
+        ks: Vec<(Vec<usize>, Vec<usize>)>,
+        cells: usize,
+    }
+
+    impl Machine {
+        fn new(memory: &[KernelMemory]) -> Self {
+            let mut ends: Vec<u64> = memory
+                .iter()
+                .flat_map(|m| m.reads.iter().chain(&m.writes))
+                .flat_map(|r| [r.start, r.end])
+                .collect();
+            ends.sort_unstable();
+            ends.dedup();
+            let cells_of = |rs: &[ByteRange]| -> Vec<usize> {
+                let mut v: Vec<usize> = rs
+                    .iter()
+                    .flat_map(|r| {
+                        let a = ends.binary_search(&r.start).unwrap();
+                        let b = ends.binary_search(&r.end).unwrap();
+                        a..b
+                    })
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            };
+            let ks = memory
+                .iter()
+                .map(|m| (cells_of(&m.reads), cells_of(&m.writes)))
+                .collect();
+            Self {
+                ks,
+                cells: ends.len(),
+            }
+        }
+
+        fn mix(mut h: u64, v: u64) -> u64 {
+            h ^= v;
+            h = h.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            h ^ (h >> 29)
+        }
+
+        /// What kernel `i` writes to each of its cells, given memory.
+        fn output(&self, mem: &[u64], i: usize) -> Vec<(usize, u64)> {
+            let (reads, writes) = &self.ks[i];
+            let seed = reads.iter().fold(Self::mix(0, i as u64), |h, &c| {
+                Self::mix(Self::mix(h, c as u64), mem[c])
+            });
+            writes
+                .iter()
+                .map(|&c| (c, Self::mix(seed, c as u64)))
+                .collect()
+        }
+
+        fn run(&self, mem: &mut [u64], from: usize, to: usize) {
+            for i in from..to {
+                for (c, v) in self.output(mem, i) {
+                    mem[c] = v;
+                }
+            }
+        }
+
+        /// Runs to `cut`, lets kernel `cut` write its cells (`garbage`: a
+        /// wrong value, else its right value, as if it finished just before
+        /// the kill), restarts from `restart` and returns the final memory.
+        fn interrupted(&self, cut: usize, garbage: bool, restart: usize) -> Vec<u64> {
+            let mut mem: Vec<u64> = (0..self.cells as u64).map(|c| c * 7 + 1).collect();
+            self.run(&mut mem, 0, cut);
+            for (c, v) in self.output(&mem, cut) {
+                mem[c] = if garbage { !v } else { v };
+            }
+            self.run(&mut mem, restart, self.ks.len());
+            mem
+        }
+    }
+
+    #[test]
+    fn restarting_from_group_start_reproduces_an_uninterrupted_run() {
+        let mut checked = 0;
+        for (_, m) in ModelRegistry::builtin().iter() {
+            if m.memory.is_empty() {
+                continue;
+            }
+            let machine = Machine::new(&m.memory);
+            let n = m.manifest.kernels.len();
+            let mut want: Vec<u64> = (0..machine.cells as u64).map(|c| c * 7 + 1).collect();
+            machine.run(&mut want, 0, n);
+            for k in 0..n {
+                // Every in-place kernel, and every 16th kernel besides.
+                if m.manifest.kernels[k].idempotent && k % 16 != 0 {
+                    continue;
+                }
+                let g = m.group_start(k);
+                for garbage in [false, true] {
+                    let got = machine.interrupted(k, garbage, g);
+                    assert!(got == want, "{} kernel {k}: restart from {g}", m.name());
+                }
+                if g < k {
+                    // The machine can tell: re-running the in-place kernel
+                    // alone applies it twice.
+                    assert!(machine.interrupted(k, false, k) != want, "{} {k}", m.name());
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 50, "{checked}");
     }
 }

@@ -13,10 +13,11 @@
 //!   preempted task is relaunched from its restore point (§4.4): the
 //!   report's `first_incomplete` kernel, or, if that kernel is not
 //!   idempotent, the start of its idempotent group.
-//!   Manifests carry an `idempotent` flag per kernel but no read/write
-//!   ranges, so the group start is approximated as the nearest earlier kernel
-//!   flagged idempotent (the in-place kernel's input was written by the
-//!   kernel before it). Every kernel launched again counts in
+//!   The group start is [`Model::group_start`](crate::model::Model::group_start):
+//!   the manifest's `group_start`, checked at load against REEF's offline
+//!   checker ([`crate::idempotent::minimal_groups`]) on the kernels'
+//!   read/write ranges, or, for a manifest without ranges, the nearest
+//!   earlier kernel flagged idempotent. Every kernel launched again counts in
 //!   [`relaunched_kernels`](super::PolicyStats::relaunched_kernels).
 //! - **Dynamic kernel padding (§5.2).** When an RT kernel starts, each
 //!   parked BE lane may launch its next kernel beside it, if rule 1 and
@@ -262,7 +263,6 @@ impl Tables {
         for (_, m) in models.iter() {
             let ks = &m.manifest.kernels;
             let mut t = ModelTable::default();
-            let mut last_idem = 0u32;
             for (j, k) in ks.iter().enumerate() {
                 let grid = u32::try_from(k.blocks()).unwrap_or(u32::MAX).max(1);
                 let threads = u32::try_from(k.threads_per_block()).unwrap_or(u32::MAX);
@@ -274,12 +274,7 @@ impl Tables {
                 let start = t.versions.len() as u32;
                 t.versions.extend(versions_of(profile, k, factors));
                 t.ranges.push((start, t.versions.len() as u32));
-                if k.idempotent {
-                    last_idem = j as u32;
-                    t.group_start.push(j as u32);
-                } else {
-                    t.group_start.push(last_idem.min(j as u32));
-                }
+                t.group_start.push(group_start(m, j) as u32);
             }
             tables.push(t);
         }
@@ -291,14 +286,13 @@ impl Tables {
     }
 }
 
-/// Restore point of kernel `k` in a model whose kernels have the given
-/// idempotent flags: `k` itself if idempotent, else the nearest earlier
-/// idempotent kernel (0 if none).
-pub fn group_start(idempotent: &[bool], k: usize) -> usize {
-    if idempotent.get(k).copied().unwrap_or(true) {
-        return k;
-    }
-    (0..k).rev().find(|&i| idempotent[i]).unwrap_or(0)
+/// Restore point of kernel `k` of `model` (REEF §4.4): the start of its
+/// minimal idempotent group, from [`Model::group_start`](crate::model::Model::group_start)
+/// (`k` itself if idempotent alone or past the end).
+pub fn group_start(model: &crate::model::Model, k: usize) -> usize {
+    let g = model.group_start(k);
+    debug_assert!(g <= k, "group of kernel {k} starts after it, at {g}");
+    g.min(k)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -813,15 +807,16 @@ mod tests {
         seen: Seen,
     }
 
-    /// Restore point computed here, independently of the policy's tables.
+    /// Restore point computed here, independently of the policy's tables:
+    /// REEF's checker on the manifest's ranges, or the flag rule without them.
     fn expected_group_start(model: u32, k: usize) -> usize {
         let m = models();
-        let ks = &m.get(model).unwrap().manifest.kernels;
-        let mut g = k;
-        while g > 0 && !ks[g].idempotent {
-            g -= 1;
+        let m = m.get(model).unwrap();
+        if m.memory.is_empty() {
+            return crate::model::flag_group_start(&m.manifest.kernels, k);
         }
-        g
+        let acc: Vec<_> = m.memory.iter().map(|x| x.access()).collect();
+        crate::idempotent::minimal_groups(&acc).unwrap()[k]
     }
 
     impl Policy for Tracker {
@@ -971,25 +966,23 @@ mod tests {
     }
 
     #[test]
-    fn group_start_goes_back_to_the_nearest_idempotent_kernel() {
-        let f = [true, false, true, false, false, true];
-        assert_eq!(group_start(&f, 0), 0);
-        assert_eq!(group_start(&f, 1), 0);
-        assert_eq!(group_start(&f, 2), 2);
-        assert_eq!(group_start(&f, 4), 2);
-        assert_eq!(group_start(&f, 5), 5);
-        assert_eq!(group_start(&[false, false], 1), 0);
-        // The policy's tables agree on every shipped model.
-        let t = Tables::build(&DeviceProfile::mi50(), &models(), &ReefConfig::reef());
-        for (mid, m) in models().iter() {
-            let flags: Vec<bool> = m.manifest.kernels.iter().map(|k| k.idempotent).collect();
-            for k in 0..flags.len() {
-                assert_eq!(
-                    t.models[mid as usize].group_start[k] as usize,
-                    group_start(&flags, k)
-                );
+    fn group_start_is_the_models_idempotent_group() {
+        let reg = models();
+        let t = Tables::build(&DeviceProfile::mi50(), &reg, &ReefConfig::reef());
+        let mut non_trivial = 0;
+        for (mid, m) in reg.iter() {
+            let n = m.manifest.kernels.len();
+            for k in 0..n {
+                let g = group_start(m, k);
+                assert_eq!(t.models[mid as usize].group_start[k] as usize, g);
+                assert_eq!(g, expected_group_start(mid, k), "{} kernel {k}", m.name());
+                assert_eq!(g == k, m.manifest.kernels[k].idempotent, "{} {k}", m.name());
+                non_trivial += usize::from(g < k);
             }
+            // Past the end (the task completed): nothing to go back to.
+            assert_eq!(group_start(m, n), n);
         }
+        assert!(non_trivial > 0);
     }
 
     #[test]
