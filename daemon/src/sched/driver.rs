@@ -174,16 +174,23 @@ pub fn run(
         }
         gpu.run_until(t);
         events.extend(gpu.drain_events());
-        for ev in events.drain(..) {
-            let mut cx = Ctx {
-                gpu: &mut gpu,
-                models,
-                done: &mut fresh,
-                stats: &mut stats,
+        // Times one policy callback: the scheduler's decision cost.
+        let mut decide =
+            |gpu: &mut GpuSim,
+             fresh: &mut Vec<TaskDone>,
+             f: &mut dyn FnMut(&mut dyn Policy, &mut Ctx<'_>)| {
+                let mut cx = Ctx {
+                    gpu,
+                    models,
+                    done: fresh,
+                    stats: &mut stats,
+                };
+                let t0 = Instant::now();
+                f(&mut *policy, &mut cx);
+                decision.saturating_record(t0.elapsed().as_nanos() as u64);
             };
-            let t0 = Instant::now();
-            policy.on_event(&mut cx, &ev);
-            decision.saturating_record(t0.elapsed().as_nanos() as u64);
+        for ev in events.drain(..) {
+            decide(&mut gpu, &mut fresh, &mut |p, cx| p.on_event(cx, &ev));
         }
         while let Some(&Reverse((ta, ci))) = arrivals.peek() {
             if ta > t {
@@ -205,15 +212,7 @@ pub fn run(
             {
                 arrivals.push(Reverse((tn, ci)));
             }
-            let mut cx = Ctx {
-                gpu: &mut gpu,
-                models,
-                done: &mut fresh,
-                stats: &mut stats,
-            };
-            let t0 = Instant::now();
-            policy.on_arrival(&mut cx, task);
-            decision.saturating_record(t0.elapsed().as_nanos() as u64);
+            decide(&mut gpu, &mut fresh, &mut |p, cx| p.on_arrival(cx, task));
         }
         for d in fresh.drain(..) {
             let c = &mut clients[d.task.client as usize];
