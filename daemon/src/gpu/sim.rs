@@ -27,6 +27,10 @@
 //!   rotating cursor; blocks placed together on one CU finish together.
 //! - A block's time is its `block_time_ns` stretched by the co-run slowdown
 //!   in force when it is placed (see `docs/gpu-model.md`).
+//! - A fused launch ([`GpuSim::launch_padded`], REEF §5.1) skips the host
+//!   queue, device queue and fetch: the kernel rides another stream's
+//!   dispatching kernel and is served beside the heads at that stream's
+//!   priority, outside any hardware queue.
 //!
 //! Preemption (REEF §4) is a set of device operations on a stream:
 //! [`GpuSim::reset_host_queue`], [`GpuSim::set_preempt_flag`] (lazy
@@ -198,7 +202,8 @@ pub struct QueueLens {
     pub host: usize,
     /// In the device queue (including one being fetched).
     pub device: usize,
-    /// Fetched, waiting in the hardware queue.
+    /// Fetched, waiting in the hardware queue (or riding a fused launch,
+    /// waiting to place its first block).
     pub hardware: usize,
     /// Whether a kernel is dispatching or running.
     pub active: bool,
@@ -251,6 +256,31 @@ pub enum SimError {
         /// The value given.
         value: f64,
     },
+    /// A fused launch whose host kernel is not dispatching or running.
+    #[error(
+        "kernel `{tag}`: cannot ride with kernel {host_exec} of stream {host_stream}, which is \
+         not dispatching or running; fuse only with a kernel between its KernelStarted and \
+         KernelFinished events"
+    )]
+    NotDispatching {
+        /// The padded launch's tag.
+        tag: u64,
+        /// The host kernel's stream.
+        host_stream: u32,
+        /// The host kernel's execution index.
+        host_exec: u64,
+    },
+    /// A fused launch on a stream that still has kernels queued or running.
+    #[error(
+        "kernel `{tag}`: stream {stream} still has kernels queued or running; a fused launch \
+         would overtake them, so launch it only on an idle stream"
+    )]
+    StreamBusy {
+        /// The padded launch's tag.
+        tag: u64,
+        /// The stream.
+        stream: u32,
+    },
     /// A device-queue capacity of 0.
     #[error("stream {stream}: device-queue capacity 0 would never run a kernel; use at least 1")]
     ZeroCapacity {
@@ -302,6 +332,9 @@ struct Kern {
     demand_per_block: u64,
     started: bool,
     aborted: bool,
+    /// Rides a fused launch ([`GpuSim::launch_padded`]): dispatched from
+    /// [`GpuSim::fused`], not from a hardware queue.
+    fused: bool,
     push_seq: u64,
 }
 
@@ -355,6 +388,8 @@ struct Stream {
     flag: bool,
     kills_pending: u32,
     in_hwq: u32,
+    /// Fused kernels waiting to place their first block.
+    in_fused: u32,
     /// The kernel dispatching or running (stream order allows one).
     active: Option<u32>,
     next_exec: u64,
@@ -366,6 +401,7 @@ impl Stream {
         !self.pushing
             && self.dq.is_empty()
             && self.in_hwq == 0
+            && self.in_fused == 0
             && self.active.is_none()
             && self.kills_pending == 0
             && (self.hq.is_empty() || self.paused)
@@ -378,6 +414,14 @@ struct HwQueue {
     fifo: VecDeque<u32>,
     fetching: Option<u32>,
     head_since: Ns,
+}
+
+/// A kernel riding a fused launch, dispatched at its host's priority.
+#[derive(Debug, Clone, Copy)]
+struct Fused {
+    kernel: u32,
+    priority: i32,
+    since: Ns,
 }
 
 /// The GPU execution model. See the module docs.
@@ -393,6 +437,8 @@ pub struct GpuSim {
     free_groups: Vec<u32>,
     streams: Vec<Stream>,
     hwqs: Vec<HwQueue>,
+    /// Fused kernels with blocks left to place, in launch order.
+    fused: Vec<Fused>,
     cus: Vec<CuState>,
     cu_blocks: Vec<u32>,
     occupied_cus: u32,
@@ -401,7 +447,9 @@ pub struct GpuSim {
     cursor: usize,
     push_seq: u64,
     out: VecDeque<Event>,
-    scratch_heads: Vec<(Reverse<i32>, Ns, u32)>,
+    /// Dispatch order: priority, waiting since, then a hardware queue
+    /// (`false`, index) or a fused kernel (`true`, index into `fused`).
+    scratch_heads: Vec<(Reverse<i32>, Ns, bool, u32)>,
     scratch_fit: Vec<u32>,
 }
 
@@ -420,6 +468,7 @@ impl GpuSim {
             free_groups: Vec::new(),
             streams: Vec::new(),
             hwqs: vec![HwQueue::default(); nhwq],
+            fused: Vec::new(),
             cus: vec![CuState::empty(&profile); ncu],
             cu_blocks: vec![0; ncu],
             occupied_cus: 0,
@@ -461,6 +510,7 @@ impl GpuSim {
             flag: false,
             kills_pending: 0,
             in_hwq: 0,
+            in_fused: 0,
             active: None,
             next_exec: 0,
             pending: None,
@@ -485,6 +535,68 @@ impl GpuSim {
     /// queue. Returns its execution index and tag.
     pub fn launch(&mut self, stream: StreamId, k: KernelLaunch) -> Result<KernelRef, SimError> {
         let s = self.stream_index(stream)?;
+        let (id, kref) = self.admit(s, &k, false)?;
+        self.streams[s].hq.push_back(id);
+        self.pump();
+        Ok(kref)
+    }
+
+    /// Launches a kernel on `stream` fused with `with`, the kernel of
+    /// stream `host` that is dispatching or running (REEF §5.1, dynamic
+    /// kernel padding: one launch carries both). The padded kernel skips the
+    /// host queue, the host push, the device queue and the command-processor
+    /// fetch: it is dispatchable at once, at `host`'s priority, beside the
+    /// hardware queues (it blocks no head). Its blocks still wait for free
+    /// CU resources, and it finishes, is evicted, aborted or killed like any
+    /// kernel of `stream`.
+    ///
+    /// `stream` must be idle (nothing queued or running, no preemption
+    /// under way), so the padded kernel overtakes nothing of its own stream.
+    pub fn launch_padded(
+        &mut self,
+        stream: StreamId,
+        k: KernelLaunch,
+        host: StreamId,
+        with: KernelRef,
+    ) -> Result<KernelRef, SimError> {
+        let s = self.stream_index(stream)?;
+        let hs = self.stream_index(host)?;
+        let hosting = self.streams[hs].active.is_some_and(|id| {
+            let hk = &self.kernels[id as usize];
+            hk.exec == with.exec_index && hk.tag == with.tag
+        });
+        if !hosting {
+            return Err(SimError::NotDispatching {
+                tag: k.tag,
+                host_stream: host.0,
+                host_exec: with.exec_index,
+            });
+        }
+        let st = &self.streams[s];
+        if !st.idle() || !st.hq.is_empty() || st.pending.is_some() {
+            return Err(SimError::StreamBusy {
+                tag: k.tag,
+                stream: stream.0,
+            });
+        }
+        let (id, kref) = self.admit(s, &k, true)?;
+        self.streams[s].in_fused += 1;
+        self.fused.push(Fused {
+            kernel: id,
+            priority: self.streams[hs].priority,
+            since: self.now,
+        });
+        self.pump();
+        Ok(kref)
+    }
+
+    /// Checks launch `k` for stream `s` and allocates its kernel.
+    fn admit(
+        &mut self,
+        s: usize,
+        k: &KernelLaunch,
+        fused: bool,
+    ) -> Result<(u32, KernelRef), SimError> {
         if k.grid_blocks == 0 || k.threads_per_block == 0 || k.threads_per_block > 1024 {
             return Err(SimError::EmptyKernel {
                 tag: k.tag,
@@ -542,6 +654,7 @@ impl GpuSim {
             demand_per_block: (intensity * DEMAND_ONE / standalone as f64).round() as u64,
             started: false,
             aborted: false,
+            fused,
             push_seq: 0,
         };
         let id = match self.free_kernels.pop() {
@@ -554,12 +667,13 @@ impl GpuSim {
                 (self.kernels.len() - 1) as u32
             }
         };
-        self.streams[s].hq.push_back(id);
-        self.pump();
-        Ok(KernelRef {
-            exec_index: exec,
-            tag: k.tag,
-        })
+        Ok((
+            id,
+            KernelRef {
+                exec_index: exec,
+                tag: k.tag,
+            },
+        ))
     }
 
     /// Drops every kernel in the stream's host queue at once (REEF §4.2,
@@ -655,7 +769,7 @@ impl GpuSim {
         Ok(QueueLens {
             host: st.hq.len(),
             device: st.dq.len(),
-            hardware: st.in_hwq as usize,
+            hardware: (st.in_hwq + st.in_fused) as usize,
             active: st.active.is_some(),
         })
     }
@@ -860,11 +974,24 @@ impl GpuSim {
         for (h, q) in self.hwqs.iter().enumerate() {
             if let Some(&id) = q.fifo.front() {
                 let s = self.kernels[id as usize].stream as usize;
-                heads.push((Reverse(self.streams[s].priority), q.head_since, h as u32));
+                heads.push((
+                    Reverse(self.streams[s].priority),
+                    q.head_since,
+                    false,
+                    h as u32,
+                ));
             }
         }
+        for (i, f) in self.fused.iter().enumerate() {
+            heads.push((Reverse(f.priority), f.since, true, i as u32));
+        }
         heads.sort_unstable();
-        for &(_, _, h) in &heads {
+        let mut fused_done = false;
+        for &(_, _, fused, h) in &heads {
+            if fused {
+                fused_done |= self.dispatch_fused(h as usize);
+                continue;
+            }
             let h = h as usize;
             while let Some(&id) = self.hwqs[h].fifo.front() {
                 let k = &self.kernels[id as usize];
@@ -910,6 +1037,52 @@ impl GpuSim {
             }
         }
         self.scratch_heads = heads;
+        if fused_done {
+            self.fused.retain(|f| f.kernel != u32::MAX);
+        }
+    }
+
+    /// Dispatches fused entry `i`; returns whether it is done with (then
+    /// its `kernel` is set to `u32::MAX`, for the caller to drop).
+    fn dispatch_fused(&mut self, i: usize) -> bool {
+        let id = self.fused[i].kernel;
+        let k = &self.kernels[id as usize];
+        let s = k.stream as usize;
+        if self.streams[s].flag {
+            // Exits on entry, like a queued kernel under lazy eviction.
+            let started = k.started;
+            self.fused[i].kernel = u32::MAX;
+            if started {
+                let k = &mut self.kernels[id as usize];
+                k.blocks_left = 0;
+                k.aborted = true;
+                if k.blocks_running == 0 {
+                    self.finish(id, Outcome::Aborted);
+                }
+            } else {
+                self.streams[s].in_fused -= 1;
+                self.finish(id, Outcome::Evicted);
+            }
+            return true;
+        }
+        let placed = self.place(id);
+        let k = &mut self.kernels[id as usize];
+        if placed > 0 && !k.started {
+            k.started = true;
+            let kref = k.kref();
+            self.streams[s].in_fused -= 1;
+            self.streams[s].active = Some(id);
+            self.out.push_back(Event::KernelStarted {
+                t: self.now,
+                stream: StreamId(s as u32),
+                kernel: kref,
+            });
+        }
+        if self.kernels[id as usize].blocks_left == 0 {
+            self.fused[i].kernel = u32::MAX;
+            return true;
+        }
+        false
     }
 
     /// Places as many unplaced blocks of kernel `id` as fit; returns how many.
@@ -1071,11 +1244,16 @@ impl GpuSim {
             }
         }
         if self.kernels[kid as usize].blocks_left > 0 {
-            // Still dispatching, so it is the head of its hardware queue.
             self.kernels[kid as usize].blocks_left = 0;
-            let h = self.streams[s].hwq as usize;
-            debug_assert_eq!(self.hwqs[h].fifo.front(), Some(&kid));
-            self.pop_head(h);
+            if self.kernels[kid as usize].fused {
+                // Still dispatching beside its host kernel.
+                self.fused.retain(|f| f.kernel != kid);
+            } else {
+                // Still dispatching, so it is the head of its hardware queue.
+                let h = self.streams[s].hwq as usize;
+                debug_assert_eq!(self.hwqs[h].fifo.front(), Some(&kid));
+                self.pop_head(h);
+            }
         }
         self.finish(kid, Outcome::Killed);
     }
@@ -1524,6 +1702,64 @@ mod tests {
         assert_eq!((r.killed, r.evicted, r.dropped_host), (1, 1, 0));
         assert_eq!(r.latency_ns(), kill);
         assert_eq!(r.first_incomplete.map(|k| k.exec_index), Some(0));
+    }
+
+    #[test]
+    fn padded_kernel_pays_no_fetch_and_still_respects_occupancy() {
+        let p = tiny(4);
+        let (push, fetch) = (p.queues.host_launch_ns, p.queues.cp_fetch_ns);
+        let mut gpu = GpuSim::new(p);
+        let rt = gpu.create_stream(1);
+        let [a, b, c, d] = [0; 4].map(|_| gpu.create_stream(0));
+        // RT: one 512-thread block per CU, leaving 512 threads on each.
+        gpu.launch(rt, uniform(2, 512, 16384, 100_000, 9)).unwrap();
+        let mut ev = Vec::new();
+        let host = loop {
+            match gpu.step().unwrap() {
+                Event::KernelStarted { kernel, .. } => break kernel,
+                e => ev.push(e),
+            }
+        };
+        let t0 = gpu.now();
+        assert_eq!(t0, push + fetch);
+        // A rides the RT launch: no push, no fetch, it fills the rest.
+        let pa = uniform(2, 512, 0, 10_000, 1);
+        gpu.launch_padded(a, pa.clone(), rt, host).unwrap();
+        // B rides too but no thread is left: it waits for A's blocks.
+        gpu.launch_padded(b, pa.clone(), rt, host).unwrap();
+        // C, launched the ordinary way at the same time, pays both.
+        gpu.launch(c, uniform(1, 64, 0, 10_000, 3)).unwrap();
+        // D rides too, and is preempted before it can place a block.
+        gpu.launch_padded(d, pa.clone(), rt, host).unwrap();
+        assert_eq!(gpu.queue_lens(d).unwrap().hardware, 1);
+        // Only an idle stream takes a fused launch, only beside a live host.
+        assert!(matches!(
+            gpu.launch_padded(b, pa.clone(), rt, host),
+            Err(SimError::StreamBusy { .. })
+        ));
+        let gone = KernelRef {
+            exec_index: 7,
+            tag: 9,
+        };
+        let e = gpu.launch_padded(c, pa.clone(), rt, gone).unwrap_err();
+        assert!(matches!(e, SimError::NotDispatching { host_exec: 7, .. }));
+        gpu.preempt_reset(d).unwrap();
+        ev.extend(drain_all(&mut gpu));
+        assert_eq!(started(&ev, a, 1), Some(t0));
+        assert_eq!(finished(&ev, a, 1), Some((t0 + 10_000, Outcome::Completed)));
+        assert_eq!(started(&ev, b, 1), Some(t0 + 10_000));
+        assert_eq!(finished(&ev, b, 1), Some((t0 + 20_000, Outcome::Completed)));
+        assert!(started(&ev, c, 3).unwrap() >= t0 + push + fetch);
+        assert_eq!(finished(&ev, d, 1), Some((t0, Outcome::Evicted)));
+        assert_eq!(started(&ev, d, 1), None);
+        assert_eq!(
+            finished(&ev, rt, 9),
+            Some((t0 + 100_000, Outcome::Completed))
+        );
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, Event::Preempted(r) if r.stream == d))
+        );
     }
 
     #[test]

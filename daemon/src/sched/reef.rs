@@ -21,13 +21,14 @@
 //!   [`relaunched_kernels`](super::PolicyStats::relaunched_kernels).
 //! - **Dynamic kernel padding (§5.2).** When an RT kernel starts, each
 //!   parked BE lane may launch its next kernel beside it, if rule 1 and
-//!   rule 2 hold in the model's terms: *rule 1*, the BE kernel, launched now,
-//!   finishes before the RT kernel is expected to (the host push and the
-//!   command-processor fetch count, since the model launches the BE kernel
-//!   separately instead of fusing it into one `dkp` kernel); *rule 2*, all its
+//!   rule 2 hold in the model's terms: *rule 1*, the BE kernel, started now,
+//!   finishes before the RT kernel is expected to; *rule 2*, all its
 //!   blocks fit at once in the resources one CU has left beside the RT
 //!   kernel's blocks (the occupancy helpers of [`crate::gpu::occupancy`],
 //!   with the RT kernel spread evenly over the CUs as the model places it).
+//!   The BE kernel rides the RT kernel's launch ([`GpuSim::launch_padded`],
+//!   REEF §5.1's fused `dkp` launch): no host push, no command-processor
+//!   fetch, dispatchable at once at the RT stream's priority.
 //!   BE kernels run through *proxy kernels* (§5.2): their register count is
 //!   rounded up to the largest count of their occupancy level, one proxy
 //!   per level, which leaves occupancy unchanged.
@@ -54,7 +55,8 @@ use super::rt_only::{kernel_count, last_kernel_done, launch_kernels};
 use super::{Ctx, Policy, Task, TaskDone, tag, untag};
 use crate::gpu::occupancy::CuState;
 use crate::gpu::{
-    DeviceProfile, Event, Footprint, GpuSim, KernelLaunch, Ns, Outcome, StreamId, blocks_per_cu,
+    DeviceProfile, Event, Footprint, GpuSim, KernelLaunch, KernelRef, Ns, Outcome, StreamId,
+    blocks_per_cu,
 };
 use crate::model::ModelRegistry;
 
@@ -200,7 +202,6 @@ struct ModelTable {
 struct Tables {
     models: Vec<ModelTable>,
     empty_cu: CuState,
-    launch_overhead: Ns,
 }
 
 /// The synthetic versions of manifest kernel `k`, pruned, sorted by block
@@ -281,7 +282,6 @@ impl Tables {
         Self {
             models: tables,
             empty_cu: CuState::empty(profile),
-            launch_overhead: profile.queues.host_launch_ns + profile.queues.cp_fetch_ns,
         }
     }
 }
@@ -507,11 +507,11 @@ impl Reef {
     }
 
     /// Dynamic kernel padding beside the RT kernel that just started.
-    fn pad(&mut self, cx: &mut Ctx<'_>, rt_tag: u64) {
+    fn pad(&mut self, cx: &mut Ctx<'_>, rt: StreamId, host: KernelRef) {
         let Some(tables) = self.tables.as_ref() else {
             return;
         };
-        let (tid, k) = untag(rt_tag);
+        let (tid, k) = untag(host.tag);
         let Some(rt_task) = self.rt_tasks.iter().find(|t| t.id == tid) else {
             return;
         };
@@ -524,10 +524,6 @@ impl Reef {
         };
         let now = cx.gpu.now();
         let deadline = now + rt_time;
-        let start = now + tables.launch_overhead;
-        if start >= deadline {
-            return;
-        }
         let mut cu = tables.empty_cu;
         cu.take(&rt_fp, level);
         for lane in &mut self.lanes {
@@ -548,7 +544,7 @@ impl Reef {
             };
             let mut pick = None;
             for v in &mt.versions[a as usize..b as usize] {
-                if start + v.block_time_ns > deadline {
+                if now + v.block_time_ns > deadline {
                     break; // rule 1; versions are sorted by block time
                 }
                 if v.per_cu <= cu.fit(&v.footprint).0 {
@@ -568,7 +564,7 @@ impl Reef {
                 mem_intensity: None,
                 tag: t,
             };
-            if let Err(e) = cx.gpu.launch(lane.stream, launch) {
+            if let Err(e) = cx.gpu.launch_padded(lane.stream, launch, rt, host) {
                 tracing::error!("padding launch refused: {e}");
                 continue;
             }
@@ -682,7 +678,7 @@ impl Policy for Reef {
             match ev {
                 Event::KernelStarted { kernel, .. } => {
                     if self.cfg.padding && self.cfg.mechanism == Mechanism::Reset {
-                        self.pad(cx, kernel.tag);
+                        self.pad(cx, rt, *kernel);
                     }
                 }
                 _ => {
