@@ -78,11 +78,18 @@ struct Active {
     sq: Consumer<Request>,
     cq: Producer<Completion>,
     id: u32,
-    on_device: u32,
     region: Arc<Region>,
     wake: OwnedFd,
     sock: UnixStream,
     stats: Arc<ClientStats>,
+}
+
+impl Active {
+    /// This client's requests on the device. The dispatcher is the only
+    /// writer of the counter, so a relaxed load is exact here.
+    fn on_device(&self) -> u32 {
+        self.stats.on_device.load(Ordering::Relaxed)
+    }
 }
 
 const CONTROL_TOKEN: u64 = u64::MAX;
@@ -239,7 +246,6 @@ impl Dispatcher {
             sq,
             cq,
             id: c.id,
-            on_device: 0,
             region: c.region,
             wake: c.wake,
             sock: c.sock,
@@ -299,7 +305,7 @@ impl Dispatcher {
         let unread =
             c.cq.len()
                 .map_err(|_| "client corrupted its completion ring head")?;
-        let mut credit = cap.saturating_sub(unread + c.on_device);
+        let mut credit = cap.saturating_sub(unread + c.on_device());
         let mut work = false;
         let mut woke = false;
         while credit > 0 {
@@ -318,7 +324,6 @@ impl Dispatcher {
                 .fetch_add(1, Ordering::Relaxed);
             match validate(&req, registry, c.region.geometry()) {
                 Ok(priority) => {
-                    c.on_device += 1;
                     c.stats.on_device.fetch_add(1, Ordering::Relaxed);
                     self.device.submit(
                         Job {
@@ -384,7 +389,6 @@ impl Dispatcher {
                 continue;
             };
             let c = &mut self.clients[i];
-            c.on_device = c.on_device.saturating_sub(1);
             c.stats.on_device.fetch_sub(1, Ordering::Relaxed);
             let ok = f.status == status::OK;
             let (mine, all) = if ok {
@@ -439,7 +443,7 @@ impl Dispatcher {
                     // completions does not ring us when it reads them, so
                     // we poll it at CREDIT_POLL_NS instead of spinning.
                     match c.cq.len() {
-                        Ok(unread) if c.cq.capacity() > unread + c.on_device => ready = true,
+                        Ok(unread) if c.cq.capacity() > unread + c.on_device() => ready = true,
                         Ok(_) => credit_blocked = true,
                         Err(_) => bad.push(c.id),
                     }

@@ -120,8 +120,11 @@ impl ModeledGpu {
     }
 
     fn deliver(&mut self) {
-        self.events.extend(self.gpu.drain_events());
-        for ev in std::mem::take(&mut self.events) {
+        // Taken out and put back so its capacity is kept: no allocation
+        // per event on the request path.
+        let mut events = std::mem::take(&mut self.events);
+        events.extend(self.gpu.drain_events());
+        for ev in events.drain(..) {
             if let Event::KernelStarted { t, kernel, .. } = &ev {
                 let (task, _) = untag(kernel.tag);
                 if let Some(p) = self.jobs.get_mut(&task)
@@ -138,6 +141,7 @@ impl ModeledGpu {
             };
             self.policy.on_event(&mut cx, &ev);
         }
+        self.events = events;
     }
 }
 
@@ -169,7 +173,8 @@ impl Device for ModeledGpu {
 
     fn poll(&mut self, now_ns: u64, done: &mut Vec<Finished>) {
         self.advance(now_ns);
-        for d in std::mem::take(&mut self.fresh) {
+        let mut fresh = std::mem::take(&mut self.fresh);
+        for d in fresh.drain(..) {
             let Some(p) = self.jobs.remove(&d.task.id) else {
                 continue; // its client went away
             };
@@ -190,6 +195,7 @@ impl Device for ModeledGpu {
                 finished_ns: finished,
             });
         }
+        self.fresh = fresh;
     }
 
     fn next_event_ns(&self) -> Option<u64> {
