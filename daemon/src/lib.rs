@@ -19,6 +19,7 @@ pub mod dispatch;
 pub mod gpu;
 pub mod idempotent;
 pub mod model;
+pub mod nn;
 pub mod region;
 pub mod runtime;
 pub mod sched;

@@ -6,6 +6,7 @@
 //! through cudarc, HIP) will be feature-gated modules implementing the same
 //! trait; nothing above this module knows which one it drives.
 
+pub mod cuda;
 pub mod modeled;
 pub mod sim;
 

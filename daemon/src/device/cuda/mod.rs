@@ -1,0 +1,14 @@
+//! The CUDA device backend (REEF §4.6 on NVIDIA GPUs).
+//!
+//! - [`kernels`]: sluice's own CUDA C++ kernel library (sources embedded,
+//!   compiled to PTX with NVRTC at run time).
+//! - [`queue`]: virtual host queues, the outstanding-kernel cap, lazy
+//!   eviction through the preemption flag, restore order, held special
+//!   commands: the backend's queue logic, written against the [`driver`]
+//!   trait so it is tested with a fake driver on machines without a GPU.
+//! - `real` (feature `cuda`): [`driver::CuDriver`] over cudarc's run-time
+//!   loaded driver API.
+
+pub mod driver;
+pub mod kernels;
+pub mod queue;
