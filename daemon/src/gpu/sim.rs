@@ -150,6 +150,9 @@ pub enum Event {
         kernel: KernelRef,
         /// How.
         outcome: Outcome,
+        /// For a completed kernel, its grid times its block time alone: the
+        /// work it did, whatever the placement and slowdown. 0 otherwise.
+        work_ns: Ns,
     },
     /// A preemption of a stream finished: the stream is idle.
     Preempted(PreemptReport),
@@ -322,6 +325,8 @@ struct Kern {
     exec: u64,
     tag: u64,
     fp: Footprint,
+    /// Blocks in the grid.
+    grid: u32,
     /// Blocks not yet placed.
     blocks_left: u32,
     /// Blocks on the CUs.
@@ -390,6 +395,9 @@ struct Stream {
     in_hwq: u32,
     /// Fused kernels waiting to place their first block.
     in_fused: u32,
+    /// Blocks go to the lowest-numbered CUs with room, filling each
+    /// before the next (see [`GpuSim::set_packed_placement`]).
+    packed: bool,
     /// The kernel dispatching or running (stream order allows one).
     active: Option<u32>,
     next_exec: u64,
@@ -511,6 +519,7 @@ impl GpuSim {
             kills_pending: 0,
             in_hwq: 0,
             in_fused: 0,
+            packed: false,
             active: None,
             next_exec: 0,
             pending: None,
@@ -528,6 +537,23 @@ impl GpuSim {
         }
         self.streams[s].dq_cap = capacity;
         self.pump();
+        Ok(())
+    }
+
+    /// Makes the blocks of `stream`'s kernels fill the lowest-numbered CUs
+    /// with room, one CU after another, instead of spreading evenly over
+    /// every CU (the hardware dispatcher's round-robin, the default).
+    ///
+    /// This is how REEF's `dkp` kernel places a real-time kernel (§5.1,
+    /// Fig. 12): the fused kernel's blocks read their CU id and the first
+    /// CUs, as many as the real-time kernel needs at its occupancy, run it;
+    /// the rest are left whole for padded best-effort blocks. The model's
+    /// block time does not depend on how many blocks share a CU (see
+    /// `docs/gpu-model.md`), so packing changes where blocks go, not how
+    /// long they take.
+    pub fn set_packed_placement(&mut self, stream: StreamId, packed: bool) -> Result<(), SimError> {
+        let s = self.stream_index(stream)?;
+        self.streams[s].packed = packed;
         Ok(())
     }
 
@@ -647,6 +673,7 @@ impl GpuSim {
             exec,
             tag: k.tag,
             fp,
+            grid: k.grid_blocks,
             blocks_left: k.grid_blocks,
             blocks_running: 0,
             block_time: k.block_time_ns,
@@ -1104,10 +1131,18 @@ impl GpuSim {
             return 0;
         }
         let to_place = u32::try_from(total.min(u64::from(remaining))).unwrap_or(remaining);
+        let packed = self.streams[self.kernels[id as usize].stream as usize].packed;
         // Water-filling: every CU gets min(fit, level - 1), then one more
         // for CUs with room, round-robin from the cursor, until done.
         let mut extra_from = 0;
-        if u64::from(to_place) < total {
+        if packed {
+            // Lowest CUs first, each filled before the next.
+            let mut left = to_place;
+            for f in self.scratch_fit.iter_mut() {
+                *f = (*f).min(left);
+                left -= *f;
+            }
+        } else if u64::from(to_place) < total {
             let mut level = 1;
             loop {
                 let s: u64 = self
@@ -1276,12 +1311,18 @@ impl GpuSim {
                 p.note(kref);
             }
         }
+        let work_ns = if outcome == Outcome::Completed {
+            Ns::from(self.kernels[id as usize].grid) * self.kernels[id as usize].block_time
+        } else {
+            0
+        };
         self.free_kernels.push(id);
         self.out.push_back(Event::KernelFinished {
             t: self.now,
             stream: StreamId(s as u32),
             kernel: kref,
             outcome,
+            work_ns,
         });
     }
 
@@ -1374,6 +1415,7 @@ mod tests {
                 stream: s,
                 kernel,
                 outcome,
+                ..
             } if *s == stream && kernel.tag == tag => Some((*t, *outcome)),
             _ => None,
         })
@@ -2075,6 +2117,51 @@ mod tests {
             "{events} internal events in {secs:.2} s of wall time: {:.2} M events/s",
             events as f64 / secs / 1e6
         );
+    }
+
+    #[test]
+    fn packed_placement_fills_the_first_cus_and_spreading_uses_all() {
+        for packed in [false, true] {
+            let p = DeviceProfile::mi50();
+            let ncu = p.compute_units as usize;
+            let fp = Footprint::new(&p, 256, 32, 0);
+            let per_cu = blocks_per_cu(&p, &fp).0;
+            let mut gpu = GpuSim::new(p);
+            let s = gpu.create_stream(0);
+            gpu.set_packed_placement(s, packed).unwrap();
+            // Two and a half CUs' worth of blocks.
+            let grid = per_cu * 5 / 2;
+            let k = KernelLaunch {
+                grid_blocks: grid,
+                threads_per_block: 256,
+                regs_per_thread: 32,
+                shared_mem: 0,
+                block_time_ns: 1_000,
+                idempotent: true,
+                mem_intensity: None,
+                tag: 0,
+            };
+            gpu.launch(s, k).unwrap();
+            while !matches!(gpu.step(), Some(Event::KernelStarted { .. })) {}
+            let resident: Vec<u32> = (0..ncu).map(|c| gpu.resident_blocks(c)).collect();
+            assert_eq!(resident.iter().sum::<u32>(), grid);
+            if packed {
+                assert_eq!(&resident[..3], &[per_cu, per_cu, grid - 2 * per_cu]);
+                assert!(resident[3..].iter().all(|&r| r == 0), "{resident:?}");
+                assert_eq!(gpu.occupied_cus(), 3);
+            } else {
+                assert!(resident.iter().all(|&r| r <= 1), "{resident:?}");
+            }
+            // Same time either way: one wave.
+            let mut end = 0;
+            while let Some(e) = gpu.step() {
+                if let Event::KernelFinished { t, work_ns, .. } = e {
+                    end = t;
+                    assert_eq!(work_ns, u64::from(grid) * 1_000);
+                }
+            }
+            assert!(end > 0);
+        }
     }
 
     proptest! {

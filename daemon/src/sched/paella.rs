@@ -800,6 +800,7 @@ impl Policy for Paella {
                 stream,
                 kernel,
                 outcome,
+                ..
             } => {
                 self.on_finished(cx, t, stream, kernel.tag, outcome);
                 self.pump(cx);

@@ -19,13 +19,22 @@
 //!   read/write ranges, or, for a manifest without ranges, the nearest
 //!   earlier kernel flagged idempotent. Every kernel launched again counts in
 //!   [`relaunched_kernels`](super::PolicyStats::relaunched_kernels).
-//! - **Dynamic kernel padding (§5.2).** When an RT kernel starts, each
-//!   parked BE lane may launch its next kernel beside it, if rule 1 and
-//!   rule 2 hold in the model's terms: *rule 1*, the BE kernel, started now,
-//!   finishes before the RT kernel is expected to; *rule 2*, all its
-//!   blocks fit at once in the resources one CU has left beside the RT
-//!   kernel's blocks (the occupancy helpers of [`crate::gpu::occupancy`],
-//!   with the RT kernel spread evenly over the CUs as the model places it).
+//! - **Dynamic kernel padding (§5.2).** RT kernels run as REEF's `dkp`
+//!   kernel runs them (§5.1, Fig. 12): packed onto the first CUs, as many
+//!   as the kernel needs at its occupancy ([`GpuSim::set_packed_placement`]),
+//!   leaving the other CUs whole for best-effort blocks. When an RT kernel
+//!   starts, each parked BE lane may launch blocks of its next kernel beside
+//!   it, as REEF's greedy selection does ("a set of blocks from candidate
+//!   best-effort kernels ... for the remaining CUs"): *rule 1*, the padded
+//!   work finishes before the RT kernel is expected to: a block no longer
+//!   than the RT kernel, and as many rounds of blocks as fit in its time;
+//!   *rule 2*, the blocks fit in the leftover room (whole free CUs at the
+//!   BE kernel's occupancy plus what the RT kernel's last CU has left;
+//!   occupancy helpers of [`crate::gpu::occupancy`]). A kernel may take
+//!   several padded launches to cover; the lane counts its progress in
+//!   [`UNITS_PER_BLOCK`]ths of a block and, when it runs freely again,
+//!   launches only the blocks left. One padded launch per lane is in flight
+//!   at a time.
 //!   The BE kernel rides the RT kernel's launch ([`GpuSim::launch_padded`],
 //!   REEF §5.1's fused `dkp` launch): no host push, no command-processor
 //!   fetch, dispatchable at once at the RT stream's priority.
@@ -33,11 +42,16 @@
 //!   rounded up to the largest count of their occupancy level, one proxy
 //!   per level, which leaves occupancy unchanged.
 //! - **Multi-version kernels (§5.3).** Each BE kernel gets synthetic versions
-//!   that do the same work in `1/f` as many blocks, each `f` times as long
-//!   (`f` in [`VERSION_FACTORS`]; the manifests have one implementation per
-//!   kernel). Versions dominated by another (no worse in kernel time, block
-//!   time, registers, shared memory, block size and blocks per CU, better in
-//!   one) are pruned when the tables are built; selection takes the fastest
+//!   (the manifests have one implementation per kernel), the trade-off a DNN
+//!   compiler's tuning exposes through "how many loops each block executes":
+//!   *merged* versions do the same work in `1/f` as many blocks, each `f`
+//!   times as long (`f` in [`VERSION_FACTORS`]); *split* versions in `s`
+//!   times as many blocks, each doing `1/s` of the work in
+//!   `(1 + SPLIT_OVERHEAD) / s` of the time (`s` in [`SPLIT_FACTORS`]; the
+//!   overhead is each block's fixed set-up, a synthetic assumption).
+//!   Versions dominated by another (no worse in kernel time, block time,
+//!   registers, shared memory, block size and blocks per CU, better in one)
+//!   are pruned when the tables are built; selection takes the fastest
 //!   version that meets both rules.
 //!
 //! The same scheduler with [`Mechanism::Wait`] is the wait-based baseline
@@ -66,6 +80,22 @@ pub const DEFAULT_DQ_CAPACITY: u32 = 4;
 
 /// Synthetic versions of a BE kernel: `f` original blocks merged into one.
 pub const VERSION_FACTORS: [u32; 3] = [1, 2, 4];
+
+/// Synthetic versions of a BE kernel: each original block split into `s`
+/// blocks, each doing `1/s` of its work.
+pub const SPLIT_FACTORS: [u32; 4] = [2, 4, 8, 16];
+
+/// Work units in one original block: the least common multiple of
+/// [`SPLIT_FACTORS`], so that every version's block is a whole number of
+/// units. Padding counts a kernel's progress in these units.
+pub const UNITS_PER_BLOCK: u32 = 16;
+
+/// Extra time of a split block, as a fraction of its share of the original
+/// block's time: a block of a split version takes
+/// `(1 + SPLIT_OVERHEAD) × block time / s` (each block repeats the set-up
+/// work, such as loading its tile, that the original did once). A synthetic
+/// assumption, not a measured figure.
+pub const SPLIT_OVERHEAD: f64 = 0.15;
 
 /// How BE work is preempted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,6 +152,9 @@ impl Default for ReefConfig {
 pub struct Version {
     /// Original blocks merged into one block of this version.
     pub merge: u32,
+    /// Blocks of this version that one original block is split into (1:
+    /// not split; `merge` and `split` are never both above 1).
+    pub split: u32,
     /// Blocks in the grid.
     pub grid: u32,
     /// Threads per block.
@@ -136,6 +169,10 @@ pub struct Version {
     pub kernel_time_ns: Ns,
     /// Blocks per CU when the grid is spread evenly over every CU.
     pub per_cu: u32,
+    /// Blocks of this version one empty CU holds at once.
+    pub occupancy: u32,
+    /// Work of one block in [`UNITS_PER_BLOCK`]ths of an original block.
+    pub units: u32,
     /// What one block takes from a CU.
     pub footprint: Footprint,
     /// The kernel's idempotent flag.
@@ -184,32 +221,49 @@ pub fn proxy_regs(profile: &DeviceProfile, regs: u32) -> u32 {
     (bank / (waves * wave)).max(regs)
 }
 
+/// A kernel as the RT stream runs it.
+#[derive(Debug, Clone, Copy)]
+struct RtKernel {
+    /// What one block takes from a CU.
+    fp: Footprint,
+    /// Blocks one CU holds at once.
+    occupancy: u32,
+    /// Blocks in the grid.
+    grid: u32,
+    /// The kernel's time alone.
+    time: Ns,
+}
+
 /// Per-kernel figures of one model.
 #[derive(Debug, Clone, Default)]
 struct ModelTable {
-    /// As an RT kernel: footprint, blocks per CU under even spreading,
-    /// time alone.
-    rt: Vec<(Footprint, u32, Ns)>,
+    /// Each kernel as an RT kernel.
+    rt: Vec<RtKernel>,
     /// Pruned BE versions, all kernels, each kernel's sorted by block time.
     versions: Vec<Version>,
     /// Each kernel's range in `versions`.
     ranges: Vec<(u32, u32)>,
     /// Restore point of each kernel (start of its idempotent group).
     group_start: Vec<u32>,
+    /// Each kernel's work in [`UNITS_PER_BLOCK`]ths of a block.
+    units: Vec<u32>,
 }
 
 #[derive(Debug, Clone)]
 struct Tables {
     models: Vec<ModelTable>,
     empty_cu: CuState,
+    cus: u32,
 }
 
-/// The synthetic versions of manifest kernel `k`, pruned, sorted by block
-/// time (fastest first).
+/// The synthetic versions of manifest kernel `k` (the original, each
+/// merge factor of `factors` above 1 and each split factor of `splits`),
+/// pruned, sorted by block time (fastest first).
 pub fn versions_of(
     profile: &DeviceProfile,
     k: &crate::model::Kernel,
     factors: &[u32],
+    splits: &[u32],
 ) -> Vec<Version> {
     let ncu = profile.compute_units.max(1);
     let grid = u32::try_from(k.blocks()).unwrap_or(u32::MAX).max(1);
@@ -218,13 +272,20 @@ pub fn versions_of(
     let fp = Footprint::new(profile, threads, regs, k.shared_mem_bytes);
     let bpc = blocks_per_cu(profile, &fp).0.max(1);
     let base_block = (k.block_time_us * 1000.0).round() as Ns;
-    let mut v: Vec<Version> = factors
-        .iter()
-        .map(|&f| {
-            let g = grid.div_ceil(f);
-            let bt = base_block * Ns::from(f);
+    let merged = factors.iter().map(|&f| (f.max(1), 1));
+    let split = splits.iter().filter(|&&s| s > 1).map(|&s| (1, s));
+    let mut v: Vec<Version> = merged
+        .chain(split)
+        .map(|(f, s)| {
+            let g = grid.div_ceil(f).saturating_mul(s);
+            let bt = if s > 1 {
+                ((base_block as f64) * (1.0 + SPLIT_OVERHEAD) / f64::from(s)).round() as Ns
+            } else {
+                base_block * Ns::from(f)
+            };
             Version {
                 merge: f,
+                split: s,
                 grid: g,
                 threads,
                 proxy_regs: regs,
@@ -232,6 +293,8 @@ pub fn versions_of(
                 block_time_ns: bt,
                 kernel_time_ns: Ns::from(g.div_ceil(ncu * bpc)) * bt,
                 per_cu: g.div_ceil(ncu),
+                occupancy: bpc,
+                units: UNITS_PER_BLOCK * f / s,
                 footprint: fp,
                 idempotent: k.idempotent,
             }
@@ -255,10 +318,10 @@ pub fn versions_of(
 impl Tables {
     fn build(profile: &DeviceProfile, models: &ModelRegistry, cfg: &ReefConfig) -> Self {
         let ncu = profile.compute_units.max(1);
-        let factors: &[u32] = if cfg.multi_version {
-            &VERSION_FACTORS
+        let (factors, splits): (&[u32], &[u32]) = if cfg.multi_version {
+            (&VERSION_FACTORS, &SPLIT_FACTORS)
         } else {
-            &VERSION_FACTORS[..1]
+            (&VERSION_FACTORS[..1], &[])
         };
         let mut tables = Vec::with_capacity(models.len());
         for (_, m) in models.iter() {
@@ -270,20 +333,34 @@ impl Tables {
                 let fp = Footprint::new(profile, threads, k.regs_per_thread, k.shared_mem_bytes);
                 let bpc = blocks_per_cu(profile, &fp).0.max(1);
                 let bt = (k.block_time_us * 1000.0).round() as Ns;
-                let level = grid.div_ceil(ncu).min(bpc);
-                t.rt.push((fp, level, Ns::from(grid.div_ceil(ncu * bpc)) * bt));
+                t.rt.push(RtKernel {
+                    fp,
+                    occupancy: bpc,
+                    grid,
+                    time: Ns::from(grid.div_ceil(ncu * bpc)) * bt,
+                });
                 let start = t.versions.len() as u32;
-                t.versions.extend(versions_of(profile, k, factors));
+                t.versions.extend(versions_of(profile, k, factors, splits));
                 t.ranges.push((start, t.versions.len() as u32));
                 t.group_start.push(group_start(m, j) as u32);
+                t.units.push(kernel_units(k));
             }
             tables.push(t);
         }
         Self {
             models: tables,
             empty_cu: CuState::empty(profile),
+            cus: ncu,
         }
     }
+}
+
+/// A manifest kernel's work in [`UNITS_PER_BLOCK`]ths of a block.
+fn kernel_units(k: &crate::model::Kernel) -> u32 {
+    u32::try_from(k.blocks())
+        .unwrap_or(u32::MAX / UNITS_PER_BLOCK)
+        .max(1)
+        .saturating_mul(UNITS_PER_BLOCK)
 }
 
 /// Restore point of kernel `k` of `model` (REEF §4.4): the start of its
@@ -314,6 +391,10 @@ struct Cur {
     next: usize,
     /// Kernels launched at least once (a prefix).
     launched: usize,
+    /// Work of kernel `next` already covered by padded launches (in flight
+    /// or finished), in [`UNITS_PER_BLOCK`]ths of an original block; 0
+    /// when none.
+    covered: u32,
 }
 
 #[derive(Debug)]
@@ -322,8 +403,9 @@ struct Lane {
     queue: VecDeque<Task>,
     cur: Option<Cur>,
     state: LaneState,
-    /// Tag of the padding kernel in flight.
-    padding: Option<u64>,
+    /// The padding kernel in flight, and whether it covers the last of its
+    /// manifest kernel's work.
+    padding: Option<(KernelRef, bool)>,
 }
 
 /// REEF (or, with [`Mechanism::Wait`], the wait-based baseline).
@@ -372,7 +454,23 @@ impl Reef {
         if self.tables.is_none() {
             self.tables = Some(Tables::build(gpu.profile(), &self.models, &self.cfg));
         }
-        *self.rt.get_or_insert_with(|| gpu.create_stream(1))
+        if let Some(rt) = self.rt {
+            return rt;
+        }
+        let rt = gpu.create_stream(1);
+        // Padding runs RT kernels through the dkp kernel, which packs them
+        // onto the first CUs and leaves the rest whole (§5.1).
+        if self.pads()
+            && let Err(e) = gpu.set_packed_placement(rt, true)
+        {
+            tracing::error!("packed placement of the RT stream: {e}");
+        }
+        self.rt = Some(rt);
+        rt
+    }
+
+    fn pads(&self) -> bool {
+        self.cfg.padding && self.cfg.mechanism == Mechanism::Reset
     }
 
     /// The lane of `client`, created on first use on a stream that does not
@@ -430,7 +528,27 @@ impl Reef {
         if cur.next < cur.launched {
             cx.stats.relaunched_kernels += (cur.launched - cur.next) as u64;
         }
-        launch_kernels(cx, lane.stream, &cur.task, cur.next..cur.n);
+        let mut from = cur.next;
+        if cur.covered > 0 {
+            // Padding ran part of kernel `next`: launch the rest of its
+            // blocks (the kernel maps them past the covered ones).
+            from += 1;
+            if let Some(k) = cx
+                .models
+                .get(cur.task.model)
+                .and_then(|m| m.manifest.kernels.get(cur.next))
+            {
+                let total = kernel_units(k);
+                let left = total.saturating_sub(cur.covered).div_ceil(UNITS_PER_BLOCK);
+                let mut launch = KernelLaunch::from_model(k, tag(cur.task.id, cur.next));
+                launch.grid_blocks = left.max(1);
+                if let Err(e) = cx.gpu.launch(lane.stream, launch) {
+                    tracing::error!(task = cur.task.id, "launch refused: {e}");
+                }
+            }
+            cur.covered = 0;
+        }
+        launch_kernels(cx, lane.stream, &cur.task, from..cur.n);
         cur.next = cur.n;
         cur.launched = cur.n;
     }
@@ -454,6 +572,7 @@ impl Reef {
                 n,
                 next: 0,
                 launched: 0,
+                covered: 0,
             });
         }
         if self.lanes[l].state == LaneState::Running {
@@ -515,17 +634,28 @@ impl Reef {
         let Some(rt_task) = self.rt_tasks.iter().find(|t| t.id == tid) else {
             return;
         };
-        let Some(&(rt_fp, level, rt_time)) = tables
+        let Some(&rk) = tables
             .models
             .get(rt_task.model as usize)
             .and_then(|m| m.rt.get(k))
         else {
             return;
         };
+        // Rule 2's room: the RT kernel packed onto the first CUs (whole
+        // ones, then one partly filled), the rest of the CUs empty. A
+        // kernel of more than one wave takes every CU: nothing to pad.
+        let occ = rk.occupancy.max(1);
+        if u64::from(rk.grid) > u64::from(occ) * u64::from(tables.cus) {
+            return;
+        }
+        let mut free_cus = tables.cus - rk.grid / occ;
+        let mut partial = tables.empty_cu;
+        if rk.grid % occ != 0 {
+            free_cus -= 1;
+            partial.take(&rk.fp, rk.grid % occ);
+        }
         let now = cx.gpu.now();
-        let deadline = now + rt_time;
-        let mut cu = tables.empty_cu;
-        cu.take(&rt_fp, level);
+        let deadline = now + rk.time;
         for lane in &mut self.lanes {
             if lane.state != LaneState::Parked || lane.padding.is_some() {
                 continue;
@@ -542,20 +672,30 @@ impl Reef {
             let Some(&(a, b)) = mt.ranges.get(cur.next) else {
                 continue;
             };
+            let left = mt.units[cur.next].saturating_sub(cur.covered);
             let mut pick = None;
             for v in &mt.versions[a as usize..b as usize] {
                 if now + v.block_time_ns > deadline {
                     break; // rule 1; versions are sorted by block time
                 }
-                if v.per_cu <= cu.fit(&v.footprint).0 {
-                    pick = Some(*v); // rule 2
+                // Rule 2: as many of the kernel's remaining blocks as the
+                // leftover CUs hold at once (REEF selects "a set of blocks").
+                let in_partial = partial.fit(&v.footprint).0;
+                let room = u64::from(free_cus) * u64::from(v.occupancy) + u64::from(in_partial);
+                let waves = (deadline - now) / v.block_time_ns.max(1);
+                let want = left.div_ceil(v.units.max(1));
+                let blocks = u32::try_from((room * waves).min(u64::from(want))).unwrap_or(want);
+                if blocks > 0 {
+                    pick = Some((*v, blocks, in_partial.min(blocks)));
                     break;
                 }
             }
-            let Some(v) = pick else { continue };
+            let Some((v, blocks, in_partial)) = pick else {
+                continue;
+            };
             let t = tag(cur.task.id, cur.next);
             let launch = KernelLaunch {
-                grid_blocks: v.grid,
+                grid_blocks: blocks,
                 threads_per_block: v.threads,
                 regs_per_thread: v.proxy_regs,
                 shared_mem: v.shared_mem,
@@ -564,17 +704,34 @@ impl Reef {
                 mem_intensity: None,
                 tag: t,
             };
-            if let Err(e) = cx.gpu.launch_padded(lane.stream, launch, rt, host) {
-                tracing::error!("padding launch refused: {e}");
-                continue;
+            let kref = match cx.gpu.launch_padded(lane.stream, launch, rt, host) {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!("padding launch refused: {e}");
+                    continue;
+                }
+            };
+            let one_wave = u64::from(free_cus) * u64::from(v.occupancy) + u64::from(in_partial);
+            if u64::from(blocks) >= one_wave {
+                free_cus = 0;
+                partial = tables.empty_cu;
+                partial.take(&v.footprint, v.occupancy);
+            } else {
+                partial.take(&v.footprint, in_partial);
+                free_cus -= (blocks - in_partial).div_ceil(v.occupancy.max(1));
             }
-            cu.take(&v.footprint, v.per_cu);
-            if cur.next < cur.launched {
+            let units = (blocks * v.units).min(left);
+            if cur.next < cur.launched && cur.covered == 0 {
                 cx.stats.relaunched_kernels += 1;
             }
-            cur.next += 1;
+            cur.covered += units;
+            let last_part = cur.covered >= mt.units[cur.next];
+            if last_part {
+                cur.next += 1;
+                cur.covered = 0;
+            }
             cur.launched = cur.launched.max(cur.next);
-            lane.padding = Some(t);
+            lane.padding = Some((kref, last_part));
             self.padded += 1;
         }
     }
@@ -585,8 +742,12 @@ impl Reef {
                 t, kernel, outcome, ..
             } => {
                 let lane = &mut self.lanes[l];
-                if lane.padding == Some(kernel.tag) {
+                let mut partial_pad = false;
+                if let Some((r, last_part)) = lane.padding
+                    && r == *kernel
+                {
                     lane.padding = None;
+                    partial_pad = !last_part;
                 }
                 if *outcome != Outcome::Completed {
                     return;
@@ -594,6 +755,11 @@ impl Reef {
                 let (tid, k) = untag(kernel.tag);
                 let Some(cur) = lane.cur else { return };
                 if cur.task.id != tid || k + 1 != cur.n {
+                    return;
+                }
+                // A padded part of the last kernel ends the task only if it
+                // was the part that covered the rest of the kernel.
+                if partial_pad {
                     return;
                 }
                 lane.cur = None;
@@ -617,6 +783,7 @@ impl Reef {
                                 .and_then(|m| m.group_start.get(k))
                                 .map_or(k, |&g| g as usize);
                             cur.next = cur.next.min(gs);
+                            cur.covered = 0;
                         }
                     }
                     if let Err(e) = cx.gpu.resume(lane.stream) {
@@ -784,10 +951,12 @@ mod tests {
     #[derive(Debug, Default)]
     struct Seen {
         arrived: HashMap<u64, Task>,
-        /// Completed executions of each (task, kernel).
-        completions: HashMap<(u64, usize), u32>,
-        /// Completions expected beyond the first: kernels of an idempotent
-        /// group that had completed before a reset and run again.
+        /// Work (block time × blocks, see `Event::KernelFinished::work_ns`)
+        /// of each (task, kernel)'s completed launches since its last
+        /// rewind: whole launches and padded parts alike.
+        work: HashMap<(u64, usize), Ns>,
+        /// Rewinds of each (task, kernel): kernels of an idempotent group
+        /// that had run before a reset and must run again.
         rewound: HashMap<(u64, usize), u32>,
         /// Tasks whose kernels were dropped, evicted or killed.
         preempted: Vec<u64>,
@@ -830,15 +999,20 @@ mod tests {
                 Event::KernelFinished {
                     kernel,
                     outcome: Outcome::Completed,
+                    work_ns,
                     ..
-                } => *self.seen.completions.entry(untag(kernel.tag)).or_default() += 1,
+                } => *self.seen.work.entry(untag(kernel.tag)).or_default() += work_ns,
                 Event::Preempted(r) => {
                     if let Some(fi) = r.first_incomplete {
                         let (tid, k) = untag(fi.tag);
                         let model = self.seen.arrived[&tid].model;
+                        // The group runs again from its start; the first
+                        // incomplete kernel's finished parts are lost too.
                         for j in expected_group_start(model, k)..k {
                             *self.seen.rewound.entry((tid, j)).or_default() += 1;
+                            self.seen.work.insert((tid, j), 0);
                         }
+                        self.seen.work.insert((tid, k), 0);
                         self.seen.preempted.push(tid);
                     }
                 }
@@ -848,11 +1022,21 @@ mod tests {
             self.inner.on_event(cx, ev);
             for d in &cx.done[before..] {
                 let n = kernel_count(&models(), d.task.model);
-                if (0..n).any(|j| !self.seen.completions.contains_key(&(d.task.id, j))) {
+                if (0..n).any(|j| {
+                    self.seen.work.get(&(d.task.id, j)).copied().unwrap_or(0)
+                        < kernel_work(d.task.model, j)
+                }) {
                     self.seen.early.push(d.task.id);
                 }
             }
         }
+    }
+
+    /// A manifest kernel's work: grid × block time.
+    fn kernel_work(model: u32, j: usize) -> Ns {
+        let m = models();
+        let k = &m.get(model).unwrap().manifest.kernels[j];
+        k.blocks() * (k.block_time_us * 1000.0).round() as Ns
     }
 
     fn tracked_reef() -> &'static (RunResult, Seen) {
@@ -946,11 +1130,22 @@ mod tests {
             assert!(done.contains(tid), "preempted task {tid} never finished");
         }
         for d in &r.done {
-            for j in 0..kernel_count(&models(), d.task.model) {
-                let key = (d.task.id, j);
-                let got = seen.completions.get(&key).copied().unwrap_or(0);
-                let want = 1 + seen.rewound.get(&key).copied().unwrap_or(0);
-                assert_eq!(got, want, "task {} kernel {j}", d.task.id);
+            let m = models();
+            let ks = &m.get(d.task.model).unwrap().manifest.kernels;
+            for (j, k) in ks.iter().enumerate() {
+                // Since its last rewind each kernel did its work once: at
+                // least all of it, at most split versions' set-up overhead
+                // more plus rounding (a merged version's last block, a
+                // padded part's last block): 8 original blocks.
+                let got = seen.work.get(&(d.task.id, j)).copied().unwrap_or(0);
+                let want = kernel_work(d.task.model, j);
+                let bt = (k.block_time_us * 1000.0).round() as Ns;
+                let most = (want as f64 * (1.0 + SPLIT_OVERHEAD)) as Ns + 8 * bt;
+                assert!(
+                    (want..=most).contains(&got),
+                    "task {} kernel {j}: work {got} ns, want {want}..={most}",
+                    d.task.id
+                );
             }
         }
         assert!(r.stats.relaunched_kernels > 0);
@@ -1004,7 +1199,7 @@ mod tests {
         let mut saw_three = false;
         for (_, model) in m.iter() {
             for k in &model.manifest.kernels {
-                let v = versions_of(&p, k, &VERSION_FACTORS);
+                let v = versions_of(&p, k, &VERSION_FACTORS, &[]);
                 assert!(!v.is_empty() && v[0].merge == 1);
                 assert!(
                     v.windows(2)
@@ -1023,6 +1218,44 @@ mod tests {
             }
         }
         assert!(saw_three);
+    }
+
+    #[test]
+    fn split_versions_trade_more_blocks_for_shorter_blocks() {
+        let p = DeviceProfile::mi50();
+        let m = models();
+        let mut kept_split = 0;
+        for (_, model) in m.iter() {
+            for k in &model.manifest.kernels {
+                let orig = versions_of(&p, k, &[1], &[]);
+                let all = versions_of(&p, k, &VERSION_FACTORS, &SPLIT_FACTORS);
+                assert!(
+                    all.windows(2)
+                        .all(|w| w[0].block_time_ns <= w[1].block_time_ns)
+                );
+                for a in &all {
+                    assert!(!all.iter().any(|b| b.dominates(a)), "{a:?} is dominated");
+                    assert!(a.merge == 1 || a.split == 1, "{a:?}");
+                }
+                for v in all.iter().filter(|v| v.split > 1) {
+                    kept_split += 1;
+                    let o = &orig[0];
+                    assert_eq!(v.grid, o.grid * v.split);
+                    assert!(v.block_time_ns < o.block_time_ns, "{v:?} vs {o:?}");
+                    // Total block-time work grows by the set-up overhead.
+                    let work = |x: &Version| x.block_time_ns as f64 * f64::from(x.grid);
+                    let ratio = work(v) / work(o);
+                    assert!(
+                        (ratio - (1.0 + SPLIT_OVERHEAD)).abs() < 0.02,
+                        "{ratio} for {v:?}"
+                    );
+                }
+                // The fastest block always survives pruning: a split version
+                // when splits exist (shorter block than any other version).
+                assert!(all[0].split > 1 || orig[0].block_time_ns <= 1, "{all:?}");
+            }
+        }
+        assert!(kept_split > 0);
     }
 
     #[test]

@@ -64,6 +64,7 @@ pub(super) fn last_kernel_done(
         stream: s,
         kernel,
         outcome: Outcome::Completed,
+        ..
     } = ev
     else {
         return None;
