@@ -459,6 +459,9 @@ pub struct GpuSim {
     /// (`false`, index) or a fused kernel (`true`, index into `fused`).
     scratch_heads: Vec<(Reverse<i32>, Ns, bool, u32)>,
     scratch_fit: Vec<u32>,
+    /// Whether [`Self::model_work_ns`] is counted.
+    time_model: bool,
+    model_work_ns: u64,
 }
 
 impl GpuSim {
@@ -487,8 +490,25 @@ impl GpuSim {
             out: VecDeque::new(),
             scratch_heads: Vec::with_capacity(nhwq),
             scratch_fit: vec![0; ncu],
+            time_model: false,
+            model_work_ns: 0,
             profile,
         }
+    }
+
+    /// Starts or stops counting [`Self::model_work_ns`] (off by default;
+    /// two clock reads per dispatch round when on).
+    pub fn set_model_timing(&mut self, on: bool) {
+        self.time_model = on;
+    }
+
+    /// Wall-clock ns the model has spent in its own dispatch rounds (host
+    /// pushes, fetches, block placement: what the hardware and driver do
+    /// on a real device) since timing was turned on. A policy's call such
+    /// as [`Self::launch`] runs one; the benchmark driver subtracts this
+    /// from the policy callback's time to get the decision's own cost.
+    pub fn model_work_ns(&self) -> u64 {
+        self.model_work_ns
     }
 
     /// The device profile.
@@ -917,6 +937,16 @@ impl GpuSim {
     /// Starts whatever can start now: host pushes, fetches, block dispatch;
     /// then reports preemptions that have finished.
     fn pump(&mut self) {
+        if self.time_model {
+            let t0 = std::time::Instant::now();
+            self.pump_inner();
+            self.model_work_ns += t0.elapsed().as_nanos() as u64;
+        } else {
+            self.pump_inner();
+        }
+    }
+
+    fn pump_inner(&mut self) {
         for s in 0..self.streams.len() {
             let st = &self.streams[s];
             if !st.pushing && !st.paused && !st.hq.is_empty() && st.dq.len() < st.dq_cap as usize {

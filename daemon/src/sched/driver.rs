@@ -8,7 +8,9 @@
 //! finish for up to [`DRAIN_NS`] more.
 //!
 //! It also times every policy callback (wall clock, on this machine): the
-//! scheduler's decision cost.
+//! whole callback, and the scheduler's decision cost, which leaves out the
+//! GPU model's own dispatch work done inside the policy's launch and
+//! preemption calls (on a GPU, hardware and driver work).
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -80,8 +82,13 @@ pub struct RunResult {
     pub end_ns: Ns,
     /// Fraction of CU-time busy over the run.
     pub utilisation: f64,
-    /// Wall-clock cost of each policy callback, ns.
+    /// Wall-clock cost of each policy callback's decision, ns: the
+    /// callback's time less the GPU model's dispatch work it caused.
     pub decision_ns: hdrhistogram::Histogram<u64>,
+    /// Wall-clock ns of each policy callback, whole: the decision plus the
+    /// GPU model's dispatch work inside the policy's launch and preemption
+    /// calls ([`GpuSim::model_work_ns`]), which `decision_ns` leaves out.
+    pub callback_ns: hdrhistogram::Histogram<u64>,
 }
 
 /// A uniform sample in [0, 1) from a splitmix64 stream.
@@ -156,6 +163,8 @@ pub fn run(
     let mut fresh = Vec::new();
     let mut stats = PolicyStats::default();
     let mut decision = crate::tools::histogram();
+    let mut callback = crate::tools::histogram();
+    gpu.set_model_timing(true);
     let mut events: Vec<Event> = Vec::new();
     let mut next_id = 0u64;
     let mut arrived = 0u64;
@@ -185,9 +194,13 @@ pub fn run(
                     done: fresh,
                     stats: &mut stats,
                 };
+                let m0 = cx.gpu.model_work_ns();
                 let t0 = Instant::now();
                 f(&mut *policy, &mut cx);
-                decision.saturating_record(t0.elapsed().as_nanos() as u64);
+                let total = t0.elapsed().as_nanos() as u64;
+                let model = cx.gpu.model_work_ns() - m0;
+                callback.saturating_record(total);
+                decision.saturating_record(total.saturating_sub(model));
             };
         for ev in events.drain(..) {
             decide(&mut gpu, &mut fresh, &mut |p, cx| p.on_event(cx, &ev));
@@ -229,6 +242,7 @@ pub fn run(
         end_ns: gpu.now(),
         utilisation: gpu.utilisation(),
         decision_ns: decision,
+        callback_ns: callback,
     }
 }
 
