@@ -1,0 +1,1 @@
+//! The patched amdkfd (filled in by the amdgpu patch work).

@@ -1,0 +1,1 @@
+//! The patched NVIDIA open kernel modules (filled in by the nvidia-open patch work).
