@@ -150,21 +150,40 @@ impl Default for ClientsConfig {
 }
 
 /// A GPU backend the daemon can drive.
+///
+/// Every build accepts every name here; whether this build and machine can
+/// drive the backend is decided when the device is made
+/// (`runtime::make_device`), which refuses `cuda` in a build without the
+/// `cuda` feature and falls back to the simulated GPU, with a warning, when
+/// there is no CUDA driver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Backend {
     /// The embedded simulated GPU.
     #[default]
     Sim,
+    /// An NVIDIA GPU through the CUDA driver API (cargo feature `cuda`;
+    /// `docs/cuda-backend.md`).
+    Cuda,
 }
 
 impl Backend {
-    /// Every backend this build supports.
-    pub const ALL: &'static [Backend] = &[Backend::Sim];
+    /// Every backend name the config file accepts.
+    pub const ALL: &'static [Backend] = &[Backend::Sim, Backend::Cuda];
 
     /// The name used in the config file.
     pub const fn as_str(self) -> &'static str {
         match self {
             Backend::Sim => "sim",
+            Backend::Cuda => "cuda",
+        }
+    }
+
+    /// Whether this build includes the backend (`cuda` needs the cargo
+    /// feature `cuda`).
+    pub const fn is_built(self) -> bool {
+        match self {
+            Backend::Sim => true,
+            Backend::Cuda => cfg!(feature = "cuda"),
         }
     }
 
@@ -1419,11 +1438,30 @@ mod tests {
 
     #[test]
     fn backend_must_be_supported() {
-        let e = invalid("[device]\nbackend = \"cuda\"");
+        let e = invalid("[device]\nbackend = \"rocm\"");
         assert_eq!(
             e.to_string(),
-            "device.backend = \"cuda\" is not a supported backend; use one of: \"sim\""
+            "device.backend = \"rocm\" is not a supported backend; use one of: \"sim\", \"cuda\""
         );
+        assert_eq!(
+            invalid("[device]\nbackend = \"CUDA\"").key,
+            "device.backend"
+        );
+    }
+
+    #[test]
+    fn cuda_backend_is_accepted_in_every_build() {
+        // Whether this build can drive it is make_device's decision
+        // (runtime::tests), not the config's.
+        let c = load("[device]\nbackend = \"cuda\"").unwrap();
+        assert_eq!(c.device.backend, Backend::Cuda);
+        assert_eq!(Backend::from_name("cuda"), Some(Backend::Cuda));
+        assert_eq!(Backend::Cuda.to_string(), "cuda");
+        assert_eq!(Backend::Cuda.is_built(), cfg!(feature = "cuda"));
+        assert!(Backend::Sim.is_built());
+        // The summary writes it back, and it loads again.
+        let again = Config::from_toml_str(&c.summary(), Path::new("summary.toml")).unwrap();
+        assert_eq!(again.device.backend, Backend::Cuda);
     }
 
     #[test]

@@ -10,5 +10,8 @@
 //!   loaded driver API.
 
 pub mod driver;
+pub mod fake;
 pub mod kernels;
 pub mod queue;
+#[cfg(feature = "cuda")]
+pub mod real;
