@@ -45,10 +45,12 @@
 //! ```
 
 pub mod occupancy;
+pub mod ops;
 pub mod profile;
 pub mod sim;
 
 pub use occupancy::{Footprint, Limit, blocks_per_cu};
+pub use ops::{Gpu, GpuError};
 pub use profile::{DeviceProfile, ProfileError, Vendor};
 pub use sim::{
     Event, GpuSim, HostReset, KernelLaunch, KernelRef, Ns, Outcome, PreemptReport, QueueLens,

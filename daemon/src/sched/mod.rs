@@ -2,8 +2,10 @@
 //! virtual-time driver that runs a workload through one.
 //!
 //! A [`Policy`] sees task arrivals and GPU events and decides what to
-//! launch on which stream, and when to preempt. Every policy drives the
-//! same [`GpuSim`], so their results compare like for like. The policies
+//! launch on which stream, and when to preempt. Policies drive the device
+//! through the [`Gpu`](crate::gpu::Gpu) trait: in benchmarks and the
+//! simulated daemon the same [`GpuSim`](crate::gpu::GpuSim), so their
+//! results compare like for like; on hardware a real backend. The policies
 //! are the ones of issue 3: `seq`, `streams`, `rt-only`, `wait-preempt`,
 //! `reef`, `paella` (see [`PolicyKind`]); each lives in its own module.
 //!
@@ -22,7 +24,7 @@ use std::sync::Arc;
 
 use shm_proto::Priority;
 
-use crate::gpu::{Event, GpuSim, Ns};
+use crate::gpu::{Event, Gpu, Ns};
 use crate::model::ModelRegistry;
 
 /// Identifies a task (one inference request) within a run.
@@ -64,7 +66,7 @@ pub struct PolicyStats {
 /// Everything a policy works with during one callback.
 pub struct Ctx<'a> {
     /// The GPU.
-    pub gpu: &'a mut GpuSim,
+    pub gpu: &'a mut dyn Gpu,
     /// Models (kernels, times).
     pub models: &'a ModelRegistry,
     /// Append finished tasks here.

@@ -5,7 +5,7 @@
 //! ([`ReefConfig::dq_capacity`], REEF's `hip_set_stream_cap`, §4.2).
 //!
 //! - **Preemption (§4).** When an RT task arrives, every BE lane with work
-//!   on the device is preempted with [`GpuSim::preempt_reset`]: host-queue
+//!   on the device is preempted with [`GpuSim::preempt_reset`](crate::gpu::GpuSim::preempt_reset): host-queue
 //!   reset, preemption flag (lazy eviction), kill of the running kernel. The
 //!   latency of each preemption, from the model's `Preempted` report, goes to
 //!   [`preempt_latency_ns`](super::PolicyStats::preempt_latency_ns). BE lanes
@@ -21,7 +21,7 @@
 //!   [`relaunched_kernels`](super::PolicyStats::relaunched_kernels).
 //! - **Dynamic kernel padding (§5.2).** RT kernels run as REEF's `dkp`
 //!   kernel runs them (§5.1, Fig. 12): packed onto the first CUs, as many
-//!   as the kernel needs at its occupancy ([`GpuSim::set_packed_placement`]),
+//!   as the kernel needs at its occupancy ([`GpuSim::set_packed_placement`](crate::gpu::GpuSim::set_packed_placement)),
 //!   leaving the other CUs whole for best-effort blocks. When an RT kernel
 //!   starts, each parked BE lane may launch blocks of its next kernel beside
 //!   it, as REEF's greedy selection does ("a set of blocks from candidate
@@ -35,7 +35,7 @@
 //!   [`UNITS_PER_BLOCK`]ths of a block and, when it runs freely again,
 //!   launches only the blocks left. One padded launch per lane is in flight
 //!   at a time.
-//!   The BE kernel rides the RT kernel's launch ([`GpuSim::launch_padded`],
+//!   The BE kernel rides the RT kernel's launch ([`GpuSim::launch_padded`](crate::gpu::GpuSim::launch_padded),
 //!   REEF §5.1's fused `dkp` launch): no host push, no command-processor
 //!   fetch, dispatchable at once at the RT stream's priority.
 //!   BE kernels run through *proxy kernels* (§5.2): their register count is
@@ -69,7 +69,7 @@ use super::rt_only::{kernel_count, last_kernel_done, launch_kernels};
 use super::{Ctx, Policy, Task, TaskDone, tag, untag};
 use crate::gpu::occupancy::CuState;
 use crate::gpu::{
-    DeviceProfile, Event, Footprint, GpuSim, KernelLaunch, KernelRef, Ns, Outcome, StreamId,
+    DeviceProfile, Event, Footprint, Gpu, KernelLaunch, KernelRef, Ns, Outcome, StreamId,
     blocks_per_cu,
 };
 use crate::model::ModelRegistry;
@@ -450,7 +450,7 @@ impl Reef {
         self.padded
     }
 
-    fn init(&mut self, gpu: &mut GpuSim) -> StreamId {
+    fn init(&mut self, gpu: &mut dyn Gpu) -> StreamId {
         if self.tables.is_none() {
             self.tables = Some(Tables::build(gpu.profile(), &self.models, &self.cfg));
         }
@@ -475,7 +475,7 @@ impl Reef {
 
     /// The lane of `client`, created on first use on a stream that does not
     /// share the RT stream's hardware queue.
-    fn lane_for(&mut self, gpu: &mut GpuSim, rt: StreamId, client: u32) -> usize {
+    fn lane_for(&mut self, gpu: &mut dyn Gpu, rt: StreamId, client: u32) -> usize {
         let c = client as usize;
         if let Some(&l) = self.lane_of_client.get(c)
             && l != u32::MAX

@@ -1,0 +1,124 @@
+//! What a scheduling policy asks of a GPU, as one trait.
+//!
+//! The policies in [`crate::sched`] drive a [`Gpu`]: streams, kernel
+//! launches, and REEF's preemption mechanisms as device operations (§4).
+//! [`GpuSim`], the discrete-event model, implements it; a real backend (the
+//! CUDA backend of `crate::device::cuda`) implements the same trait, so the
+//! same policy code drives either. Results come back to the policy as
+//! [`Event`](super::Event)s through `Policy::on_event`, from whoever owns the device.
+//!
+//! A backend that cannot do an operation says so with
+//! [`GpuError::Unsupported`]; the policies treat every error as "not done"
+//! (logged, and the decision falls back: no padding, wait-based preemption).
+
+use super::{DeviceProfile, GpuSim, HostReset, KernelLaunch, KernelRef, Ns, SimError, StreamId};
+
+/// A failed device operation.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// The GPU model refused it.
+    #[error(transparent)]
+    Model(#[from] SimError),
+    /// This backend does not have the operation.
+    #[error("{backend} cannot {op}: {why}")]
+    Unsupported {
+        /// The backend.
+        backend: &'static str,
+        /// The operation.
+        op: &'static str,
+        /// Why, and what happens instead.
+        why: &'static str,
+    },
+    /// The device driver failed.
+    #[error("{backend}: {op} failed: {message}")]
+    Driver {
+        /// The backend.
+        backend: &'static str,
+        /// The operation.
+        op: &'static str,
+        /// The driver's message.
+        message: String,
+    },
+}
+
+/// The device operations a scheduling policy uses. See [`GpuSim`] for the
+/// semantics of each; a real backend documents where it differs.
+pub trait Gpu {
+    /// The device's figures (CUs and their limits, queue costs).
+    fn profile(&self) -> &DeviceProfile;
+    /// The device's clock, ns.
+    fn now(&self) -> Ns;
+    /// A new stream; higher `priority` is served first.
+    fn create_stream(&mut self, priority: i32) -> StreamId;
+    /// Caps how many kernels of `stream` are on the device at once.
+    fn set_dq_capacity(&mut self, stream: StreamId, capacity: u32) -> Result<(), GpuError>;
+    /// Places `stream`'s blocks on the lowest CUs first (REEF's `dkp`).
+    fn set_packed_placement(&mut self, stream: StreamId, packed: bool) -> Result<(), GpuError>;
+    /// Launches a kernel on `stream`, behind what the stream has queued.
+    fn launch(&mut self, stream: StreamId, k: KernelLaunch) -> Result<KernelRef, GpuError>;
+    /// Launches `k` on idle `stream` fused with `with`, the running kernel
+    /// of `host` (REEF §5.1 dynamic kernel padding).
+    fn launch_padded(
+        &mut self,
+        stream: StreamId,
+        k: KernelLaunch,
+        host: StreamId,
+        with: KernelRef,
+    ) -> Result<KernelRef, GpuError>;
+    /// Reset-based preemption of `stream` (REEF §4.2–4.3): drop the host
+    /// queue, set the preemption flag, kill the running blocks. The
+    /// `Preempted` event reports when the stream is idle.
+    fn preempt_reset(&mut self, stream: StreamId) -> Result<HostReset, GpuError>;
+    /// Wait-based preemption: stop feeding `stream`, let what is on the
+    /// device finish.
+    fn wait_based_preempt(&mut self, stream: StreamId) -> Result<(), GpuError>;
+    /// Lets a preempted `stream` run again.
+    fn resume(&mut self, stream: StreamId) -> Result<(), GpuError>;
+    /// Wall-clock ns the backend spent on its own dispatch work inside
+    /// these calls (see [`GpuSim::model_work_ns`]); 0 if not counted.
+    fn model_work_ns(&self) -> u64 {
+        0
+    }
+}
+
+impl Gpu for GpuSim {
+    fn profile(&self) -> &DeviceProfile {
+        GpuSim::profile(self)
+    }
+    fn now(&self) -> Ns {
+        GpuSim::now(self)
+    }
+    fn create_stream(&mut self, priority: i32) -> StreamId {
+        GpuSim::create_stream(self, priority)
+    }
+    fn set_dq_capacity(&mut self, stream: StreamId, capacity: u32) -> Result<(), GpuError> {
+        Ok(GpuSim::set_dq_capacity(self, stream, capacity)?)
+    }
+    fn set_packed_placement(&mut self, stream: StreamId, packed: bool) -> Result<(), GpuError> {
+        Ok(GpuSim::set_packed_placement(self, stream, packed)?)
+    }
+    fn launch(&mut self, stream: StreamId, k: KernelLaunch) -> Result<KernelRef, GpuError> {
+        Ok(GpuSim::launch(self, stream, k)?)
+    }
+    fn launch_padded(
+        &mut self,
+        stream: StreamId,
+        k: KernelLaunch,
+        host: StreamId,
+        with: KernelRef,
+    ) -> Result<KernelRef, GpuError> {
+        Ok(GpuSim::launch_padded(self, stream, k, host, with)?)
+    }
+    fn preempt_reset(&mut self, stream: StreamId) -> Result<HostReset, GpuError> {
+        Ok(GpuSim::preempt_reset(self, stream)?)
+    }
+    fn wait_based_preempt(&mut self, stream: StreamId) -> Result<(), GpuError> {
+        Ok(GpuSim::wait_based_preempt(self, stream)?)
+    }
+    fn resume(&mut self, stream: StreamId) -> Result<(), GpuError> {
+        Ok(GpuSim::resume(self, stream)?)
+    }
+    fn model_work_ns(&self) -> u64 {
+        GpuSim::model_work_ns(self)
+    }
+}
