@@ -74,6 +74,11 @@ pub trait Gpu {
     fn wait_based_preempt(&mut self, stream: StreamId) -> Result<(), GpuError>;
     /// Lets a preempted `stream` run again.
     fn resume(&mut self, stream: StreamId) -> Result<(), GpuError>;
+    /// Whether [`Gpu::launch_padded`] and [`Gpu::set_packed_placement`]
+    /// work (REEF's fused `dkp` launch); policies skip padding otherwise.
+    fn supports_fused_launch(&self) -> bool {
+        true
+    }
     /// Wall-clock ns the backend spent on its own dispatch work inside
     /// these calls (see [`GpuSim::model_work_ns`]); 0 if not counted.
     fn model_work_ns(&self) -> u64 {

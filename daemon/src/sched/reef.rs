@@ -458,6 +458,10 @@ impl Reef {
             return rt;
         }
         let rt = gpu.create_stream(1);
+        if !gpu.supports_fused_launch() && self.cfg.padding {
+            tracing::info!("reef: this device has no fused launch; running without padding");
+            self.cfg.padding = false;
+        }
         // Padding runs RT kernels through the dkp kernel, which packs them
         // onto the first CUs and leaves the rest whole (§5.1).
         if self.pads()

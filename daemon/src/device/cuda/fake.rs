@@ -68,6 +68,10 @@ pub struct FakeKernel {
     pub poll_every_ns: Option<u64>,
     /// What it does to device memory, if anything.
     pub effect: Option<Effect>,
+    /// `Some(off)`: the run time is the `u64` at byte `off` of the kernel's
+    /// own arguments (after the prologue) instead of `duration_ns`, as
+    /// `sluice_synthetic`'s `block_ns` sets its blocks' time.
+    pub duration_arg: Option<usize>,
 }
 
 impl std::fmt::Debug for FakeKernel {
@@ -76,6 +80,7 @@ impl std::fmt::Debug for FakeKernel {
             .field("duration_ns", &self.duration_ns)
             .field("poll_every_ns", &self.poll_every_ns)
             .field("effect", &self.effect.is_some())
+            .field("duration_arg", &self.duration_arg)
             .finish()
     }
 }
@@ -87,7 +92,15 @@ impl FakeKernel {
             duration_ns,
             poll_every_ns: None,
             effect: None,
+            duration_arg: None,
         }
+    }
+
+    /// The same kernel, timed by the `u64` argument at byte `offset` of its
+    /// own arguments.
+    pub fn timed_by_arg(mut self, offset: usize) -> Self {
+        self.duration_arg = Some(offset);
+        self
     }
 
     /// The same kernel, polling the flag every `poll_ns`.
@@ -487,7 +500,10 @@ impl State {
         let tm = self.timings;
         let (end, outcome) = match &op {
             Op::Kernel {
-                kernel, ctl, kidx, ..
+                kernel,
+                ctl,
+                kidx,
+                params,
             } => {
                 let c = &mut self.ctls[*ctl];
                 if c.preempt {
@@ -495,7 +511,15 @@ impl State {
                 } else {
                     c.started = c.started.max(u64::from(*kidx) + 1);
                     let def = &self.defs[self.kernels[kernel.0 as usize]].1;
-                    (start + def.duration_ns, KernelOutcome::Completed)
+                    let duration = def
+                        .duration_arg
+                        .and_then(|off| {
+                            let at = PROLOGUE_BYTES + off;
+                            params.get(at..at + 8)
+                        })
+                        .and_then(|b| b.try_into().ok())
+                        .map_or(def.duration_ns, u64::from_ne_bytes);
+                    (start + duration, KernelOutcome::Completed)
                 }
             }
             Op::CopyToDevice { len, .. } | Op::CopyToHost { len, .. } | Op::Memset { len, .. } => (

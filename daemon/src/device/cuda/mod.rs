@@ -11,6 +11,7 @@
 
 pub mod driver;
 pub mod fake;
+pub mod gpu;
 pub mod kernels;
 pub mod queue;
 #[cfg(feature = "cuda")]
