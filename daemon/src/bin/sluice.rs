@@ -161,13 +161,18 @@ enum Bench {
         #[arg(long, value_name = "FILE.svg")]
         plot: Option<PathBuf>,
     },
-    /// Preemption latency on the simulated GPU, wait-based against
-    /// reset-based, as launched kernels and kernel time grow (REEF Fig. 19),
-    /// and against device-queue capacity (REEF Fig. 21).
+    /// Preemption latency, wait-based against reset-based, as launched
+    /// kernels and kernel time grow (REEF Fig. 19), and on the simulated GPU
+    /// against device-queue capacity (REEF Fig. 21). `--device cuda` runs
+    /// Fig. 19 on CUDA device 0 (a build with `--features cuda`).
     Preempt {
-        /// Device profile of the simulated GPU.
-        #[arg(long, default_value = "mi50", value_parser = parse_device)]
+        /// Device profile of the simulated GPU (mi50, gv100, h100), or
+        /// `cuda` for the real GPU.
+        #[arg(long, default_value = "mi50", value_parser = parse_preempt_device)]
         device: String,
+        /// `--device cuda`: repetitions per point (p50 and p99 over them).
+        #[arg(long, default_value_t = 20)]
+        reps: u32,
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
@@ -251,6 +256,13 @@ fn parse_device(s: &str) -> Result<String, String> {
             names.join(", ")
         ))
     }
+}
+
+fn parse_preempt_device(s: &str) -> Result<String, String> {
+    if s == "cuda" {
+        return Ok(s.into());
+    }
+    parse_device(s).map_err(|e| format!("{e}, or cuda"))
 }
 
 fn parse_load(s: &str) -> Result<f64, String> {
@@ -469,7 +481,10 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Bench {
-            which: Bench::Preempt { device, json },
+            which: Bench::Preempt { device, json, reps },
+        } if device == "cuda" => preempt_on_cuda(reps, json),
+        Cmd::Bench {
+            which: Bench::Preempt { device, json, .. },
         } => match bench_preempt::run(&bench_preempt::PreemptOptions {
             device: device.clone(),
         }) {
@@ -698,4 +713,39 @@ fn status_table(s: &Status) -> String {
         out += "(no clients connected)\n";
     }
     out
+}
+
+/// `sluice bench preempt --device cuda`.
+#[cfg(feature = "cuda")]
+fn preempt_on_cuda(reps: u32, json: bool) -> ExitCode {
+    use sluice_daemon::tools::bench_preempt_device as dev;
+    let mut last = 0;
+    let mut progress = |done: usize, total: usize| {
+        let pct = done * 100 / total.max(1);
+        if pct != last || done == total {
+            last = pct;
+            eprint!("\rbench preempt --device cuda: {done}/{total} measurements ({pct}%)");
+            if done == total {
+                eprintln!();
+            }
+        }
+    };
+    match dev::run_cuda(reps, &mut progress) {
+        Ok(r) if json => print_json(&r),
+        Ok(r) => {
+            print!("{}", dev::table(&r));
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail_chain(&e),
+    }
+}
+
+/// `sluice bench preempt --device cuda` in a build without the backend.
+#[cfg(not(feature = "cuda"))]
+fn preempt_on_cuda(_reps: u32, _json: bool) -> ExitCode {
+    eprintln!(
+        "error: --device cuda: this sluice was built without the CUDA backend; rebuild with \
+         `cargo build --release -p sluice-daemon --features cuda`"
+    );
+    ExitCode::from(2)
 }

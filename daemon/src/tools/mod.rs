@@ -5,6 +5,7 @@
 pub mod bench_hol;
 pub mod bench_ipc;
 pub mod bench_preempt;
+pub mod bench_preempt_device;
 pub mod demo;
 pub mod disb;
 pub mod roles;

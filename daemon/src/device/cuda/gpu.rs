@@ -159,6 +159,11 @@ impl CudaGpu {
         })
     }
 
+    /// How streams created from now on stop a running kernel.
+    pub fn set_kill(&mut self, kill: Kill) {
+        self.kill = kill;
+    }
+
     /// The driver, e.g. to advance a fake one.
     pub fn driver(&mut self) -> &mut dyn CuDriver {
         &mut *self.drv
