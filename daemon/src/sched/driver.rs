@@ -20,7 +20,7 @@ use std::time::Instant;
 use shm_proto::Priority;
 
 use super::{Ctx, Policy, PolicyStats, Task, TaskDone};
-use crate::gpu::{DeviceProfile, Event, GpuSim, Ns};
+use crate::gpu::{DeviceProfile, Event, Gpu, GpuSim, Ns};
 use crate::model::ModelRegistry;
 
 /// How long after the last arrival the driver lets tasks finish.
@@ -80,7 +80,8 @@ pub struct RunResult {
     pub stats: PolicyStats,
     /// Virtual time at the end.
     pub end_ns: Ns,
-    /// Fraction of CU-time busy over the run.
+    /// Fraction of CU-time busy over the run (0 on a device that does not
+    /// report it).
     pub utilisation: f64,
     /// Wall-clock cost of each policy callback's decision, ns: the
     /// callback's time less the GPU model's dispatch work it caused.
@@ -130,14 +131,63 @@ impl ClientState {
     }
 }
 
-/// Runs `workload` through `policy` on a fresh GPU of `profile`.
+/// A device the driver can run a workload on: the GPU model in virtual
+/// time, or a real device (`crate::device::cuda::gpu::CudaGpu`) on its own
+/// clock.
+pub trait Device: Gpu {
+    /// Lets the device run until `until` or its next event, whichever is
+    /// first (`None`: no deadline), appends the events to `out` and returns
+    /// the time then; `None` when nothing is left to happen and there is no
+    /// deadline.
+    fn advance(&mut self, until: Option<Ns>, out: &mut Vec<Event>) -> Option<Ns>;
+    /// Fraction of CU-time busy so far, if the device knows it.
+    fn utilisation(&self) -> Option<f64>;
+    /// Turns the count of the device's own dispatch work on (see
+    /// [`GpuSim::model_work_ns`]).
+    fn time_model_work(&mut self) {}
+}
+
+impl Device for GpuSim {
+    fn advance(&mut self, until: Option<Ns>, out: &mut Vec<Event>) -> Option<Ns> {
+        let t = match (until, self.next_event_time()) {
+            (None, None) => return None,
+            (Some(a), Some(g)) => a.min(g),
+            (Some(a), None) => a,
+            (None, Some(g)) => g,
+        };
+        self.run_until(t);
+        out.extend(self.drain_events());
+        Some(t)
+    }
+
+    fn utilisation(&self) -> Option<f64> {
+        Some(GpuSim::utilisation(self))
+    }
+
+    fn time_model_work(&mut self) {
+        self.set_model_timing(true);
+    }
+}
+
+/// Runs `workload` through `policy` on a fresh GPU model of `profile`.
 pub fn run(
     profile: &DeviceProfile,
     models: &Arc<ModelRegistry>,
     policy: &mut dyn Policy,
     workload: &Workload,
 ) -> RunResult {
-    let mut gpu = GpuSim::new(profile.clone());
+    run_on(&mut GpuSim::new(profile.clone()), models, policy, workload)
+}
+
+/// Runs `workload` through `policy` on `gpu`, from the device's current
+/// time; the result's times are relative to that start.
+pub fn run_on(
+    gpu: &mut dyn Device,
+    models: &Arc<ModelRegistry>,
+    policy: &mut dyn Policy,
+    workload: &Workload,
+) -> RunResult {
+    let t0 = gpu.now();
     let mut clients: Vec<ClientState> = workload
         .clients
         .iter()
@@ -151,6 +201,7 @@ pub fn run(
             trace_pos: 0,
         })
         .collect();
+    // Arrival times are relative to the start; the device's are absolute.
     let mut arrivals: BinaryHeap<Reverse<(Ns, u32)>> = BinaryHeap::new();
     for (i, c) in clients.iter_mut().enumerate() {
         if let Some(t) = c.next_after(0, true)
@@ -164,28 +215,23 @@ pub fn run(
     let mut stats = PolicyStats::default();
     let mut decision = crate::tools::histogram();
     let mut callback = crate::tools::histogram();
-    gpu.set_model_timing(true);
+    gpu.time_model_work();
     let mut events: Vec<Event> = Vec::new();
     let mut next_id = 0u64;
     let mut arrived = 0u64;
     let stop = workload.duration_ns.saturating_add(DRAIN_NS);
     loop {
-        let t_arr = arrivals.peek().map(|Reverse((t, _))| *t);
-        let t_gpu = gpu.next_event_time();
-        let t = match (t_arr, t_gpu) {
-            (None, None) => break,
-            (Some(a), Some(g)) => a.min(g),
-            (Some(a), None) => a,
-            (None, Some(g)) => g,
+        let t_arr = arrivals.peek().map(|Reverse((t, _))| t0 + *t);
+        let Some(t_abs) = gpu.advance(t_arr.map(|a| a.min(t0 + stop)), &mut events) else {
+            break;
         };
+        let t = t_abs.saturating_sub(t0);
         if t > stop {
             break;
         }
-        gpu.run_until(t);
-        events.extend(gpu.drain_events());
         // Times one policy callback: the scheduler's decision cost.
         let mut decide =
-            |gpu: &mut GpuSim,
+            |gpu: &mut dyn Device,
              fresh: &mut Vec<TaskDone>,
              f: &mut dyn FnMut(&mut dyn Policy, &mut Ctx<'_>)| {
                 let mut cx = Ctx {
@@ -203,7 +249,7 @@ pub fn run(
                 decision.saturating_record(total.saturating_sub(model));
             };
         for ev in events.drain(..) {
-            decide(&mut gpu, &mut fresh, &mut |p, cx| p.on_event(cx, &ev));
+            decide(&mut *gpu, &mut fresh, &mut |p, cx| p.on_event(cx, &ev));
         }
         while let Some(&Reverse((ta, ci))) = arrivals.peek() {
             if ta > t {
@@ -216,7 +262,7 @@ pub fn run(
                 client: ci,
                 priority: c.spec.priority,
                 model: c.spec.model,
-                arrival: ta,
+                arrival: t0 + ta,
             };
             next_id += 1;
             arrived += 1;
@@ -225,9 +271,11 @@ pub fn run(
             {
                 arrivals.push(Reverse((tn, ci)));
             }
-            decide(&mut gpu, &mut fresh, &mut |p, cx| p.on_arrival(cx, task));
+            decide(&mut *gpu, &mut fresh, &mut |p, cx| p.on_arrival(cx, task));
         }
-        for d in fresh.drain(..) {
+        for mut d in fresh.drain(..) {
+            d.task.arrival -= t0;
+            d.finished = d.finished.saturating_sub(t0);
             let c = &mut clients[d.task.client as usize];
             if c.spec.arrival == Arrival::ClosedLoop && d.finished < workload.duration_ns {
                 arrivals.push(Reverse((d.finished, d.task.client)));
@@ -239,8 +287,8 @@ pub fn run(
         unfinished: arrived - done.len() as u64,
         done,
         stats,
-        end_ns: gpu.now(),
-        utilisation: gpu.utilisation(),
+        end_ns: gpu.now() - t0,
+        utilisation: gpu.utilisation().unwrap_or(0.0),
         decision_ns: decision,
         callback_ns: callback,
     }
