@@ -137,8 +137,11 @@ enum Bench {
         /// Policies to run (repeat or list; default: all).
         #[arg(long = "policy", value_name = "NAME", num_args = 1.., value_delimiter = ',', value_parser = parse_policy)]
         policies: Vec<PolicyKind>,
-        /// Device profile of the simulated GPU.
-        #[arg(long, default_value = "mi50", value_parser = parse_device)]
+        /// Device profile of the simulated GPU (mi50, gv100, h100), or
+        /// `cuda`: CUDA device 0 (a build with `--features cuda`), running
+        /// the models' kernels as synthetic kernels on their manifest
+        /// timings, one run at a time, in real time.
+        #[arg(long, default_value = "mi50", value_parser = parse_preempt_device)]
         device: String,
         /// Virtual time of each run, ms (default 2000 on mi50, 1000 on
         /// gv100 and h100; trace: until the last arrival).
@@ -464,7 +467,12 @@ fn main() -> ExitCode {
                 jobs: jobs.map_or(defaults.jobs, |j| usize::try_from(j).unwrap_or(1)),
             };
             let mut progress = disb::stderr_progress();
-            let r = match disb::run(&opts, &mut progress) {
+            let r = if opts.device == "cuda" {
+                disb_on_cuda(&opts, &mut progress)
+            } else {
+                disb::run(&opts, &mut progress)
+            };
+            let r = match r {
                 Ok(r) => r,
                 Err(e) => return fail_chain(&e),
             };
@@ -748,4 +756,35 @@ fn preempt_on_cuda(_reps: u32, _json: bool) -> ExitCode {
          `cargo build --release -p sluice-daemon --features cuda`"
     );
     ExitCode::from(2)
+}
+
+/// `sluice bench disb --device cuda`.
+#[cfg(feature = "cuda")]
+fn disb_on_cuda(
+    opts: &disb::DisbOptions,
+    progress: &mut dyn FnMut(&disb::Progress),
+) -> Result<disb::DisbReport, disb::DisbError> {
+    use sluice_daemon::device::cuda::gpu::{Kill, open_device0};
+    let (g, info) = open_device0(Kill::Cooperative).map_err(disb::DisbError::Device)?;
+    let name = format!("cuda: {}", info.name);
+    disb::run_on_device(
+        opts,
+        &sluice_daemon::sched::make_policy,
+        Box::new(g),
+        &name,
+        progress,
+    )
+}
+
+/// `sluice bench disb --device cuda` in a build without the backend.
+#[cfg(not(feature = "cuda"))]
+fn disb_on_cuda(
+    _: &disb::DisbOptions,
+    _: &mut dyn FnMut(&disb::Progress),
+) -> Result<disb::DisbReport, disb::DisbError> {
+    Err(disb::DisbError::Device(
+        "--device cuda: this sluice was built without the CUDA backend; rebuild with \
+         `cargo build --release -p sluice-daemon --features cuda`"
+            .into(),
+    ))
 }

@@ -311,31 +311,9 @@ pub fn run_cuda(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<DeviceResult, DeviceBenchError> {
     use super::bench_preempt::{KERNEL_COUNTS, KERNEL_TIMES_US};
-    use crate::device::cuda::driver::CuDriver;
-    use crate::device::cuda::gpu::SYNTHETIC_KERNEL;
-    use crate::device::cuda::{kernels, real};
-    use crate::gpu::DeviceProfile;
-
-    let setup = |e: &dyn std::fmt::Display| DeviceBenchError::Setup(e.to_string());
-    let mut drv = real::CudaDriver::new(0).map_err(|e| setup(&e))?;
-    let info = drv.info().clone();
-    let (major, minor) = info.compute_capability;
-    let arch = format!("sm_{major}{minor}");
-    let src = kernels::SOURCES
-        .iter()
-        .find(|s| s.kernels().any(|k| k.name() == SYNTHETIC_KERNEL))
-        .ok_or_else(|| {
-            DeviceBenchError::Setup(format!("{SYNTHETIC_KERNEL} is not in the kernel library"))
-        })?;
-    let arch = kernels::Arch::parse(&arch).map_err(|e| setup(&e))?;
-    let module = kernels::compile_source(src, arch).map_err(|e| setup(&e))?;
-    let m = drv.load_module(&module.ptx).map_err(|e| setup(&e))?;
-    let k = drv.kernel(m, SYNTHETIC_KERNEL).map_err(|e| setup(&e))?;
+    let (mut g, info) = crate::device::cuda::gpu::open_device0(Kill::Cooperative)
+        .map_err(|e| DeviceBenchError::Setup(e.to_string()))?;
     let sms = u32::try_from(info.sm_count).unwrap_or(1).max(1);
-    let mut profile = DeviceProfile::h100();
-    profile.compute_units = sms;
-    let mut g =
-        CudaGpu::new(Box::new(drv), k, profile, Kill::Cooperative).map_err(|e| setup(&e))?;
     run_on(
         &mut g,
         &info.name,

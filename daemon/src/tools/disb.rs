@@ -158,7 +158,8 @@ pub struct DisbOptions {
     pub trace: Option<PathBuf>,
     /// Policies to run, in report order.
     pub policies: Vec<PolicyKind>,
-    /// Device profile name (`mi50`, `gv100`, `h100`).
+    /// Device profile name (`mi50`, `gv100`, `h100`) of the GPU model, or
+    /// `cuda` for CUDA device 0 (see [`run_on_device`]).
     pub device: String,
     /// Virtual time of each run, ms; `None`: [`default_duration_ms`] (trace:
     /// until the last arrival).
@@ -269,6 +270,20 @@ pub enum DisbError {
     /// Nothing to run.
     #[error("nothing to run: no workload selected and no --trace given")]
     NoWorkload,
+    /// The device could not be opened.
+    #[error("{0}")]
+    Device(String),
+    /// A model's standalone run on the device did not finish.
+    #[error(
+        "measuring the standalone time of `{model}` on {device}: the request did not finish \
+         (see the log for the device's error)"
+    )]
+    DeviceStandalone {
+        /// The model.
+        model: String,
+        /// The device.
+        device: String,
+    },
     /// A worker thread panicked (a policy bug).
     #[error("the run of policy `{policy}` on workload {workload} panicked: {message}")]
     Panicked {
@@ -499,7 +514,7 @@ struct Normalisers {
 
 impl Normalisers {
     fn measure(
-        profile: &DeviceProfile,
+        standalone: &mut dyn FnMut(&Model) -> Result<Ns, DisbError>,
         models: &ModelRegistry,
         ids: impl IntoIterator<Item = u32>,
     ) -> Result<Self, DisbError> {
@@ -510,11 +525,7 @@ impl Normalisers {
                 continue;
             }
             let Some(m) = models.get(id) else { continue };
-            let t = standalone_ns(profile, m).map_err(|source| DisbError::Standalone {
-                model: m.name().to_owned(),
-                device: profile.name.clone(),
-                source,
-            })?;
+            let t = standalone(m)?;
             // A zero-time model (`null`) would divide by zero: 1 ns floor.
             let t = t.max(1);
             time_ns.insert(id, t);
@@ -1011,14 +1022,114 @@ pub fn run(
     run_with(opts, &make_policy, progress)
 }
 
-/// Runs DISB with the policies `factory` builds.
+/// Runs DISB with the policies `factory` builds, on the GPU model.
 pub fn run_with(
     opts: &DisbOptions,
     factory: &PolicyFactory,
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<DisbReport, DisbError> {
-    let t0 = Instant::now();
     let profile = DeviceProfile::builtin(&opts.device)?;
+    run_backend(opts, factory, &Backend::Model(profile), progress)
+}
+
+/// Runs DISB on a device of its own clock (`crate::device::cuda::gpu::CudaGpu`
+/// on a GPU, or on the fake driver in tests): one run at a time, each on
+/// fresh streams; the models' standalone times are measured on the device
+/// (one request alone, `rt-only`). `name` is the device's name for the
+/// report, `profile` its figures for the policies. The kernels are the
+/// models' manifests run as synthetic kernels (see the CUDA adapter), so
+/// this measures scheduling on the hardware, not the models' real layers.
+pub fn run_on_device(
+    opts: &DisbOptions,
+    factory: &PolicyFactory,
+    device: Box<dyn driver::Device + Send>,
+    name: &str,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<DisbReport, DisbError> {
+    let backend = Backend::Device {
+        gpu: std::sync::Mutex::new(device),
+        name: name.to_owned(),
+    };
+    run_backend(opts, factory, &backend, progress)
+}
+
+/// Where the runs go.
+enum Backend {
+    /// A fresh GPU model per run, runs in parallel.
+    Model(DeviceProfile),
+    /// One device, one run at a time.
+    Device {
+        gpu: std::sync::Mutex<Box<dyn driver::Device + Send>>,
+        name: String,
+    },
+}
+
+impl Backend {
+    fn name(&self) -> String {
+        match self {
+            Self::Model(p) => p.name.clone(),
+            Self::Device { name, .. } => name.clone(),
+        }
+    }
+
+    fn run(
+        &self,
+        models: &Arc<ModelRegistry>,
+        policy: &mut dyn Policy,
+        workload: &Workload,
+    ) -> driver::RunResult {
+        match self {
+            Self::Model(p) => driver::run(p, models, policy, workload),
+            Self::Device { gpu, .. } => {
+                let mut g = gpu.lock().unwrap_or_else(|e| e.into_inner());
+                driver::run_on(g.as_mut(), models, policy, workload)
+            }
+        }
+    }
+
+    fn standalone(&self, models: &Arc<ModelRegistry>, m: &Model) -> Result<Ns, DisbError> {
+        match self {
+            Self::Model(p) => standalone_ns(p, m).map_err(|source| DisbError::Standalone {
+                model: m.name().to_owned(),
+                device: p.name.clone(),
+                source,
+            }),
+            Self::Device { name, .. } => {
+                let id = model_id(models, m.name())?;
+                let w = Workload {
+                    clients: vec![ClientSpec {
+                        priority: Priority::RealTime,
+                        model: id,
+                        arrival: Arrival::Trace(vec![0]),
+                    }],
+                    duration_ns: 1,
+                };
+                let mut p = make_policy(PolicyKind::RtOnly, models).ok_or_else(|| {
+                    DisbError::DeviceStandalone {
+                        model: m.name().to_owned(),
+                        device: name.clone(),
+                    }
+                })?;
+                let r = self.run(models, p.as_mut(), &w);
+                r.done
+                    .first()
+                    .map(|d| d.finished.saturating_sub(d.task.arrival))
+                    .ok_or_else(|| DisbError::DeviceStandalone {
+                        model: m.name().to_owned(),
+                        device: name.clone(),
+                    })
+            }
+        }
+    }
+}
+
+fn run_backend(
+    opts: &DisbOptions,
+    factory: &PolicyFactory,
+    backend: &Backend,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<DisbReport, DisbError> {
+    let t0 = Instant::now();
     let models = Arc::new(ModelRegistry::builtin());
     let duration_ns = opts
         .duration_ms
@@ -1030,15 +1141,19 @@ pub fn run_with(
     for name in DISB_MODELS {
         ids.push(model_id(&models, name)?);
     }
-    let mut norm = Normalisers::measure(&profile, &models, ids)?;
+    let mut standalone = |m: &Model| backend.standalone(&models, m);
+    let mut norm = Normalisers::measure(&mut standalone, &models, ids)?;
     let mut cases = Vec::new();
     for &w in &opts.workloads {
         cases.push(table2_case(w, &models, &norm, duration_ns, opts.seed)?);
     }
     if let Some(path) = &opts.trace {
         let case = trace_case(path, &models, opts.duration_ms)?;
-        let extra =
-            Normalisers::measure(&profile, &models, case.clients.iter().map(|c| c.spec.model))?;
+        let extra = Normalisers::measure(
+            &mut standalone,
+            &models,
+            case.clients.iter().map(|c| c.spec.model),
+        )?;
         for (id, t) in extra.time_ns {
             norm.time_ns.entry(id).or_insert(t);
         }
@@ -1095,13 +1210,16 @@ pub fn run_with(
     let mut slots: Vec<Option<CaseResult>> = vec![None; total];
     let next = AtomicUsize::new(0);
     let (tx, rx) = mpsc::channel::<(usize, Result<CaseResult, String>)>();
-    let workers = opts.jobs.clamp(1, total.max(1));
+    let workers = match backend {
+        Backend::Model(_) => opts.jobs.clamp(1, total.max(1)),
+        Backend::Device { .. } => 1,
+    };
     let mut failure = None;
     std::thread::scope(|scope| {
         for _ in 0..workers {
             let tx = tx.clone();
-            let (jobs, order, cases, norm, models, profile, next) =
-                (&jobs, &order, &cases, &norm, &models, &profile, &next);
+            let (jobs, order, cases, norm, models, next) =
+                (&jobs, &order, &cases, &norm, &models, &next);
             scope.spawn(move || {
                 while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
                     let (ci, kind) = jobs[i];
@@ -1113,7 +1231,7 @@ pub fn run_with(
                             clients: case.clients.iter().map(|c| c.spec.clone()).collect(),
                             duration_ns: case.duration_ns,
                         };
-                        let r = driver::run(profile, models, policy.as_mut(), &workload);
+                        let r = backend.run(models, policy.as_mut(), &workload);
                         let wall_ms = start.elapsed().as_secs_f64() * 1e3;
                         Some(summarise(case, kind, norm, &r, wall_ms))
                     }));
@@ -1156,7 +1274,7 @@ pub fn run_with(
         return Err(e);
     }
     Ok(DisbReport {
-        device: profile.name.clone(),
+        device: backend.name(),
         results: slots.into_iter().flatten().collect(),
         workloads: cases
             .iter()
@@ -1540,7 +1658,10 @@ mod tests {
         let models = ModelRegistry::builtin();
         let p = DeviceProfile::mi50();
         let ids = DISB_MODELS.map(|m| models.lookup(m).unwrap().0);
-        let norm = Normalisers::measure(&p, &models, ids).unwrap();
+        let backend = Backend::Model(p);
+        let arc = Arc::new(ModelRegistry::builtin());
+        let mut standalone = |m: &Model| backend.standalone(&arc, m);
+        let norm = Normalisers::measure(&mut standalone, &models, ids).unwrap();
         let vgg = models.lookup("vgg19").unwrap().0;
         for w in DisbWorkload::ALL {
             let c = table2_case(w, &models, &norm, 1_000_000_000, 7).unwrap();
@@ -1746,5 +1867,39 @@ mod tests {
         assert_eq!(r.workloads[0].clients.len(), 6);
         assert!(r.workloads[0].note.is_some());
         assert_eq!(r.results[0].rt_norm_latency.count, 10);
+    }
+
+    /// DISB on a device of its own clock: the CUDA adapter over the fake
+    /// driver, workload A briefly, `rt-only` and `reef`.
+    #[test]
+    fn disb_runs_on_a_device_through_the_cuda_adapter() {
+        use crate::device::cuda::fake::{FakeDriver, FakeKernel};
+        use crate::device::cuda::gpu::{CudaGpu, Kill, SYNTHETIC_KERNEL};
+        let mut d = FakeDriver::default();
+        let k = d.kernel_handle(
+            SYNTHETIC_KERNEL,
+            FakeKernel::new(0).timed_by_arg(12).polling(1_000),
+        );
+        let g = CudaGpu::new(Box::new(d), k, DeviceProfile::h100(), Kill::Cooperative).unwrap();
+        let opts = DisbOptions {
+            workloads: vec![DisbWorkload::A],
+            policies: vec![PolicyKind::RtOnly, PolicyKind::Reef],
+            duration_ms: Some(40),
+            ..DisbOptions::default()
+        };
+        let r = run_on_device(&opts, &make_policy, Box::new(g), "fake", &mut |_| {}).unwrap();
+        assert_eq!(r.device, "fake");
+        assert_eq!(r.jobs, 1);
+        assert_eq!(r.results.len(), 2);
+        for c in &r.results {
+            assert!(c.rt_norm_latency.count > 0, "{c:?}");
+            // Standalone times were measured on the device: an RT request
+            // alone is 1.0 of itself, give or take the arrival phase.
+            assert!(c.rt_norm_latency.p50 >= 0.9, "{c:?}");
+        }
+        let reef = r.results.iter().find(|c| c.policy == "reef").unwrap();
+        assert!(reef.be_throughput_norm > 0.0, "{reef:?}");
+        assert!(reef.preempt_latency_us.p50.is_some(), "{reef:?}");
+        assert!(r.standalone.iter().all(|s| s.time_ms > 0.0));
     }
 }

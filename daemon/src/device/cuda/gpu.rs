@@ -525,6 +525,30 @@ impl Gpu for CudaGpu {
     }
 }
 
+/// Opens CUDA device 0 for the scheduler: the real driver, the kernel
+/// library's synthetic kernel compiled with NVRTC for the device's
+/// architecture, and the h100 profile's figures with the device's SM
+/// count.
+#[cfg(feature = "cuda")]
+pub fn open_device0(kill: Kill) -> Result<(CudaGpu, super::real::CudaInfo), String> {
+    use super::kernels;
+    let mut drv = super::real::CudaDriver::new(0).map_err(|e| e.to_string())?;
+    let info = drv.info().clone();
+    let (major, minor) = info.compute_capability;
+    let src = kernels::SOURCES
+        .iter()
+        .find(|s| s.kernels().any(|k| k.name() == SYNTHETIC_KERNEL))
+        .ok_or_else(|| format!("{SYNTHETIC_KERNEL} is not in the kernel library"))?;
+    let arch = kernels::Arch::parse(&format!("sm_{major}{minor}")).map_err(|e| e.to_string())?;
+    let module = kernels::compile_source(src, arch).map_err(|e| e.to_string())?;
+    let m = drv.load_module(&module.ptx).map_err(|e| e.to_string())?;
+    let k = drv.kernel(m, SYNTHETIC_KERNEL).map_err(|e| e.to_string())?;
+    let mut profile = DeviceProfile::h100();
+    profile.compute_units = u32::try_from(info.sm_count).unwrap_or(1).max(1);
+    let g = CudaGpu::new(Box::new(drv), k, profile, kill).map_err(|e| e.to_string())?;
+    Ok((g, info))
+}
+
 impl crate::sched::driver::Device for CudaGpu {
     /// Polls until an event, the deadline, or (no deadline) idleness,
     /// waiting on the driver between polls (the real driver spins: this is
