@@ -69,6 +69,53 @@ enum Cmd {
         #[command(subcommand)]
         which: KernelsCmd,
     },
+    /// Run a model on CUDA device 0 and compare its output with the CPU
+    /// reference: PASS/FAIL per model (exit 1 if any fails). Needs a build
+    /// with `--features cuda`.
+    Check {
+        /// The device: `cuda` (CUDA device 0).
+        #[arg(long, value_parser = parse_cuda_only)]
+        device: String,
+        /// vgg19, resnet152, bert_base or gpt2 (default: all four).
+        #[arg(value_parser = parse_model)]
+        model: Option<String>,
+        /// The Small builds (same layers, shrunk shapes).
+        #[arg(long)]
+        small: bool,
+        /// Seed of the weights (the input's is seed + 1).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Largest absolute error allowed, as a fraction of the reference
+        /// output's largest magnitude.
+        #[arg(long, default_value_t = sluice_daemon::tools::cuda_models::DEFAULT_TOLERANCE)]
+        tol: f64,
+        /// Print one JSON array instead of one line per model.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time every kernel of a model on CUDA device 0 and write its manifest
+    /// with the measured kernel and block times. Needs a build with
+    /// `--features cuda`.
+    Profile {
+        /// The device: `cuda` (CUDA device 0).
+        #[arg(long, value_parser = parse_cuda_only)]
+        device: String,
+        /// vgg19, resnet152, bert_base or gpt2.
+        #[arg(value_parser = parse_model)]
+        model: String,
+        /// The manifest to write (default: <model>.json here).
+        #[arg(long, value_name = "FILE.json")]
+        out: Option<PathBuf>,
+        /// Timed runs per kernel (the median is kept).
+        #[arg(long, default_value_t = sluice_daemon::tools::cuda_models::DEFAULT_REPS, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        reps: u32,
+        /// The Small build (same layers, shrunk shapes).
+        #[arg(long)]
+        small: bool,
+        /// Seed of the weights (the input's is seed + 1).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// (internal) a demo client process.
     #[command(name = "__client", hide = true)]
     Client {
@@ -534,6 +581,22 @@ fn main() -> ExitCode {
             }
         }
         Cmd::Kernels { which } => kernels_cmd(which),
+        Cmd::Check {
+            model,
+            small,
+            seed,
+            tol,
+            json,
+            ..
+        } => check_cmd(model, small, seed, tol, json),
+        Cmd::Profile {
+            model,
+            out,
+            reps,
+            small,
+            seed,
+            ..
+        } => profile_cmd(&model, out, reps, small, seed),
         Cmd::Client {
             socket,
             name,
@@ -672,6 +735,171 @@ fn kernels_ptx(_arches: &[String], _out: &std::path::Path) -> ExitCode {
          rebuild with `cargo build --release -p sluice-daemon --features cuda` \
          (no GPU or CUDA toolkit needed to build; libnvrtc.so.12 at run time)",
     )
+}
+
+fn parse_cuda_only(s: &str) -> Result<String, String> {
+    if s == "cuda" {
+        Ok(s.into())
+    } else {
+        Err(format!(
+            "`{s}` is not a device for this command; use cuda (the simulated GPU runs no kernels)"
+        ))
+    }
+}
+
+fn parse_model(s: &str) -> Result<String, String> {
+    use sluice_daemon::nn::builders::MODEL_NAMES;
+    if MODEL_NAMES.contains(&s) {
+        Ok(s.into())
+    } else {
+        Err(format!(
+            "`{s}` is not a model builder; use one of {}",
+            MODEL_NAMES.join(", ")
+        ))
+    }
+}
+
+/// `sluice check --device cuda`.
+#[cfg(feature = "cuda")]
+fn check_cmd(model: Option<String>, small: bool, seed: u64, tol: f64, json: bool) -> ExitCode {
+    use sluice_daemon::device::cuda::plan_exec::LoadOptions;
+    use sluice_daemon::nn::builders::{self, BuildOptions, MODEL_NAMES, Scale};
+    use sluice_daemon::tools::cuda_models as cm;
+    let names: Vec<&str> = match &model {
+        Some(m) => vec![m.as_str()],
+        None => MODEL_NAMES.to_vec(),
+    };
+    let mut rig = match cm::open_cuda() {
+        Ok(r) => r,
+        Err(e) => return fail_chain(&e),
+    };
+    eprintln!("sluice check: {}", rig.drv.info());
+    let scale = if small { Scale::Small } else { Scale::Full };
+    let mut results = Vec::new();
+    for name in names {
+        let built = match builders::build(name, &BuildOptions { scale }) {
+            Ok(b) => b,
+            Err(e) => return fail_chain(&e),
+        };
+        eprintln!(
+            "sluice check: {} ({} kernels; the CPU reference of a full model takes a while)",
+            built.plan().name(),
+            built.plan().steps().len()
+        );
+        let r = cm::check_model(
+            &mut rig.drv,
+            &mut rig.q,
+            &rig.lib,
+            &built,
+            seed,
+            tol,
+            &LoadOptions::default(),
+        );
+        match r {
+            Ok(r) => {
+                if !json {
+                    println!("{}", r.line());
+                }
+                results.push(r);
+            }
+            Err(e) => return fail_chain(&e),
+        }
+    }
+    let code = if json {
+        print_json(&results)
+    } else {
+        ExitCode::SUCCESS
+    };
+    if results.iter().all(|r| r.pass) {
+        code
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `sluice profile --device cuda`.
+#[cfg(feature = "cuda")]
+fn profile_cmd(model: &str, out: Option<PathBuf>, reps: u32, small: bool, seed: u64) -> ExitCode {
+    use sluice_daemon::device::cuda::plan_exec::LoadOptions;
+    use sluice_daemon::nn::builders::{self, BuildOptions, Scale};
+    use sluice_daemon::tools::cuda_models as cm;
+    let scale = if small { Scale::Small } else { Scale::Full };
+    let built = match builders::build(model, &BuildOptions { scale }) {
+        Ok(b) => b,
+        Err(e) => return fail_chain(&e),
+    };
+    let mut rig = match cm::open_cuda() {
+        Ok(r) => r,
+        Err(e) => return fail_chain(&e),
+    };
+    let info = rig.drv.info().clone();
+    eprintln!("sluice profile: {info}");
+    let on = cm::MeasuredOn {
+        device: info.name.clone(),
+        sms: u32::try_from(info.sm_count).unwrap_or(1),
+        date: cm::today(),
+        reps,
+    };
+    let mut progress = |done: usize, total: usize| {
+        eprint!("\rsluice profile: {done}/{total} kernels timed");
+        if done == total {
+            eprintln!();
+        }
+    };
+    let r = match cm::profile_model(
+        &mut rig.drv,
+        &mut rig.q,
+        &rig.lib,
+        &built,
+        seed,
+        &on,
+        &LoadOptions::default(),
+        &mut progress,
+    ) {
+        Ok(r) => r,
+        Err(e) => return fail_chain(&e),
+    };
+    print!("{}", r.table());
+    let path = out.unwrap_or_else(|| PathBuf::from(format!("{}.json", r.model)));
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+        && let Err(e) = std::fs::create_dir_all(dir)
+    {
+        return fail(format!("cannot create {}: {e}", dir.display()));
+    }
+    if let Err(e) = std::fs::write(&path, &r.manifest_json) {
+        return fail(format!("cannot write {}: {e}", path.display()));
+    }
+    println!("wrote the measured manifest {}", path.display());
+    ExitCode::SUCCESS
+}
+
+/// `sluice check` / `sluice profile` in a build without the CUDA backend.
+#[cfg(not(feature = "cuda"))]
+fn no_cuda(cmd: &str) -> ExitCode {
+    eprintln!(
+        "error: sluice {cmd} --device cuda: this sluice was built without the CUDA backend; \
+         rebuild with `cargo build --release -p sluice-daemon --features cuda`"
+    );
+    ExitCode::from(2)
+}
+
+/// `sluice check --device cuda` in a build without the backend.
+#[cfg(not(feature = "cuda"))]
+fn check_cmd(_model: Option<String>, _small: bool, _seed: u64, _tol: f64, _json: bool) -> ExitCode {
+    no_cuda("check")
+}
+
+/// `sluice profile --device cuda` in a build without the backend.
+#[cfg(not(feature = "cuda"))]
+fn profile_cmd(
+    _model: &str,
+    _out: Option<PathBuf>,
+    _reps: u32,
+    _small: bool,
+    _seed: u64,
+) -> ExitCode {
+    no_cuda("profile")
 }
 
 fn status_table(s: &Status) -> String {

@@ -6,6 +6,7 @@ pub mod bench_hol;
 pub mod bench_ipc;
 pub mod bench_preempt;
 pub mod bench_preempt_device;
+pub mod cuda_models;
 pub mod demo;
 pub mod disb;
 pub mod roles;

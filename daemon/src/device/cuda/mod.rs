@@ -13,6 +13,7 @@ pub mod driver;
 pub mod fake;
 pub mod gpu;
 pub mod kernels;
+pub mod plan_exec;
 pub mod queue;
 #[cfg(feature = "cuda")]
 pub mod real;
