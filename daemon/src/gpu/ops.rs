@@ -97,13 +97,13 @@ impl Gpu for GpuSim {
         GpuSim::create_stream(self, priority)
     }
     fn set_dq_capacity(&mut self, stream: StreamId, capacity: u32) -> Result<(), GpuError> {
-        Ok(GpuSim::set_dq_capacity(self, stream, capacity)?)
+        Ok(self.timed(|g| GpuSim::set_dq_capacity(g, stream, capacity))?)
     }
     fn set_packed_placement(&mut self, stream: StreamId, packed: bool) -> Result<(), GpuError> {
         Ok(GpuSim::set_packed_placement(self, stream, packed)?)
     }
     fn launch(&mut self, stream: StreamId, k: KernelLaunch) -> Result<KernelRef, GpuError> {
-        Ok(GpuSim::launch(self, stream, k)?)
+        Ok(self.timed(|g| GpuSim::launch(g, stream, k))?)
     }
     fn launch_padded(
         &mut self,
@@ -112,16 +112,16 @@ impl Gpu for GpuSim {
         host: StreamId,
         with: KernelRef,
     ) -> Result<KernelRef, GpuError> {
-        Ok(GpuSim::launch_padded(self, stream, k, host, with)?)
+        Ok(self.timed(|g| GpuSim::launch_padded(g, stream, k, host, with))?)
     }
     fn preempt_reset(&mut self, stream: StreamId) -> Result<HostReset, GpuError> {
-        Ok(GpuSim::preempt_reset(self, stream)?)
+        Ok(self.timed(|g| GpuSim::preempt_reset(g, stream))?)
     }
     fn wait_based_preempt(&mut self, stream: StreamId) -> Result<(), GpuError> {
-        Ok(GpuSim::wait_based_preempt(self, stream)?)
+        Ok(self.timed(|g| GpuSim::wait_based_preempt(g, stream))?)
     }
     fn resume(&mut self, stream: StreamId) -> Result<(), GpuError> {
-        Ok(GpuSim::resume(self, stream)?)
+        Ok(self.timed(|g| GpuSim::resume(g, stream))?)
     }
     fn model_work_ns(&self) -> u64 {
         GpuSim::model_work_ns(self)

@@ -497,18 +497,31 @@ impl GpuSim {
     }
 
     /// Starts or stops counting [`Self::model_work_ns`] (off by default;
-    /// two clock reads per dispatch round when on).
+    /// two clock reads per device operation when on).
     pub fn set_model_timing(&mut self, on: bool) {
         self.time_model = on;
     }
 
-    /// Wall-clock ns the model has spent in its own dispatch rounds (host
-    /// pushes, fetches, block placement: what the hardware and driver do
-    /// on a real device) since timing was turned on. A policy's call such
-    /// as [`Self::launch`] runs one; the benchmark driver subtracts this
-    /// from the policy callback's time to get the decision's own cost.
+    /// Wall-clock ns the model has spent inside the device operations a
+    /// policy calls through [`Gpu`](super::Gpu) (launches, preemption
+    /// operations: checking the launch, host pushes, fetches, block
+    /// placement, which the hardware and driver do on a real device) since
+    /// timing was turned on. The benchmark driver subtracts it from the
+    /// policy callback's time to get the decision's own cost.
     pub fn model_work_ns(&self) -> u64 {
         self.model_work_ns
+    }
+
+    /// Runs `op`, counting its wall time in [`Self::model_work_ns`] when
+    /// timing is on.
+    pub(crate) fn timed<R>(&mut self, op: impl FnOnce(&mut Self) -> R) -> R {
+        if !self.time_model {
+            return op(self);
+        }
+        let t0 = std::time::Instant::now();
+        let r = op(self);
+        self.model_work_ns += t0.elapsed().as_nanos() as u64;
+        r
     }
 
     /// The device profile.
@@ -937,16 +950,6 @@ impl GpuSim {
     /// Starts whatever can start now: host pushes, fetches, block dispatch;
     /// then reports preemptions that have finished.
     fn pump(&mut self) {
-        if self.time_model {
-            let t0 = std::time::Instant::now();
-            self.pump_inner();
-            self.model_work_ns += t0.elapsed().as_nanos() as u64;
-        } else {
-            self.pump_inner();
-        }
-    }
-
-    fn pump_inner(&mut self) {
         for s in 0..self.streams.len() {
             let st = &self.streams[s];
             if !st.pushing && !st.paused && !st.hq.is_empty() && st.dq.len() < st.dq_cap as usize {
