@@ -18,6 +18,7 @@ pub mod device;
 pub mod dispatch;
 pub mod gpu;
 pub mod idempotent;
+pub mod killcap;
 pub mod model;
 pub mod nn;
 pub mod region;

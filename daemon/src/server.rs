@@ -73,6 +73,7 @@ pub struct Shared {
     /// Jobs on the device.
     pub device_queued: AtomicU64,
     device_name: String,
+    kill: crate::killcap::KillCapability,
     realtime: Mutex<String>,
     clients: Mutex<Vec<ClientInfo>>,
     next_id: AtomicU32,
@@ -125,6 +126,7 @@ impl Shared {
             uptime_s: self.started.elapsed().as_secs_f64(),
             socket: self.config.daemon.socket.display().to_string(),
             device: self.device_name.clone(),
+            kill_mechanism: self.kill.to_string(),
             dispatcher: self.realtime.lock().map(|s| s.clone()).unwrap_or_default(),
             models: self
                 .registry
@@ -182,6 +184,11 @@ pub struct Status {
     pub socket: String,
     /// Device backend.
     pub device: String,
+    /// How running GPU work is killed: the start-up probe of the patched
+    /// drivers (`amd-wave-kill …`, `nvidia-trap …`, or `none: …` with the
+    /// reasons).
+    #[serde(default)]
+    pub kill_mechanism: String,
     /// Dispatcher thread setup (pinning, SCHED_FIFO, mlock).
     pub dispatcher: String,
     /// Models served.
@@ -260,6 +267,8 @@ impl Daemon {
             })?,
         );
         let (tx, rx) = channel();
+        let kill = crate::killcap::probe();
+        tracing::info!("kill mechanism for running GPU work: {kill}");
         let shared = Arc::new(Shared {
             config,
             registry,
@@ -267,6 +276,7 @@ impl Daemon {
             heartbeat: AtomicU64::new(0),
             device_queued: AtomicU64::new(0),
             device_name: device.name().to_owned(),
+            kill,
             realtime: Mutex::new(String::from("starting")),
             clients: Mutex::new(Vec::new()),
             next_id: AtomicU32::new(1),

@@ -906,6 +906,7 @@ fn status_table(s: &Status) -> String {
     let mut out = format!(
         "sluiced pid {} v{} (protocol {}), up {:.0} s, socket {}\n\
          device: {}   dispatcher: {}\n\
+         kill mechanism: {}\n\
          models: {}\n\
          requests: {} submitted, {} completed, {} errors; {} on the device\n\
          sessions refused: {}, clients dropped for corrupting their region: {}\n\
@@ -917,6 +918,7 @@ fn status_table(s: &Status) -> String {
         s.socket,
         s.device,
         s.dispatcher,
+        s.kill_mechanism,
         s.models.join(", "),
         s.submitted,
         s.completed,
