@@ -12,6 +12,25 @@
 
 pub mod amd;
 mod errno;
+#[cfg(test)]
+mod golden;
 pub mod nv;
 
 pub use errno::Errno;
+
+/// `ioctl(fd, request, arg)`, `Err(errno)` when it returns -1.
+///
+/// # Safety
+///
+/// `arg` must be valid for the reads and writes that `request` makes the
+/// driver behind `fd` do (or point to no mapped memory, for `EFAULT`).
+unsafe fn raw_ioctl(
+    fd: std::os::fd::RawFd,
+    request: u32,
+    arg: *mut std::ffi::c_void,
+) -> Result<(), Errno> {
+    // SAFETY: the caller guarantees `arg` suits `request`; an invalid `fd`
+    // only makes the kernel answer EBADF.
+    let r = unsafe { libc::ioctl(fd, request as _, arg) };
+    if r < 0 { Err(Errno::last()) } else { Ok(()) }
+}

@@ -70,7 +70,6 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
     use std::path::{Path, PathBuf};
-    use std::process::Command;
 
     fn header() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../kmod-patches/amdgpu/uapi/kfd_sluice.h")
@@ -167,52 +166,7 @@ mod tests {
     /// Compiles a C program that includes the uapi header and prints each
     /// expression of `rust_values()`; returns what it printed.
     fn c_values(exprs: &[&str]) -> BTreeMap<String, u64> {
-        let dir = std::env::temp_dir().join(format!("sluice-kfd-golden-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut src = String::from(
-            "#include <stdio.h>\n#include <stddef.h>\n#include <stdalign.h>\n#include \"kfd_sluice.h\"\nint main(void) {\n",
-        );
-        for e in exprs {
-            src.push_str(&format!(
-                "\tprintf(\"%s=%llu\\n\", \"{e}\", (unsigned long long)({e}));\n"
-            ));
-        }
-        src.push_str("\treturn 0;\n}\n");
-        let c_file = dir.join("golden.c");
-        let exe = dir.join("golden");
-        std::fs::write(&c_file, src).unwrap();
-        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-        let include = header().parent().unwrap().to_owned();
-        let out = Command::new(&cc)
-            .arg("-std=c11")
-            .arg("-Wall")
-            .arg("-Werror")
-            .arg("-I")
-            .arg(&include)
-            .arg(&c_file)
-            .arg("-o")
-            .arg(&exe)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("cannot run the C compiler `{cc}` (set CC or install gcc): {e}")
-            });
-        assert!(
-            out.status.success(),
-            "compiling the golden program against {} failed:\n{}",
-            header().display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let run = Command::new(&exe).output().unwrap();
-        assert!(run.status.success());
-        std::fs::remove_dir_all(&dir).ok();
-        String::from_utf8(run.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| {
-                let (k, v) = l.rsplit_once('=').unwrap();
-                (k.to_owned(), v.parse().unwrap())
-            })
-            .collect()
+        crate::golden::c_values(&header(), "kfd", exprs)
     }
 
     #[test]

@@ -20,7 +20,6 @@
 pub mod nr;
 pub mod uapi;
 
-use std::ffi::c_void;
 use std::fs::OpenOptions;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::os::unix::fs::OpenOptionsExt;
@@ -545,18 +544,7 @@ impl AsFd for NvCtl {
     }
 }
 
-/// `ioctl(fd, request, arg)`, `Err(errno)` when it returns -1.
-///
-/// # Safety
-///
-/// `arg` must be valid for the reads and writes that `request` makes the
-/// driver behind `fd` do (or point to no mapped memory, for `EFAULT`).
-unsafe fn nv_ioctl(fd: RawFd, request: u32, arg: *mut c_void) -> Result<(), Errno> {
-    // SAFETY: the caller guarantees `arg` suits `request`; an invalid `fd`
-    // only makes the kernel answer EBADF.
-    let r = unsafe { libc::ioctl(fd, request as _, arg) };
-    if r < 0 { Err(Errno::last()) } else { Ok(()) }
-}
+use crate::raw_ioctl as nv_ioctl;
 
 fn query(fd: RawFd) -> Result<SluiceNvQuery, Errno> {
     let mut q = SluiceNvQuery::default();
