@@ -862,6 +862,24 @@ impl ModelRegistry {
         Ok(Self { models })
     }
 
+    /// This registry with `overrides`' models added, each replacing the
+    /// model of the same name (e.g. manifests measured by `sluice profile`
+    /// over the built-in ones). Ids are reassigned in name order.
+    pub fn with_overrides(self, overrides: ModelRegistry) -> Result<Self, ModelError> {
+        let names: Vec<String> = overrides
+            .models
+            .iter()
+            .map(|m| m.manifest.name.clone())
+            .collect();
+        let parts = self
+            .models
+            .into_iter()
+            .filter(|m| !names.contains(&m.manifest.name))
+            .chain(overrides.models)
+            .map(|m| (m.file, m.manifest, m.memory));
+        Self::from_parts(parts)
+    }
+
     /// The model with id `id`.
     pub fn get(&self, id: u32) -> Option<&Model> {
         self.models.get(usize::try_from(id).ok()?)
@@ -1555,5 +1573,32 @@ mod tests {
             }
         }
         assert!(checked > 50, "{checked}");
+    }
+
+    #[test]
+    fn overrides_replace_models_of_the_same_name_and_keep_the_rest() {
+        let base = ModelRegistry::builtin();
+        let n = base.len();
+        let vgg = base.lookup("vgg19").unwrap().1.clone();
+        let mut fast = vgg.manifest.clone();
+        for k in &mut fast.kernels {
+            k.kernel_time_us /= 2.0;
+            k.block_time_us /= 2.0;
+        }
+        fast.total_time_us /= 2.0;
+        let over =
+            ModelRegistry::from_manifests([("measured/vgg19.json".to_owned(), fast)]).unwrap();
+        let r = base.with_overrides(over).unwrap();
+        assert_eq!(r.len(), n);
+        let (id, m) = r.lookup("vgg19").unwrap();
+        assert_eq!(m.file, "measured/vgg19.json");
+        assert_eq!(r.get(id).unwrap().total_time_ns, vgg.total_time_ns / 2);
+        assert!(
+            r.lookup("resnet152")
+                .unwrap()
+                .1
+                .file
+                .starts_with("builtin:")
+        );
     }
 }

@@ -204,6 +204,11 @@ enum Bench {
         /// Worker threads (default: the number of CPUs).
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
         jobs: Option<u64>,
+        /// Folder of model manifests (`*.json`) used instead of the
+        /// built-in ones of the same name, e.g. profiles measured with
+        /// `sluice profile --device cuda` to calibrate the GPU model.
+        #[arg(long = "models", value_name = "DIR")]
+        models_dir: Option<PathBuf>,
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
@@ -490,6 +495,7 @@ fn main() -> ExitCode {
                     seed,
                     trace,
                     jobs,
+                    models_dir,
                     json,
                     plot,
                 },
@@ -512,6 +518,7 @@ fn main() -> ExitCode {
                 duration_ms,
                 seed,
                 jobs: jobs.map_or(defaults.jobs, |j| usize::try_from(j).unwrap_or(1)),
+                models_dir,
             };
             let mut progress = disb::stderr_progress();
             let r = if opts.device == "cuda" {

@@ -168,6 +168,9 @@ pub struct DisbOptions {
     pub seed: u64,
     /// Worker threads (at least 1).
     pub jobs: usize,
+    /// Manifests to use instead of the built-in ones of the same name (a
+    /// folder of `*.json`, e.g. written by `sluice profile --device cuda`).
+    pub models_dir: Option<PathBuf>,
 }
 
 impl Default for DisbOptions {
@@ -180,6 +183,7 @@ impl Default for DisbOptions {
             duration_ms: None,
             seed: 1,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            models_dir: None,
         }
     }
 }
@@ -273,6 +277,15 @@ pub enum DisbError {
     /// The device could not be opened.
     #[error("{0}")]
     Device(String),
+    /// `--models DIR` could not be loaded.
+    #[error("loading the manifests in {} (--models)", dir.display())]
+    Models {
+        /// The folder.
+        dir: PathBuf,
+        /// Why.
+        #[source]
+        source: Box<crate::model::ModelError>,
+    },
     /// A model's standalone run on the device did not finish.
     #[error(
         "measuring the standalone time of `{model}` on {device}: the request did not finish \
@@ -1130,7 +1143,16 @@ fn run_backend(
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<DisbReport, DisbError> {
     let t0 = Instant::now();
-    let models = Arc::new(ModelRegistry::builtin());
+    let models = match &opts.models_dir {
+        None => ModelRegistry::builtin(),
+        Some(dir) => ModelRegistry::load_dir(dir)
+            .and_then(|o| ModelRegistry::builtin().with_overrides(o))
+            .map_err(|source| DisbError::Models {
+                dir: dir.clone(),
+                source: Box::new(source),
+            })?,
+    };
+    let models = Arc::new(models);
     let duration_ns = opts
         .duration_ms
         .unwrap_or_else(|| default_duration_ms(&opts.device))
