@@ -81,21 +81,7 @@ sluice_gemm(const SluiceCtl* __restrict__ ctl, unsigned int kidx,
         if (poll && tid == 0)
             flag = sluice_read_flag(ctl);
 
-#pragma unroll
-        for (int kk = 0; kk < GEMM_BK; ++kk) {
-            float a[4], b[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-                a[i] = As[kk][ty + 16 * i];
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                b[j] = Bs[kk][tx + 16 * j];
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
-        }
+        sluice_tile_mma(As, Bs, acc, ty, tx);
 
         if (poll && tid == 0)
             s_stop = flag;

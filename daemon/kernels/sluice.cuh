@@ -169,3 +169,29 @@ __device__ __forceinline__ float sluice_block_max(float v, float* scratch)
     v = lane < nwarps ? scratch[lane] : sluice_neg_inf();
     return sluice_warp_max(v);
 }
+
+/* One K-tile of the 64x64 GEMM tiling shared by sluice_gemm and
+ * sluice_conv2d: each of the 16x16 threads accumulates its 4x4 outputs
+ * (rows ty + 16 i, columns tx + 16 j) over the BK rows of the shared
+ * tiles As[k][m] and Bs[k][n]. */
+template <int BK>
+__device__ __forceinline__ void sluice_tile_mma(const float (&As)[BK][64], const float (&Bs)[BK][64],
+                                                float (&acc)[4][4], int ty, int tx)
+{
+#pragma unroll
+    for (int kk = 0; kk < BK; ++kk) {
+        float a[4], b[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            a[i] = As[kk][ty + 16 * i];
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            b[j] = Bs[kk][tx + 16 * j];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                acc[i][j] = fmaf(a[i], b[j], acc[i][j]);
+    }
+}
+

@@ -12,9 +12,9 @@
 
 pub mod amd;
 mod errno;
-#[cfg(test)]
-mod golden;
 pub mod nv;
+#[cfg(test)]
+mod testutil;
 
 pub use errno::Errno;
 

@@ -210,15 +210,12 @@ pub fn fig19_once(
     }
 }
 
-fn spread(mut v: Vec<Ns>) -> Spread {
-    v.sort_unstable();
-    let q = |p: f64| {
-        let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-        v.get(i).copied().unwrap_or(0) as f64 / 1e3
-    };
+fn spread(v: Vec<Ns>) -> Spread {
+    let mut us: Vec<f64> = v.into_iter().map(|ns| ns as f64 / 1e3).collect();
+    us.sort_by(f64::total_cmp);
     Spread {
-        p50: q(0.5),
-        p99: q(0.99),
+        p50: super::quantile(&us, 0.5),
+        p99: super::quantile(&us, 0.99),
     }
 }
 

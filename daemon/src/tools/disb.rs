@@ -81,6 +81,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use shm_proto::Priority;
 
+use super::quantile;
 use crate::gpu::{DeviceProfile, GpuSim, KernelLaunch, Ns, ProfileError, SimError};
 use crate::model::{Model, ModelRegistry};
 use crate::sched::driver::{self, Arrival, ClientSpec, RunResult, Workload};
@@ -917,15 +918,6 @@ fn trace_case(
     })
 }
 
-/// The value at quantile `q` of sorted `v` (nearest rank).
-fn quantile(v: &[f64], q: f64) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    let rank = (q * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
-
 /// Turns a driver result into the report's figures.
 fn summarise(
     case: &Case,
@@ -1108,11 +1100,10 @@ impl Backend {
                 source,
             }),
             Self::Device { name, .. } => {
-                let id = model_id(models, m.name())?;
                 let w = Workload {
                     clients: vec![ClientSpec {
                         priority: Priority::RealTime,
-                        model: id,
+                        model: m.id,
                         arrival: Arrival::Trace(vec![0]),
                     }],
                     duration_ns: 1,

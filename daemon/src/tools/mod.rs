@@ -71,6 +71,15 @@ impl Summary {
     }
 }
 
+/// The value at quantile `q` of sorted `v` (nearest rank; 0 for none).
+pub fn quantile(v: &[f64], q: f64) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    let rank = (q * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
 /// A histogram for nanosecond latencies from 1 ns to 100 s, 3 significant
 /// digits.
 pub fn histogram() -> hdrhistogram::Histogram<u64> {

@@ -363,17 +363,7 @@ fn get_version(fd: RawFd) -> Result<KfdIoctlSluiceVersionArgs, Errno> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs::File;
-
-    fn dev_null() -> OwnedFd {
-        OwnedFd::from(
-            File::options()
-                .read(true)
-                .write(true)
-                .open("/dev/null")
-                .unwrap(),
-        )
-    }
+    use crate::testutil::dev_null;
 
     #[test]
     fn a_stock_driver_is_refused_with_the_fix_in_the_message() {

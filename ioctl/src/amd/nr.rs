@@ -166,7 +166,7 @@ mod tests {
     /// Compiles a C program that includes the uapi header and prints each
     /// expression of `rust_values()`; returns what it printed.
     fn c_values(exprs: &[&str]) -> BTreeMap<String, u64> {
-        crate::golden::c_values(&header(), "kfd", exprs)
+        crate::testutil::c_values(&header(), "kfd", exprs)
     }
 
     #[test]

@@ -557,18 +557,8 @@ fn query(fd: RawFd) -> Result<SluiceNvQuery, Errno> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs::File;
+    use crate::testutil::dev_null;
     use uapi::SluiceNvGpu;
-
-    fn dev_null() -> OwnedFd {
-        OwnedFd::from(
-            File::options()
-                .read(true)
-                .write(true)
-                .open("/dev/null")
-                .unwrap(),
-        )
-    }
 
     #[test]
     fn a_non_nvidia_device_is_refused_as_unpatched_with_the_fix_in_the_message() {

@@ -1398,12 +1398,10 @@ mod tests {
         assert_eq!(b, [1; 4]);
     }
 
-    #[test]
-    fn restore_goes_back_to_the_group_start() {
-        // Commands: 0 upload x; 1 y = f(x); 2 y = g(y) in place (not
-        // idempotent alone, group {1, 2}); 3 z = h(y).
-        let mut m = Machine::new(&[20, 400]);
-        let ops = vec![
+    /// 0 upload x; 1 y = f(x); 2 y = g(y) in place (not idempotent alone,
+    /// group {1, 2}); 3 z = h(y).
+    fn in_place_ops() -> Vec<Op> {
+        vec![
             Op::Upload(0, 5),
             Op::Kernel {
                 a: 0,
@@ -1423,7 +1421,15 @@ mod tests {
                 out: 2,
                 dur: 20,
             },
-        ];
+        ]
+    }
+
+    #[test]
+    fn restore_goes_back_to_the_group_start() {
+        // Commands: 0 upload x; 1 y = f(x); 2 y = g(y) in place (not
+        // idempotent alone, group {1, 2}); 3 z = h(y).
+        let mut m = Machine::new(&[20, 400]);
+        let ops = in_place_ops();
         let p = m.program(TaskId(1), &ops);
         assert_eq!(p.group_start, [0, 1, 1, 3]);
         let mut q = queue(&mut m.d, 4, KillMechanism::Cooperative);
@@ -1515,27 +1521,7 @@ mod tests {
         // memory check of `restore_goes_back_to_the_group_start` would
         // catch a queue that ignored group starts.
         let mut m = Machine::new(&[20, 400]);
-        let ops = vec![
-            Op::Upload(0, 5),
-            Op::Kernel {
-                a: 0,
-                b: None,
-                out: 1,
-                dur: 20,
-            },
-            Op::Kernel {
-                a: 1,
-                b: None,
-                out: 1,
-                dur: 400,
-            },
-            Op::Kernel {
-                a: 1,
-                b: None,
-                out: 2,
-                dur: 20,
-            },
-        ];
+        let ops = in_place_ops();
         let cmds = m.commands(&ops);
         let p = Program::each_idempotent(TaskId(1), cmds).unwrap();
         let mut q = queue(&mut m.d, 4, KillMechanism::Cooperative);

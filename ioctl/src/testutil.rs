@@ -1,8 +1,11 @@
-//! Golden values from a uapi header: compiles a C program that includes
-//! the header and prints expressions (request numbers, `sizeof`,
-//! `offsetof`), for the `nr.rs` tests to compare with the Rust side.
+//! Test helpers shared by both drivers: golden values from a uapi header
+//! (a C program that includes it and prints request numbers, `sizeof`,
+//! `offsetof`, for the `nr.rs` tests), and an fd that answers every ioctl
+//! with `ENOTTY`, like a driver without sluice's patches.
 
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::process::Command;
 
@@ -53,4 +56,15 @@ pub(crate) fn c_values(header: &Path, tag: &str, exprs: &[&str]) -> BTreeMap<Str
             (k.to_owned(), v.parse().unwrap())
         })
         .collect()
+}
+
+/// `/dev/null`, read-write: every ioctl on it answers `ENOTTY`.
+pub(crate) fn dev_null() -> OwnedFd {
+    OwnedFd::from(
+        File::options()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .unwrap(),
+    )
 }
