@@ -9,6 +9,8 @@
 pub mod cuda;
 pub mod modeled;
 pub mod sim;
+#[cfg(test)]
+pub(crate) mod testmem;
 
 use std::sync::Arc;
 

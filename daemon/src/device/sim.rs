@@ -306,67 +306,12 @@ impl Device for SimGpu {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
-
     use shm_proto::sim::expected_output;
 
     use super::*;
     use crate::device::TensorMemory;
 
-    /// A heap-backed arena.
-    struct VecMemory(Mutex<Vec<u8>>);
-
-    impl VecMemory {
-        fn new(len: usize) -> Arc<Self> {
-            Arc::new(Self(Mutex::new(vec![0; len])))
-        }
-        fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
-            self.0.lock().unwrap()[off..off + len].to_vec()
-        }
-    }
-
-    impl TensorMemory for VecMemory {
-        fn len(&self) -> u64 {
-            self.0.lock().unwrap().len() as u64
-        }
-        fn read(&self, offset: u64, buf: &mut [u8]) -> bool {
-            let mem = self.0.lock().unwrap();
-            let Some(src) = usize::try_from(offset)
-                .ok()
-                .and_then(|o| mem.get(o..o.checked_add(buf.len())?))
-            else {
-                return false;
-            };
-            buf.copy_from_slice(src);
-            true
-        }
-        fn write(&self, offset: u64, data: &[u8]) -> bool {
-            let mut mem = self.0.lock().unwrap();
-            let Some(dst) = usize::try_from(offset)
-                .ok()
-                .and_then(|o| mem.get_mut(o..o.checked_add(data.len())?))
-            else {
-                return false;
-            };
-            dst.copy_from_slice(data);
-            true
-        }
-    }
-
-    /// An arena whose every access fails.
-    struct BrokenMemory;
-
-    impl TensorMemory for BrokenMemory {
-        fn len(&self) -> u64 {
-            1 << 20
-        }
-        fn read(&self, _: u64, _: &mut [u8]) -> bool {
-            false
-        }
-        fn write(&self, _: u64, _: &[u8]) -> bool {
-            false
-        }
-    }
+    use crate::device::testmem::{BrokenMemory, VecMemory};
 
     const US: u64 = 1000;
     const ECHO_NS: u64 = 50 * US;

@@ -401,6 +401,8 @@ struct State {
     memory: FakeMemory,
     log: Vec<LogEntry>,
     calls: Vec<Call>,
+    /// Set by [`FakeDriver::lose_context`]: event queries fail.
+    lost: bool,
 }
 
 /// The fake driver. Cloning gives another handle on the same fake device.
@@ -412,6 +414,17 @@ pub struct FakeDriver {
 impl Default for FakeDriver {
     fn default() -> Self {
         Self::new(FakeTimings::default())
+    }
+}
+
+/// What a real driver answers once a kernel has faulted: the sticky
+/// `CUDA_ERROR_LAUNCH_FAILED`.
+fn lost_context(call: &'static str) -> DriverError {
+    DriverError::Cuda {
+        call,
+        code: 719,
+        name: "CUDA_ERROR_LAUNCH_FAILED".into(),
+        description: "unspecified launch failure (fake)".into(),
     }
 }
 
@@ -642,6 +655,7 @@ impl FakeDriver {
                 memory: FakeMemory::default(),
                 log: Vec::new(),
                 calls: Vec::new(),
+                lost: false,
             })),
         }
     }
@@ -663,6 +677,13 @@ impl FakeDriver {
         self.define_kernel(name, kernel);
         let m = self.load_module("fake").expect("fake module");
         self.kernel(m, name).expect("just defined")
+    }
+
+    /// Makes the context lost, as after a kernel fault on a real GPU:
+    /// from now on event and stream queries fail with the sticky
+    /// `CUDA_ERROR_LAUNCH_FAILED`.
+    pub fn lose_context(&self) {
+        self.st().lost = true;
     }
 
     /// Moves virtual time forward by `ns`.
@@ -770,6 +791,9 @@ impl CuDriver for FakeDriver {
     fn stream_idle(&mut self, stream: StreamId) -> Result<bool, DriverError> {
         let mut st = self.st();
         st.calls.push(Call::StreamIdle(stream));
+        if st.lost {
+            return Err(lost_context("cuStreamQuery"));
+        }
         let s = st.stream(stream)?;
         Ok(s.pending.is_empty() && s.active.is_none())
     }
@@ -1073,6 +1097,9 @@ impl CuDriver for FakeDriver {
     fn event_done(&mut self, event: EventId) -> Result<bool, DriverError> {
         let mut st = self.st();
         st.calls.push(Call::EventDone(event));
+        if st.lost {
+            return Err(lost_context("cuEventQuery"));
+        }
         st.events
             .get(event.0 as usize)
             .copied()

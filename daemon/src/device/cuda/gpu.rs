@@ -203,6 +203,40 @@ impl CudaGpu {
         }
     }
 
+    /// Launches `commands` (one idempotent group each: a relaunch reruns
+    /// them all) as the kernel `k` of the policy's view on `stream`,
+    /// behind what the stream has queued. [`Gpu::launch`] runs the
+    /// synthetic kernel with `k`'s timing; a caller with real work (the
+    /// model server of [`super::serve`]) passes that work here, and `k`
+    /// only names it (tag) and sizes it for the events (`work_ns`).
+    pub fn launch_commands(
+        &mut self,
+        stream: StreamId,
+        k: KernelLaunch,
+        commands: Vec<Command>,
+    ) -> Result<KernelRef, GpuError> {
+        let task = TaskId(self.next_task);
+        self.next_task += 1;
+        let program =
+            Program::each_idempotent(task, commands).map_err(|e| Self::driver_err("launch", e))?;
+        let l = stream.0 as usize;
+        let lane = self.lane(stream)?;
+        let kref = KernelRef {
+            exec_index: lane.next_exec,
+            tag: k.tag,
+        };
+        lane.next_exec += 1;
+        lane.hq.push_back(Launch {
+            task,
+            kref,
+            program,
+            work_ns: Ns::from(k.grid_blocks) * k.block_time_ns,
+            started: false,
+        });
+        self.feed(l);
+        Ok(kref)
+    }
+
     /// Observes the device: completions, preemptions, starts; feeds the
     /// virtual queues. Events go to [`CudaGpu::drain_events`].
     pub fn poll(&mut self) -> Result<(), QueueError> {
@@ -395,37 +429,19 @@ impl Gpu for CudaGpu {
                 ),
             ));
         }
-        let task = TaskId(self.next_task);
-        self.next_task += 1;
         let mut args = KernelArgs::new();
         args.ptr(self.sink).u64(k.block_time_ns);
         let mut dims = LaunchDims::linear(k.grid_blocks, k.threads_per_block.clamp(1, 1024));
         dims.shared_mem = k.shared_mem.min(MAX_DYNAMIC_SMEM);
-        let program = Program::each_idempotent(
-            task,
+        self.launch_commands(
+            stream,
+            k,
             vec![Command::Kernel {
                 kernel: self.kernel,
                 dims,
                 args,
             }],
         )
-        .map_err(|e| Self::driver_err("launch", e))?;
-        let l = stream.0 as usize;
-        let lane = self.lane(stream)?;
-        let kref = KernelRef {
-            exec_index: lane.next_exec,
-            tag: k.tag,
-        };
-        lane.next_exec += 1;
-        lane.hq.push_back(Launch {
-            task,
-            kref,
-            program,
-            work_ns: Ns::from(k.grid_blocks) * k.block_time_ns,
-            started: false,
-        });
-        self.feed(l);
-        Ok(kref)
     }
 
     fn launch_padded(

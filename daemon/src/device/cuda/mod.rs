@@ -6,6 +6,9 @@
 //!   eviction through the preemption flag, restore order, held special
 //!   commands: the backend's queue logic, written against the [`driver`]
 //!   trait so it is tested with a fake driver on machines without a GPU.
+//! - [`gpu`]: the scheduler's `Gpu` interface over those queues, and
+//!   [`serve`]: the daemon's job path on it (real model layers under a
+//!   policy).
 //! - `real` (feature `cuda`): [`driver::CuDriver`] over cudarc's run-time
 //!   loaded driver API.
 
@@ -17,3 +20,4 @@ pub mod plan_exec;
 pub mod queue;
 #[cfg(feature = "cuda")]
 pub mod real;
+pub mod serve;

@@ -714,6 +714,85 @@ impl DeviceModel {
         self.labels.get(step).map_or("", String::as_str)
     }
 
+    /// Bytes of the model's input (f32).
+    pub fn input_bytes(&self) -> usize {
+        self.input_len * 4
+    }
+
+    /// Bytes of the model's output (f32).
+    pub fn output_bytes(&self) -> usize {
+        self.output_len * 4
+    }
+
+    /// Copies `bytes` (exactly [`DeviceModel::input_bytes`], f32 in native
+    /// byte order) into the pinned input buffer, for the commands of
+    /// [`DeviceModel::step_commands`].
+    pub fn write_input_bytes(
+        &self,
+        drv: &mut dyn CuDriver,
+        bytes: &[u8],
+    ) -> Result<(), InferError> {
+        if bytes.len() != self.input_bytes() {
+            return Err(InferError::Input {
+                model: self.name.clone(),
+                expected: self.input_len,
+                got: bytes.len() / 4,
+            });
+        }
+        drv.write_host(self.in_host, 0, bytes)
+            .map_err(|source| InferError::Driver {
+                model: self.name.clone(),
+                what: "writing the input to pinned memory",
+                source,
+            })
+    }
+
+    /// Copies the pinned output buffer (the last completed inference's
+    /// output) into `out`, which holds [`DeviceModel::output_bytes`].
+    pub fn read_output_bytes(
+        &self,
+        drv: &mut dyn CuDriver,
+        out: &mut [u8],
+    ) -> Result<(), InferError> {
+        let n = self.output_bytes().min(out.len());
+        drv.read_host(self.out_host, 0, &mut out[..n])
+            .map_err(|source| InferError::Driver {
+                model: self.name.clone(),
+                what: "reading the output from pinned memory",
+                source,
+            })
+    }
+
+    /// The commands that run step `step` as its own launch: its kernel,
+    /// preceded for the first step by the copy of the pinned input to the
+    /// device and followed for the last one by the copy of the output
+    /// back. Running every step's commands in order is one inference
+    /// ([`DeviceModel::submit`] as separate launches); rerunning a step's
+    /// commands after a kill is safe, since no kernel writes what it reads
+    /// and the copies read what no step writes. `None` past the last step.
+    pub fn step_commands(&self, step: usize) -> Option<Vec<Command>> {
+        let kernel = self.kernels.get(step)?.clone();
+        let mut cmds = Vec::with_capacity(3);
+        if step == 0 {
+            cmds.push(Command::CopyToDevice {
+                dst: self.input_ptr,
+                src: self.in_host,
+                src_offset: 0,
+                len: self.input_len * 4,
+            });
+        }
+        cmds.push(kernel);
+        if step + 1 == self.kernels.len() {
+            cmds.push(Command::CopyToHost {
+                dst: self.out_host,
+                dst_offset: 0,
+                src: self.output_ptr,
+                len: self.output_len * 4,
+            });
+        }
+        Some(cmds)
+    }
+
     /// Writes `input` to the pinned input buffer and submits one inference
     /// to `q`: copy in, every step's kernel, copy out. Nothing runs until
     /// `q` is polled; read the result with [`DeviceModel::read_output`]
