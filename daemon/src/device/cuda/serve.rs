@@ -125,7 +125,7 @@ pub enum ServeError {
         name: String,
         /// Why.
         #[source]
-        source: BuildError,
+        source: Box<BuildError>,
     },
     /// Creating the upload queue failed.
     #[error("creating the CUDA stream that uploads the weights")]
@@ -155,7 +155,7 @@ pub enum RegistryError {
         name: &'static str,
         /// Why.
         #[source]
-        source: BuildError,
+        source: Box<BuildError>,
     },
     /// Its manifest could not be made or loaded.
     #[error("exporting the manifest of model `{name}`")]
@@ -178,8 +178,11 @@ pub enum RegistryError {
 pub fn builder_registry(scale: Scale) -> Result<ModelRegistry, RegistryError> {
     let mut parts = Vec::with_capacity(MODEL_NAMES.len());
     for name in MODEL_NAMES {
-        let built = build(name, &BuildOptions { scale })
-            .map_err(|source| RegistryError::Build { name, source })?;
+        let built =
+            build(name, &BuildOptions { scale }).map_err(|source| RegistryError::Build {
+                name,
+                source: Box::new(source),
+            })?;
         let m = built.manifest().map_err(|source| RegistryError::Export {
             name,
             source: Box::new(source),
@@ -346,7 +349,7 @@ impl CudaServer {
             let built = build(builder, &BuildOptions { scale: opts.scale }).map_err(|source| {
                 ServeError::Build {
                     name: name.to_owned(),
-                    source,
+                    source: Box::new(source),
                 }
             })?;
             check_manifest(m, built.plan(), opts.scale)?;
