@@ -48,6 +48,8 @@ pub const MAX_CLIENTS: usize = 4096;
 pub const DEFAULT_ENTRIES: u32 = 256;
 /// Default `clients.arena_bytes` (16 MiB).
 pub const DEFAULT_ARENA_BYTES: u64 = 16 << 20;
+/// Largest `device.instances`.
+pub const MAX_INSTANCES: usize = 16;
 /// Largest `device.time_scale`.
 pub const MAX_TIME_SCALE: f64 = 1000.0;
 
@@ -256,6 +258,12 @@ pub struct DeviceConfig {
     /// GPU model profile for the policy schedulers (`mi50`, `gv100`,
     /// `h100`). Default `mi50`.
     pub profile: String,
+    /// `cuda` backend: full-size models or the small test ones. Default
+    /// full.
+    pub model_scale: crate::nn::builders::Scale,
+    /// `cuda` backend: copies of each model loaded per priority class,
+    /// `1..=16`. Default 1.
+    pub instances: usize,
 }
 
 impl Default for DeviceConfig {
@@ -265,6 +273,8 @@ impl Default for DeviceConfig {
             time_scale: 1.0,
             scheduler: Scheduler::Fifo,
             profile: "mi50".to_owned(),
+            model_scale: crate::nn::builders::Scale::Full,
+            instances: 1,
         }
     }
 }
@@ -503,6 +513,19 @@ impl Config {
         );
         let _ = writeln!(s, "scheduler = {}", toml_string(dev.scheduler.as_str()));
         let _ = writeln!(s, "profile = {}", toml_string(&dev.profile));
+        let _ = writeln!(
+            s,
+            "model_scale = {}  # cuda only: \"full\" or \"small\"",
+            toml_string(match dev.model_scale {
+                crate::nn::builders::Scale::Full => "full",
+                crate::nn::builders::Scale::Small => "small",
+            })
+        );
+        let _ = writeln!(
+            s,
+            "instances = {}  # cuda only: copies of each model per priority class",
+            dev.instances
+        );
 
         let _ = writeln!(s, "\n[models]");
         match &self.models.dir {
@@ -662,6 +685,8 @@ struct RawDevice {
     time_scale: Option<Float>,
     scheduler: Option<String>,
     profile: Option<String>,
+    model_scale: Option<String>,
+    instances: Option<Int>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -971,6 +996,7 @@ impl Validator {
 
     fn device(&mut self, raw: RawDevice) -> DeviceConfig {
         let mut d = DeviceConfig::default();
+        let scheduler_given = raw.scheduler.is_some();
         if let Some(name) = raw.backend {
             match Backend::from_name(&name) {
                 Some(b) => d.backend = b,
@@ -1017,6 +1043,45 @@ impl Validator {
                     format!("use one of: {}", names.join(", ")),
                 );
             }
+        }
+        if let Some(name) = raw.model_scale {
+            match name.as_str() {
+                "full" => d.model_scale = crate::nn::builders::Scale::Full,
+                "small" => d.model_scale = crate::nn::builders::Scale::Small,
+                _ => self.fail(
+                    "device.model_scale",
+                    toml_string(&name),
+                    "is not a model scale",
+                    "use \"full\" (the real models) or \"small\" (shrunk test models)"
+                        .to_owned(),
+                ),
+            }
+        }
+        if let Some(n) = raw.instances
+            && let Some(n) = self.in_range(
+                "device.instances",
+                n,
+                1,
+                MAX_INSTANCES as i64,
+                "use 1 to 16 copies of each model per priority class",
+            )
+        {
+            d.instances = n as usize; // 1..=16 fits
+        }
+        match (d.backend, scheduler_given, d.scheduler) {
+            // The CUDA backend runs policies only; `reef` unless told.
+            (Backend::Cuda, false, _) => {
+                d.scheduler = Scheduler::Policy(crate::sched::PolicyKind::Reef);
+            }
+            (Backend::Cuda, true, Scheduler::Fifo) => self.fail(
+                "device.scheduler",
+                "\"fifo\"".to_owned(),
+                "is the simulated device's own scheduler, which the cuda backend does not have",
+                "use one of \"reef\" (default for cuda), \"streams\", \"seq\", \"wait-preempt\", \
+                 \"paella\", or set device.backend = \"sim\""
+                    .to_owned(),
+            ),
+            _ => {}
         }
         if let Some(Float(scale)) = raw.time_scale {
             if scale.is_finite() && scale > 0.0 && scale <= MAX_TIME_SCALE {
@@ -1479,6 +1544,38 @@ mod tests {
         let e = invalid("[device]\nprofile = \"a100\"");
         assert_eq!(e.key, "device.profile");
         assert!(e.to_string().contains("\"mi50\""), "{e}");
+    }
+
+    #[test]
+    fn cuda_keys_are_read_and_checked() {
+        use crate::nn::builders::Scale;
+        let c = load("[device]\nbackend = \"cuda\"\nmodel_scale = \"small\"\ninstances = 3").unwrap();
+        assert_eq!(c.device.model_scale, Scale::Small);
+        assert_eq!(c.device.instances, 3);
+        // The cuda backend has no fifo scheduler: reef unless told.
+        assert_eq!(
+            c.device.scheduler,
+            Scheduler::Policy(crate::sched::PolicyKind::Reef)
+        );
+        let c = load("[device]\nbackend = \"cuda\"\nscheduler = \"streams\"").unwrap();
+        assert_eq!(
+            c.device.scheduler,
+            Scheduler::Policy(crate::sched::PolicyKind::Streams)
+        );
+        assert_eq!(c.device.model_scale, Scale::Full);
+        assert_eq!(c.device.instances, 1);
+        let again = Config::from_toml_str(&c.summary(), Path::new("summary.toml")).unwrap();
+        assert_eq!(again.device, c.device);
+        let e = invalid("[device]\nbackend = \"cuda\"\nscheduler = \"fifo\"");
+        assert_eq!(e.key, "device.scheduler");
+        assert!(e.fix.contains("\"reef\" (default for cuda)"), "{e}");
+        let e = invalid("[device]\nmodel_scale = \"tiny\"");
+        assert_eq!(e.key, "device.model_scale");
+        assert!(e.fix.contains("\"small\""), "{e}");
+        for bad in ["0", "17", "-1"] {
+            let e = invalid(&format!("[device]\ninstances = {bad}"));
+            assert_eq!(e.key, "device.instances");
+        }
     }
 
     #[test]

@@ -31,11 +31,28 @@ fn init_tracing_with(default: &str) {
         .try_init();
 }
 
-/// The models the config asks for: `models.dir`, or the built-in set.
+/// The models the config asks for.
+///
+/// - `device.backend = "sim"`: `models.dir`, or the built-in set.
+/// - `device.backend = "cuda"`: the models the CUDA backend can run, the
+///   [`crate::nn`] builders' at `device.model_scale`
+///   ([`builder_registry`](crate::device::cuda::serve::builder_registry),
+///   kernel times estimated), each replaced by the manifest of the same
+///   name in `models.dir` when there is one (e.g. measured by
+///   `sluice profile --device cuda`). The same registry is used when the
+///   daemon falls back to the simulated GPU, so clients see the same
+///   models either way.
 pub fn load_models(config: &Config) -> Result<ModelRegistry, Box<dyn std::error::Error>> {
-    Ok(match &config.models.dir {
-        Some(dir) => ModelRegistry::load_dir(dir)?,
-        None => ModelRegistry::builtin(),
+    Ok(match (config.device.backend, &config.models.dir) {
+        (Backend::Sim, Some(dir)) => ModelRegistry::load_dir(dir)?,
+        (Backend::Sim, None) => ModelRegistry::builtin(),
+        (Backend::Cuda, dir) => {
+            let built = crate::device::cuda::serve::builder_registry(config.device.model_scale)?;
+            match dir {
+                Some(dir) => built.with_overrides(ModelRegistry::load_dir(dir)?)?,
+                None => built,
+            }
+        }
     })
 }
 
@@ -61,9 +78,13 @@ pub fn make_device(
             }
             #[cfg(feature = "cuda")]
             {
-                let probe = crate::device::cuda::real::probe();
-                tracing::warn!("{}", cuda_fallback_message(&probe));
-                make_sim_device(config, models)
+                match crate::device::cuda::real::probe() {
+                    Ok(info) => Ok(Box::new(cuda::open_server(config, models, &info)?)),
+                    Err(why) => {
+                        tracing::warn!("{}", cuda_fallback_message(&why));
+                        make_sim_device(config, models)
+                    }
+                }
             }
         }
     }
@@ -100,20 +121,106 @@ fn make_sim_device(
 pub struct CudaNotBuilt;
 
 /// The one warning `make_device` logs for `device.backend = "cuda"` in a
-/// build with the `cuda` feature, given what the driver probe found.
+/// build with the `cuda` feature when the driver probe finds no usable
+/// driver or device.
 #[cfg(feature = "cuda")]
-pub fn cuda_fallback_message(
-    probe: &Result<crate::device::cuda::real::CudaInfo, crate::device::cuda::real::CudaUnavailable>,
-) -> String {
-    match probe {
-        Err(why) => format!(
-            "device.backend = \"cuda\": no CUDA driver ({why}); falling back to the simulated GPU"
-        ),
-        Ok(info) => format!(
-            "device.backend = \"cuda\": found {info}, but the CUDA device of the job path is not \
-             wired yet (queue logic and driver only, see docs/cuda-backend.md); falling back to \
-             the simulated GPU"
-        ),
+pub fn cuda_fallback_message(why: &crate::device::cuda::real::CudaUnavailable) -> String {
+    format!("device.backend = \"cuda\": no CUDA driver ({why}); falling back to the simulated GPU")
+}
+
+/// Opening the CUDA backend's server on the real GPU.
+#[cfg(feature = "cuda")]
+pub mod cuda {
+    use std::sync::Arc;
+
+    use crate::config::{Config, Scheduler};
+    use crate::device::cuda::gpu::{CudaGpu, Kill, SYNTHETIC_KERNEL};
+    use crate::device::cuda::kernels;
+    use crate::device::cuda::plan_exec::{KernelLibrary, LoadOptions};
+    use crate::device::cuda::real::{CudaDriver, CudaInfo};
+    use crate::device::cuda::serve::{CudaServer, ServeOptions};
+    use crate::device::cuda::driver::CuDriver;
+    use crate::gpu::DeviceProfile;
+    use crate::model::ModelRegistry;
+
+    /// The CUDA device was found but could not be set up.
+    #[derive(Debug, thiserror::Error)]
+    pub enum OpenError {
+        /// Opening device 0 failed.
+        #[error("opening CUDA device 0")]
+        Open(#[from] crate::device::cuda::real::CudaOpenError),
+        /// NVRTC failed, or the architecture is not one it takes.
+        #[error("compiling the kernel library for {arch}")]
+        Compile {
+            /// `sm_XY`.
+            arch: String,
+            /// Why.
+            #[source]
+            source: Box<kernels::KernelError>,
+        },
+        /// Loading the library's PTX failed.
+        #[error("loading the kernel library on the device")]
+        Library(#[from] crate::device::cuda::plan_exec::LibraryError),
+        /// The synthetic kernel could not be found.
+        #[error("looking up {SYNTHETIC_KERNEL} in the kernel library")]
+        Synthetic(#[source] crate::device::cuda::driver::DriverError),
+        /// Setting up the scheduler's device failed.
+        #[error(transparent)]
+        Setup(#[from] crate::device::cuda::gpu::SetupError),
+        /// Loading the models failed.
+        #[error(transparent)]
+        Serve(#[from] crate::device::cuda::serve::ServeError),
+    }
+
+    /// Opens device 0, compiles and loads the kernel library, loads every
+    /// model of `models` and starts the policy of `device.scheduler`.
+    pub fn open_server(
+        config: &Config,
+        models: Arc<ModelRegistry>,
+        info: &CudaInfo,
+    ) -> Result<CudaServer, OpenError> {
+        let kind = match config.device.scheduler {
+            Scheduler::Policy(k) => k,
+            // Config validation refuses fifo with the cuda backend.
+            Scheduler::Fifo => crate::sched::PolicyKind::Reef,
+        };
+        let mut drv = CudaDriver::new(0)?;
+        let (major, minor) = drv.info().compute_capability;
+        let arch = format!("sm_{major}{minor}");
+        tracing::info!("CUDA: {info}; compiling the kernel library for {arch}");
+        let modules = kernels::compile_ptx(&arch).map_err(|source| OpenError::Compile {
+            arch: arch.clone(),
+            source: Box::new(source),
+        })?;
+        let images: Vec<&str> = modules.iter().map(|m| m.ptx.as_str()).collect();
+        let lib = KernelLibrary::from_ptx(&mut drv, &images)?;
+        let synth_image = modules
+            .iter()
+            .find(|m| m.ptx.contains(SYNTHETIC_KERNEL))
+            .map(|m| m.ptx.as_str())
+            .unwrap_or_default();
+        let module = drv.load_module(synth_image).map_err(OpenError::Synthetic)?;
+        let synth = drv
+            .kernel(module, SYNTHETIC_KERNEL)
+            .map_err(OpenError::Synthetic)?;
+        let mut profile = DeviceProfile::h100();
+        profile.compute_units = u32::try_from(info.sm_count).unwrap_or(1).max(1);
+        let gpu = CudaGpu::new(Box::new(drv), synth, profile, Kill::Cooperative)?;
+        let opts = ServeOptions {
+            scale: config.device.model_scale,
+            instances: config.device.instances,
+            weights_seed: 1,
+            load: LoadOptions::default(),
+        };
+        Ok(CudaServer::new(
+            gpu,
+            &lib,
+            kind,
+            models,
+            &opts,
+            &info.to_string(),
+            sluice_client::now_ns(),
+        )?)
     }
 }
 
@@ -170,7 +277,11 @@ mod tests {
 
     #[cfg(feature = "cuda")]
     #[test]
-    fn cuda_with_the_feature_falls_back_to_the_simulated_gpu() {
+    fn cuda_with_the_feature_and_no_driver_falls_back_to_the_simulated_gpu() {
+        if let Ok(info) = crate::device::cuda::real::probe() {
+            eprintln!("skipped: this machine has a CUDA driver ({info})");
+            return;
+        }
         let models = Arc::new(ModelRegistry::builtin());
         let sim = make_device(&Config::default(), models.clone()).unwrap();
         let d = make_device(&cuda_config(), models).unwrap();
@@ -180,29 +291,50 @@ mod tests {
     #[cfg(feature = "cuda")]
     #[test]
     fn cuda_fallback_message_says_why() {
-        use crate::device::cuda::real::{CudaInfo, CudaUnavailable};
-        let no_driver = Err(CudaUnavailable::NoLibrary {
+        use crate::device::cuda::real::CudaUnavailable;
+        let no_driver = CudaUnavailable::NoLibrary {
             library: "libcuda.so.1".into(),
             detail: "libcuda.so.1: cannot open shared object file".into(),
-        });
+        };
         assert_eq!(
             cuda_fallback_message(&no_driver),
             "device.backend = \"cuda\": no CUDA driver (libcuda.so.1 not found: no NVIDIA driver \
              on this machine (libcuda.so.1: cannot open shared object file); install the NVIDIA \
              driver, or set device.backend = \"sim\"); falling back to the simulated GPU"
         );
-        let found = Ok(CudaInfo {
-            devices: 1,
-            name: "NVIDIA H100".into(),
-            compute_capability: (9, 0),
-            sm_count: 132,
-            total_mem: 80 << 30,
-            driver_version: 12040,
-        });
-        let m = cuda_fallback_message(&found);
-        assert!(m.contains("found NVIDIA H100"), "{m}");
-        assert!(m.contains("not wired yet"), "{m}");
-        assert!(m.ends_with("falling back to the simulated GPU"), "{m}");
+    }
+
+    #[test]
+    fn the_cuda_backend_serves_the_builders_models_with_measured_overrides() {
+        let mut c = cuda_config();
+        c.device.model_scale = crate::nn::builders::Scale::Small;
+        let reg = load_models(&c).unwrap();
+        let names: Vec<&str> = reg.iter().map(|(_, m)| m.name()).collect();
+        assert_eq!(
+            names,
+            ["bert_base_small", "gpt2_small", "resnet152_small", "vgg19_small"]
+        );
+        // A manifest in models.dir replaces the builder's of its name.
+        let dir = std::env::temp_dir().join(format!("sluice-rt-models-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let built = crate::nn::builders::build(
+            "gpt2",
+            &crate::nn::builders::BuildOptions {
+                scale: crate::nn::builders::Scale::Small,
+            },
+        )
+        .unwrap();
+        let json = built
+            .manifest_json()
+            .unwrap()
+            .replace("\"display_name\": \"", "\"display_name\": \"measured ");
+        std::fs::write(dir.join("gpt2_small.json"), json).unwrap();
+        c.models.dir = Some(dir.clone());
+        let reg = load_models(&c).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let (_, m) = reg.lookup("gpt2_small").unwrap();
+        assert!(m.manifest.display_name.starts_with("measured "), "{}", m.manifest.display_name);
+        assert_eq!(reg.len(), 4);
     }
 
     #[test]

@@ -45,6 +45,17 @@ enum Cmd {
         /// Best-effort model (closed loop).
         #[arg(long, default_value = "resnet152")]
         be_model: String,
+        /// GPU backend: `sim` (the simulated GPU) or `cuda` (the models'
+        /// real layers on CUDA device 0; needs a build with `--features
+        /// cuda`; without a driver it falls back to the simulated GPU and
+        /// says so). Outputs of the cuda backend are not checked.
+        #[arg(long, default_value = "sim")]
+        backend: String,
+        /// With `--backend cuda`: the small test models (`vgg19_small`,
+        /// ...) instead of the full ones; name them with the `_small`
+        /// suffix in --rt-model and --be-model.
+        #[arg(long)]
+        small: bool,
         /// Print the result as JSON instead of a table.
         #[arg(long)]
         json: bool,
@@ -133,6 +144,9 @@ enum Cmd {
         seconds: u64,
         #[arg(long, default_value_t = 200)]
         spin_us: u64,
+        /// Do not check outputs (a real backend computes them).
+        #[arg(long)]
+        no_check: bool,
     },
     /// (internal) an IPC benchmark client process.
     #[command(name = "__bench-client", hide = true)]
@@ -383,9 +397,26 @@ fn main() -> ExitCode {
             rt_model,
             rt_period_ms,
             be_model,
+            backend,
+            small,
             json,
         } => {
             sluice_daemon::runtime::init_tracing_quiet();
+            let Some(backend) = sluice_daemon::config::Backend::from_name(&backend) else {
+                return fail(format!(
+                    "unknown backend {backend:?}; use one of: {}",
+                    sluice_daemon::config::Backend::ALL
+                        .iter()
+                        .map(|b| b.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            };
+            if backend == sluice_daemon::config::Backend::Cuda
+                && scheduler.iter().any(|s| s == "fifo")
+            {
+                return fail("scheduler \"fifo\" is the simulated device's; with --backend cuda use reef, streams, seq, wait-preempt or paella");
+            }
             let exe = match exe() {
                 Ok(e) => e,
                 Err(e) => return fail(e),
@@ -416,6 +447,12 @@ fn main() -> ExitCode {
                     rt_period_ms,
                     be_model: be_model.clone(),
                     scheduler: sch,
+                    backend,
+                    model_scale: if small {
+                        sluice_daemon::nn::builders::Scale::Small
+                    } else {
+                        sluice_daemon::nn::builders::Scale::Full
+                    },
                 };
                 match demo::run(&exe, &opts) {
                     Ok(r) => results.push(r),
@@ -612,8 +649,10 @@ fn main() -> ExitCode {
             period_ms,
             seconds,
             spin_us,
+            no_check,
         } => {
             let role = ClientRole {
+                check: !no_check,
                 socket,
                 name,
                 model,

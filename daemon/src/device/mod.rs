@@ -110,4 +110,10 @@ pub trait Device: Send {
     fn cancel_client(&mut self, client: u32) -> usize;
     /// Jobs queued or running.
     fn queued(&self) -> usize;
+    /// Whether the device is simulated: its outputs are the reference
+    /// digest of the input ([`shm_proto::sim::expected_output`]), which
+    /// clients can check. A real GPU computes the model instead.
+    fn simulated(&self) -> bool {
+        true
+    }
 }

@@ -22,8 +22,12 @@ pub struct DemoOptions {
     pub rt_period_ms: u64,
     /// Best-effort model (closed loop).
     pub be_model: String,
-    /// How the simulated device schedules.
+    /// How the device schedules.
     pub scheduler: crate::config::Scheduler,
+    /// The GPU backend.
+    pub backend: crate::config::Backend,
+    /// `cuda` backend: full or small models.
+    pub model_scale: crate::nn::builders::Scale,
 }
 
 /// The demo's outcome.
@@ -33,6 +37,8 @@ pub struct DemoResult {
     pub scheduler: String,
     /// Device name.
     pub device: String,
+    /// Whether the device is simulated (the fallback included).
+    pub simulated: bool,
     /// One report per client.
     pub clients: Vec<ClientReport>,
 }
@@ -45,6 +51,7 @@ fn spawn_client(
     priority: &str,
     period_ms: Option<u64>,
     seconds: u64,
+    check: bool,
 ) -> Result<Child, String> {
     let mut cmd = Command::new(exe);
     cmd.arg("__client")
@@ -57,6 +64,9 @@ fn spawn_client(
     if let Some(p) = period_ms {
         cmd.args(["--period-ms", &p.to_string()]);
     }
+    if !check {
+        cmd.arg("--no-check");
+    }
     cmd.spawn()
         .map_err(|e| format!("cannot start client process {}: {e}", exe.display()))
 }
@@ -66,7 +76,9 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<DemoResult, String> {
     let socket = temp_socket("demo").map_err(|e| format!("temporary directory: {e}"))?;
     let mut config = embedded_config(socket.clone(), 100);
     config.device.scheduler = opts.scheduler;
-    let models = Arc::new(crate::model::ModelRegistry::builtin());
+    config.device.backend = opts.backend;
+    config.device.model_scale = opts.model_scale;
+    let models = Arc::new(crate::runtime::load_models(&config).map_err(|e| e.to_string())?);
     for m in [&opts.rt_model, &opts.be_model] {
         if models.lookup(m).is_none() {
             let names: Vec<_> = models.iter().map(|(_, m)| m.name().to_owned()).collect();
@@ -78,6 +90,7 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<DemoResult, String> {
     }
     let device = crate::runtime::make_device(&config, models.clone()).map_err(|e| e.to_string())?;
     let device_name = device.name().to_owned();
+    let simulated = device.simulated();
     let mut daemon = Daemon::start(config, models, device).map_err(|e| e.to_string())?;
     let children = [
         spawn_client(
@@ -88,6 +101,7 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<DemoResult, String> {
             "rt",
             Some(opts.rt_period_ms),
             opts.seconds,
+            simulated,
         )?,
         spawn_client(
             exe,
@@ -97,6 +111,7 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<DemoResult, String> {
             "be",
             None,
             opts.seconds,
+            simulated,
         )?,
     ];
     let tty = std::io::stderr().is_terminal();
@@ -150,6 +165,7 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<DemoResult, String> {
     Ok(DemoResult {
         scheduler: opts.scheduler.as_str().to_owned(),
         device: device_name,
+        simulated,
         clients,
     })
 }
@@ -157,8 +173,13 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<DemoResult, String> {
 /// The table `sluice demo` prints.
 pub fn table(r: &DemoResult) -> String {
     let mut s = String::new();
+    let what = if r.simulated {
+        "simulated GPU: not measured on a GPU"
+    } else {
+        "measured on this GPU; outputs not checked"
+    };
     s.push_str(&format!(
-        "scheduler: {}   device: {} (simulated GPU: not measured on a GPU)\n\n",
+        "scheduler: {}   device: {} ({what})\n\n",
         r.scheduler, r.device
     ));
     s.push_str(&format!(

@@ -674,6 +674,10 @@ impl Device for CudaServer {
             + self.running.values().filter(|r| !r.cancelled).count()
             + self.ready.len()
     }
+
+    fn simulated(&self) -> bool {
+        false
+    }
 }
 
 /// [`CudaGpu`] as the policy sees it while serving: a launch of kernel `i`
