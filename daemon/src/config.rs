@@ -1052,8 +1052,7 @@ impl Validator {
                     "device.model_scale",
                     toml_string(&name),
                     "is not a model scale",
-                    "use \"full\" (the real models) or \"small\" (shrunk test models)"
-                        .to_owned(),
+                    "use \"full\" (the real models) or \"small\" (shrunk test models)".to_owned(),
                 ),
             }
         }
@@ -1549,7 +1548,8 @@ mod tests {
     #[test]
     fn cuda_keys_are_read_and_checked() {
         use crate::nn::builders::Scale;
-        let c = load("[device]\nbackend = \"cuda\"\nmodel_scale = \"small\"\ninstances = 3").unwrap();
+        let c =
+            load("[device]\nbackend = \"cuda\"\nmodel_scale = \"small\"\ninstances = 3").unwrap();
         assert_eq!(c.device.model_scale, Scale::Small);
         assert_eq!(c.device.instances, 3);
         // The cuda backend has no fifo scheduler: reef unless told.

@@ -134,12 +134,12 @@ pub mod cuda {
     use std::sync::Arc;
 
     use crate::config::{Config, Scheduler};
+    use crate::device::cuda::driver::CuDriver;
     use crate::device::cuda::gpu::{CudaGpu, Kill, SYNTHETIC_KERNEL};
     use crate::device::cuda::kernels;
     use crate::device::cuda::plan_exec::{KernelLibrary, LoadOptions};
     use crate::device::cuda::real::{CudaDriver, CudaInfo};
     use crate::device::cuda::serve::{CudaServer, ServeOptions};
-    use crate::device::cuda::driver::CuDriver;
     use crate::gpu::DeviceProfile;
     use crate::model::ModelRegistry;
 
@@ -312,7 +312,12 @@ mod tests {
         let names: Vec<&str> = reg.iter().map(|(_, m)| m.name()).collect();
         assert_eq!(
             names,
-            ["bert_base_small", "gpt2_small", "resnet152_small", "vgg19_small"]
+            [
+                "bert_base_small",
+                "gpt2_small",
+                "resnet152_small",
+                "vgg19_small"
+            ]
         );
         // A manifest in models.dir replaces the builder's of its name.
         let dir = std::env::temp_dir().join(format!("sluice-rt-models-{}", std::process::id()));
@@ -333,7 +338,11 @@ mod tests {
         let reg = load_models(&c).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
         let (_, m) = reg.lookup("gpt2_small").unwrap();
-        assert!(m.manifest.display_name.starts_with("measured "), "{}", m.manifest.display_name);
+        assert!(
+            m.manifest.display_name.starts_with("measured "),
+            "{}",
+            m.manifest.display_name
+        );
         assert_eq!(reg.len(), 4);
     }
 

@@ -405,6 +405,11 @@ pub struct DaemonOpts {
     pub idle_spin_us: u32,
     /// `device.scheduler` (`fifo`, or a policy on the GPU model).
     pub scheduler: &'static str,
+    /// The device: `sim` (`device.backend = "sim"`), or `cuda-fake`: the
+    /// CUDA backend's job path on the fake driver, whose kernels run the
+    /// CPU reference ops, serving the Small models
+    /// (`sluice_daemon::device::cuda::serve::fake_server`).
+    pub device: &'static str,
 }
 
 impl Default for DaemonOpts {
@@ -418,6 +423,7 @@ impl Default for DaemonOpts {
             time_scale: 1.0,
             idle_spin_us: 50,
             scheduler: "fifo",
+            device: "sim",
         }
     }
 }
@@ -460,6 +466,7 @@ impl DaemonProc {
             ("time_scale", opts.time_scale.to_string()),
             ("idle_spin_us", opts.idle_spin_us.to_string()),
             ("scheduler", opts.scheduler.to_string()),
+            ("device", opts.device.to_string()),
         ];
         let child = spawn_role("daemon", &args, &log);
         let pid = child.id();
@@ -959,6 +966,18 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
             return 2;
         }
     };
+    let cuda_fake = match a.get("device").unwrap_or("sim") {
+        "sim" => false,
+        "cuda-fake" => true,
+        other => {
+            eprintln!("daemon role: unknown device {other}");
+            return 2;
+        }
+    };
+    if cuda_fake {
+        config.device.backend = sluice_daemon::config::Backend::Cuda;
+        config.device.model_scale = sluice_daemon::nn::builders::Scale::Small;
+    }
     let models = match runtime::load_models(&config) {
         Ok(m) => Arc::new(m),
         Err(e) => {
@@ -966,7 +985,23 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
             return 2;
         }
     };
-    let device = match runtime::make_device(&config, models.clone()) {
+    let device: Result<Box<dyn sluice_daemon::device::Device>, String> = if cuda_fake {
+        use sluice_daemon::device::cuda::serve::{ServeOptions, fake_server};
+        let kind = match config.device.scheduler {
+            sluice_daemon::config::Scheduler::Policy(k) => k,
+            sluice_daemon::config::Scheduler::Fifo => sluice_daemon::sched::PolicyKind::Reef,
+        };
+        let opts = ServeOptions {
+            scale: config.device.model_scale,
+            ..ServeOptions::default()
+        };
+        fake_server(kind, models.clone(), &opts)
+            .map(|s| Box::new(s) as Box<dyn sluice_daemon::device::Device>)
+            .map_err(|e| e.to_string())
+    } else {
+        runtime::make_device(&config, models.clone()).map_err(|e| e.to_string())
+    };
+    let device = match device {
         Ok(d) => d,
         Err(e) => {
             eprintln!("daemon role: cannot make the device: {e}");

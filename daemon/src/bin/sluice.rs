@@ -415,7 +415,9 @@ fn main() -> ExitCode {
             if backend == sluice_daemon::config::Backend::Cuda
                 && scheduler.iter().any(|s| s == "fifo")
             {
-                return fail("scheduler \"fifo\" is the simulated device's; with --backend cuda use reef, streams, seq, wait-preempt or paella");
+                return fail(
+                    "scheduler \"fifo\" is the simulated device's; with --backend cuda use reef, streams, seq, wait-preempt or paella",
+                );
             }
             let exe = match exe() {
                 Ok(e) => e,

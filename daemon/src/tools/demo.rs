@@ -43,16 +43,29 @@ pub struct DemoResult {
     pub clients: Vec<ClientReport>,
 }
 
+/// What both demo clients share.
+struct Clients<'a> {
+    exe: &'a Path,
+    socket: &'a Path,
+    seconds: u64,
+    /// Whether they check outputs (simulated device).
+    check: bool,
+}
+
 fn spawn_client(
-    exe: &Path,
-    socket: &Path,
-    name: &str,
+    c: &Clients<'_>,
     model: &str,
     priority: &str,
     period_ms: Option<u64>,
-    seconds: u64,
-    check: bool,
 ) -> Result<Child, String> {
+    let Clients {
+        exe,
+        socket,
+        seconds,
+        check,
+    } = *c;
+    let name = format!("{priority}-{model}");
+    let name = name.as_str();
     let mut cmd = Command::new(exe);
     cmd.arg("__client")
         .arg("--socket")
@@ -92,27 +105,15 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<DemoResult, String> {
     let device_name = device.name().to_owned();
     let simulated = device.simulated();
     let mut daemon = Daemon::start(config, models, device).map_err(|e| e.to_string())?;
+    let clients = Clients {
+        exe,
+        socket: &socket,
+        seconds: opts.seconds,
+        check: simulated,
+    };
     let children = [
-        spawn_client(
-            exe,
-            &socket,
-            &format!("rt-{}", opts.rt_model),
-            &opts.rt_model,
-            "rt",
-            Some(opts.rt_period_ms),
-            opts.seconds,
-            simulated,
-        )?,
-        spawn_client(
-            exe,
-            &socket,
-            &format!("be-{}", opts.be_model),
-            &opts.be_model,
-            "be",
-            None,
-            opts.seconds,
-            simulated,
-        )?,
+        spawn_client(&clients, &opts.rt_model, "rt", Some(opts.rt_period_ms))?,
+        spawn_client(&clients, &opts.be_model, "be", None)?,
     ];
     let tty = std::io::stderr().is_terminal();
     let start = Instant::now();

@@ -202,6 +202,72 @@ pub fn builder_of(name: &str, scale: Scale) -> Option<&'static str> {
     MODEL_NAMES.into_iter().find(|&n| n == base)
 }
 
+/// A [`CudaServer`] on the fake driver, whose kernels run the
+/// [`crate::nn::ops`] CPU functions on fake device memory
+/// ([`fake_abi`](super::plan_exec::fake_abi), default timings): the whole
+/// job path (policy, virtual queues, preemption flag, copies, pinned
+/// buffers) without a GPU. Every kernel's virtual time passes as the
+/// device is polled. For tests and demonstrations only: it is slow (the
+/// CPU computes every layer) and its clock is not real time.
+pub fn fake_server(
+    kind: PolicyKind,
+    models: Arc<ModelRegistry>,
+    opts: &ServeOptions,
+) -> Result<CudaServer, FakeServerError> {
+    let (gpu, lib, _) = fake_gpu()?;
+    Ok(CudaServer::new(
+        gpu,
+        &lib,
+        kind,
+        models,
+        opts,
+        "fake CUDA device (CPU kernels)",
+        sluice_client::now_ns(),
+    )?)
+}
+
+/// The fake device of [`fake_server`]: the scheduler's device, the kernel
+/// library, and another handle on the fake driver (to advance or break it).
+fn fake_gpu() -> Result<(CudaGpu, KernelLibrary, super::fake::FakeDriver), FakeServerError> {
+    use super::driver::CuDriver;
+    use super::fake::{FakeDriver, FakeKernel};
+    use super::gpu::{Kill, SYNTHETIC_KERNEL};
+    use super::plan_exec::fake_abi;
+    let mut d = FakeDriver::default();
+    fake_abi::define(&d, fake_abi::FakeTimes::default());
+    // `sluice_synthetic(ctl, kidx, float* sink, u64 block_ns)`: block_ns at
+    // byte 12 of its own arguments.
+    let synth = d.kernel_handle(
+        SYNTHETIC_KERNEL,
+        FakeKernel::new(0).timed_by_arg(12).polling(1_000),
+    );
+    let m = d
+        .load_module("fake kernel library")
+        .map_err(FakeServerError::Driver)?;
+    let lib = KernelLibrary::from_module(&mut d, m).map_err(FakeServerError::Library)?;
+    let probe = d.clone();
+    let gpu = CudaGpu::new(Box::new(d), synth, DeviceProfile::h100(), Kill::Cooperative)
+        .map_err(FakeServerError::Setup)?;
+    Ok((gpu, lib, probe))
+}
+
+/// [`fake_server`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FakeServerError {
+    /// The fake driver refused a call (a bug).
+    #[error("fake driver")]
+    Driver(#[source] DriverError),
+    /// The fake library is incomplete (a bug).
+    #[error("fake kernel library")]
+    Library(#[source] super::plan_exec::LibraryError),
+    /// The scheduler's device could not be set up.
+    #[error(transparent)]
+    Setup(super::gpu::SetupError),
+    /// The models could not be loaded.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+}
+
 /// Priority classes, as pool indexes.
 const CLASSES: [Priority; 2] = [Priority::RealTime, Priority::BestEffort];
 
@@ -629,6 +695,11 @@ impl Device for CudaServer {
     }
 
     fn poll(&mut self, _now_ns: u64, done: &mut Vec<Finished>) {
+        if self.broken.is_none() && self.gpu.busy() {
+            // A real driver spins a moment; the fake one moves its clock
+            // to its next change, so a fake device runs as it is polled.
+            self.gpu.driver().wait_for_progress();
+        }
         self.advance();
         self.complete(done);
         for p in 0..self.pools.len() {
@@ -761,7 +832,6 @@ mod tests {
     use crate::device::cuda::driver::CuDriver;
     use crate::device::cuda::fake::{FakeDriver, FakeKernel};
     use crate::device::cuda::gpu::{Kill, SYNTHETIC_KERNEL};
-    use crate::device::cuda::plan_exec::fake_abi::{self, FakeTimes};
     use crate::device::testmem::{BrokenMemory, VecMemory};
     use crate::nn::builders::run_cpu;
 
@@ -777,26 +847,15 @@ mod tests {
     }
 
     fn server(reg: Arc<ModelRegistry>, kind: PolicyKind, instances: usize) -> Rig {
-        let mut d = FakeDriver::default();
-        fake_abi::define(&d, FakeTimes::default());
-        // `sluice_synthetic(ctl, kidx, float* sink, u64 block_ns)`.
-        let synth = d.kernel_handle(
-            SYNTHETIC_KERNEL,
-            FakeKernel::new(0).timed_by_arg(12).polling(1_000),
-        );
-        let m = d.load_module("fake library").unwrap();
-        let lib = KernelLibrary::from_module(&mut d, m).unwrap();
-        let probe = d.clone();
-        let gpu =
-            CudaGpu::new(Box::new(d), synth, DeviceProfile::h100(), Kill::Cooperative).unwrap();
+        let (gpu, lib, d) = fake_gpu().unwrap();
         let opts = ServeOptions {
             scale: Scale::Small,
             instances,
             weights_seed: SEED,
             load: LoadOptions::default(),
         };
-        let srv = CudaServer::new(gpu, &lib, kind, Arc::clone(&reg), &opts, "fake", 0).unwrap();
-        Rig { srv, d: probe }
+        let srv = CudaServer::new(gpu, &lib, kind, reg, &opts, "fake", 0).unwrap();
+        Rig { srv, d }
     }
 
     fn small(name: &str) -> crate::nn::builders::BuiltModel {
@@ -900,7 +959,7 @@ mod tests {
         rig.srv.submit(be, 0);
         let mut done = Vec::new();
         // Let the best-effort model get well into its kernels.
-        for _ in 0..200 {
+        for _ in 0..60 {
             rig.srv.poll(0, &mut done);
             rig.d.wait_for_progress();
         }
