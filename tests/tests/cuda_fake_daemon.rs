@@ -8,19 +8,13 @@
 
 use sluice_client::{Client, Priority, Span, Submit, status};
 use sluice_daemon::device::cuda::serve::ServeOptions;
-use sluice_daemon::nn::builders::{BuildOptions, BuiltModel, Scale, build, run_cpu};
+use sluice_daemon::nn::builders::{BuiltModel, build_small, run_cpu};
 use sluice_tests::{DaemonOpts, DaemonProc};
 
 sluice_tests::role_entry!();
 
 fn small(name: &str) -> BuiltModel {
-    build(
-        name,
-        &BuildOptions {
-            scale: Scale::Small,
-        },
-    )
-    .unwrap()
+    build_small(name).unwrap()
 }
 
 fn bytes(v: &[f32]) -> Vec<u8> {

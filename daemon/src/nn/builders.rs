@@ -1281,6 +1281,16 @@ pub struct BuiltModel {
     shapes: String,
 }
 
+/// [`build`] at [`Scale::Small`].
+pub fn build_small(name: &str) -> Result<BuiltModel, BuildError> {
+    build(
+        name,
+        &BuildOptions {
+            scale: Scale::Small,
+        },
+    )
+}
+
 /// Builds the model `name` (one of [`MODEL_NAMES`]).
 pub fn build(name: &str, options: &BuildOptions) -> Result<BuiltModel, BuildError> {
     let small = options.scale == Scale::Small;

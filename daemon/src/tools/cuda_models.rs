@@ -764,16 +764,10 @@ mod tests {
     use crate::device::cuda::fake::{FakeDriver, FakeTimings};
     use crate::device::cuda::plan_exec::fake_abi::{self, FakeTimes};
     use crate::device::cuda::queue::{KillMechanism, QueueConfig};
-    use crate::nn::builders::{BuildOptions, MODEL_NAMES, Scale, build};
+    use crate::nn::builders::MODEL_NAMES;
 
     fn small(name: &str) -> BuiltModel {
-        build(
-            name,
-            &BuildOptions {
-                scale: Scale::Small,
-            },
-        )
-        .unwrap()
+        crate::nn::builders::build_small(name).unwrap()
     }
 
     fn rig(times: FakeTimes) -> (FakeDriver, VirtualQueue, KernelLibrary) {

@@ -1287,16 +1287,10 @@ mod tests {
     };
     use crate::device::cuda::fake::{Executed, FakeDriver, KernelOutcome};
     use crate::device::cuda::queue::{KillMechanism, QueueConfig};
-    use crate::nn::builders::{BuildOptions, BuiltModel, MODEL_NAMES, Scale, build, run_cpu};
+    use crate::nn::builders::{BuiltModel, MODEL_NAMES, run_cpu};
 
     fn small(name: &str) -> BuiltModel {
-        build(
-            name,
-            &BuildOptions {
-                scale: Scale::Small,
-            },
-        )
-        .unwrap()
+        crate::nn::builders::build_small(name).unwrap()
     }
 
     struct Rig {

@@ -501,6 +501,23 @@ impl CudaServer {
         }
     }
 
+    /// Runs one policy callback with the device bound to the running
+    /// requests' model instances.
+    fn with_policy(&mut self, f: impl FnOnce(&mut dyn Policy, &mut Ctx<'_>)) {
+        let mut bound = Bound {
+            gpu: &mut self.gpu,
+            running: &mut self.running,
+            pools: &self.pools,
+        };
+        let mut cx = Ctx {
+            gpu: &mut bound,
+            models: &self.models,
+            done: &mut self.fresh,
+            stats: &mut self.stats,
+        };
+        f(&mut *self.policy, &mut cx);
+    }
+
     /// Starts waiting requests of pool `p` while it has free instances.
     fn admit(&mut self, p: usize) {
         loop {
@@ -550,18 +567,7 @@ impl CudaServer {
                     failed: false,
                 },
             );
-            let mut bound = Bound {
-                gpu: &mut self.gpu,
-                running: &mut self.running,
-                pools: &self.pools,
-            };
-            let mut cx = Ctx {
-                gpu: &mut bound,
-                models: &self.models,
-                done: &mut self.fresh,
-                stats: &mut self.stats,
-            };
-            self.policy.on_arrival(&mut cx, task);
+            self.with_policy(|p, cx| p.on_arrival(cx, task));
         }
     }
 
@@ -585,18 +591,7 @@ impl CudaServer {
                     r.started = Some(*t);
                 }
             }
-            let mut bound = Bound {
-                gpu: &mut self.gpu,
-                running: &mut self.running,
-                pools: &self.pools,
-            };
-            let mut cx = Ctx {
-                gpu: &mut bound,
-                models: &self.models,
-                done: &mut self.fresh,
-                stats: &mut self.stats,
-            };
-            self.policy.on_event(&mut cx, &ev);
+            self.with_policy(|p, cx| p.on_event(cx, &ev));
         }
         self.events = events;
     }
@@ -859,13 +854,7 @@ mod tests {
     }
 
     fn small(name: &str) -> crate::nn::builders::BuiltModel {
-        build(
-            name,
-            &BuildOptions {
-                scale: Scale::Small,
-            },
-        )
-        .unwrap()
+        crate::nn::builders::build_small(name).unwrap()
     }
 
     fn f32_bytes(v: &[f32]) -> Vec<u8> {
