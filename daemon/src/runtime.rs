@@ -134,36 +134,29 @@ pub mod cuda {
     use std::sync::Arc;
 
     use crate::config::{Config, Scheduler};
-    use crate::device::cuda::driver::CuDriver;
     use crate::device::cuda::gpu::{CudaGpu, Kill, SYNTHETIC_KERNEL};
-    use crate::device::cuda::kernels;
-    use crate::device::cuda::plan_exec::{KernelLibrary, LoadOptions};
-    use crate::device::cuda::real::{CudaDriver, CudaInfo};
+    use crate::device::cuda::plan_exec::LoadOptions;
+    use crate::device::cuda::real::CudaInfo;
     use crate::device::cuda::serve::{CudaServer, ServeOptions};
     use crate::gpu::DeviceProfile;
     use crate::model::ModelRegistry;
+    use crate::tools::cuda_models::{CudaSetupError, open_cuda};
 
     /// The CUDA device was found but could not be set up.
     #[derive(Debug, thiserror::Error)]
     pub enum OpenError {
-        /// Opening device 0 failed.
-        #[error("opening CUDA device 0")]
-        Open(#[from] crate::device::cuda::real::CudaOpenError),
-        /// NVRTC failed, or the architecture is not one it takes.
-        #[error("compiling the kernel library for {arch}")]
-        Compile {
-            /// `sm_XY`.
-            arch: String,
-            /// Why.
-            #[source]
-            source: Box<kernels::KernelError>,
-        },
-        /// Loading the library's PTX failed.
-        #[error("loading the kernel library on the device")]
-        Library(#[from] crate::device::cuda::plan_exec::LibraryError),
-        /// The synthetic kernel could not be found.
-        #[error("looking up {SYNTHETIC_KERNEL} in the kernel library")]
-        Synthetic(#[source] crate::device::cuda::driver::DriverError),
+        /// `fifo` is the simulated device's own scheduler.
+        #[error(
+            "device.scheduler = \"fifo\" is the simulated device's scheduler; the cuda backend \
+             runs a policy: use \"reef\", \"streams\", \"seq\", \"wait-preempt\" or \"paella\""
+        )]
+        Fifo,
+        /// Opening the device, compiling or loading the kernel library.
+        #[error(transparent)]
+        Rig(#[from] CudaSetupError),
+        /// The compiled library has no synthetic kernel (a bug).
+        #[error("the kernel library has no {SYNTHETIC_KERNEL}")]
+        NoSynthetic,
         /// Setting up the scheduler's device failed.
         #[error(transparent)]
         Setup(#[from] crate::device::cuda::gpu::SetupError),
@@ -172,40 +165,23 @@ pub mod cuda {
         Serve(#[from] crate::device::cuda::serve::ServeError),
     }
 
-    /// Opens device 0, compiles and loads the kernel library, loads every
-    /// model of `models` and starts the policy of `device.scheduler`.
+    /// Opens device 0 with the kernel library compiled and loaded
+    /// ([`open_cuda`]), loads every model of `models` and starts the policy
+    /// of `device.scheduler`.
     pub fn open_server(
         config: &Config,
         models: Arc<ModelRegistry>,
         info: &CudaInfo,
     ) -> Result<CudaServer, OpenError> {
-        let kind = match config.device.scheduler {
-            Scheduler::Policy(k) => k,
-            // Config validation refuses fifo with the cuda backend.
-            Scheduler::Fifo => crate::sched::PolicyKind::Reef,
+        let Scheduler::Policy(kind) = config.device.scheduler else {
+            return Err(OpenError::Fifo);
         };
-        let mut drv = CudaDriver::new(0)?;
-        let (major, minor) = drv.info().compute_capability;
-        let arch = format!("sm_{major}{minor}");
-        tracing::info!("CUDA: {info}; compiling the kernel library for {arch}");
-        let modules = kernels::compile_ptx(&arch).map_err(|source| OpenError::Compile {
-            arch: arch.clone(),
-            source: Box::new(source),
-        })?;
-        let images: Vec<&str> = modules.iter().map(|m| m.ptx.as_str()).collect();
-        let lib = KernelLibrary::from_ptx(&mut drv, &images)?;
-        let synth_image = modules
-            .iter()
-            .find(|m| m.ptx.contains(SYNTHETIC_KERNEL))
-            .map(|m| m.ptx.as_str())
-            .unwrap_or_default();
-        let module = drv.load_module(synth_image).map_err(OpenError::Synthetic)?;
-        let synth = drv
-            .kernel(module, SYNTHETIC_KERNEL)
-            .map_err(OpenError::Synthetic)?;
+        tracing::info!("CUDA: {info}; compiling the kernel library");
+        let rig = open_cuda()?;
+        let synth = rig.lib.synthetic().ok_or(OpenError::NoSynthetic)?;
         let mut profile = DeviceProfile::h100();
         profile.compute_units = u32::try_from(info.sm_count).unwrap_or(1).max(1);
-        let gpu = CudaGpu::new(Box::new(drv), synth, profile, Kill::Cooperative)?;
+        let gpu = CudaGpu::new(Box::new(rig.drv), synth, profile, Kill::Cooperative)?;
         let opts = ServeOptions {
             scale: config.device.model_scale,
             instances: config.device.instances,
@@ -214,7 +190,7 @@ pub mod cuda {
         };
         Ok(CudaServer::new(
             gpu,
-            &lib,
+            &rig.lib,
             kind,
             models,
             &opts,

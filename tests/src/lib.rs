@@ -987,9 +987,9 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
     };
     let device: Result<Box<dyn sluice_daemon::device::Device>, String> = if cuda_fake {
         use sluice_daemon::device::cuda::serve::{ServeOptions, fake_server};
-        let kind = match config.device.scheduler {
-            sluice_daemon::config::Scheduler::Policy(k) => k,
-            sluice_daemon::config::Scheduler::Fifo => sluice_daemon::sched::PolicyKind::Reef,
+        let sluice_daemon::config::Scheduler::Policy(kind) = config.device.scheduler else {
+            eprintln!("daemon role: device cuda-fake runs a policy, not `fifo`");
+            return 2;
         };
         let opts = ServeOptions {
             scale: config.device.model_scale,

@@ -43,6 +43,7 @@
 use super::driver::{
     CuDriver, DevicePtr, DriverError, HostBufId, KernelArgs, KernelHandle, LaunchDims, ModuleId,
 };
+use super::gpu::SYNTHETIC_KERNEL;
 use super::kernels::ptx_has_entry;
 use super::queue::{Command, Program, ProgramError, QueueError, TaskId, VirtualQueue};
 use crate::nn::builders::{Arg, ArgError, BufId, Kernel, Plan, PlanError, Role, Weights};
@@ -109,6 +110,8 @@ pub enum LibraryError {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KernelLibrary {
     handles: [Option<KernelHandle>; 8],
+    /// The synthetic kernel (`gpu::SYNTHETIC_KERNEL`), if an image has it.
+    synthetic: Option<KernelHandle>,
 }
 
 impl KernelLibrary {
@@ -126,6 +129,15 @@ impl KernelLibrary {
                     count: images.len(),
                     source,
                 })?;
+            if lib.synthetic.is_none() && ptx_has_entry(image, SYNTHETIC_KERNEL) {
+                lib.synthetic = Some(drv.kernel(module, SYNTHETIC_KERNEL).map_err(|source| {
+                    LibraryError::Lookup {
+                        kernel: SYNTHETIC_KERNEL,
+                        module,
+                        source,
+                    }
+                })?);
+            }
             for k in PLAN_KERNELS {
                 let slot = &mut lib.handles[kernel_index(k)];
                 if slot.is_none() && ptx_has_entry(image, k.abi_name()) {
@@ -162,6 +174,13 @@ impl KernelLibrary {
     /// The handle of `kernel`, if loaded.
     pub fn get(&self, kernel: Kernel) -> Option<KernelHandle> {
         self.handles[kernel_index(kernel)]
+    }
+
+    /// The synthetic kernel's handle ([`SYNTHETIC_KERNEL`], which
+    /// [`CudaGpu`](super::gpu::CudaGpu) runs for policy launches without
+    /// real work), if an image of [`KernelLibrary::from_ptx`] had it.
+    pub fn synthetic(&self) -> Option<KernelHandle> {
+        self.synthetic
     }
 }
 
@@ -1582,6 +1601,14 @@ mod tests {
         assert!(lib.get(Kernel::Pool2d).is_some());
         assert!(lib.get(Kernel::GlobalAvgPool).is_some());
         assert_eq!(lib.get(Kernel::Conv2d), None);
+        assert_eq!(lib.synthetic(), None);
+        d.define_kernel(
+            crate::device::cuda::gpu::SYNTHETIC_KERNEL,
+            crate::device::cuda::fake::FakeKernel::new(0),
+        );
+        let synth = ".visible .entry sluice_synthetic(\n)\n";
+        let with = KernelLibrary::from_ptx(&mut d, &[gemm, synth]).unwrap();
+        assert!(with.synthetic().is_some());
         // vgg19 needs conv2d: the load names the first step that does.
         let mut q = VirtualQueue::new(
             &mut d,
