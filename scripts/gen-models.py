@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate sluice's model manifests (daemon/models/*.json).
+"""Generate sluice's model manifests (daemon/model/manifests/*.json).
 
 What is real and what is made up (see docs/models.md for the long form):
 
@@ -558,10 +558,10 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     default_out = os.path.join(here, "..", "daemon", "models")
     ap = argparse.ArgumentParser(
-        description="Generate sluice's model manifests (daemon/models/*.json) from REEF TOCS'25 "
+        description="Generate sluice's model manifests (daemon/model/manifests/*.json) from REEF TOCS'25 "
                     "Table 1 (kernel counts, MI50 totals) plus synthetic per-kernel detail "
                     f"(seed {SEED}). Rerunning rewrites the files byte for byte.")
-    ap.add_argument("--out", default=default_out, help="output directory (default: daemon/models)")
+    ap.add_argument("--out", default=default_out, help="output directory (default: daemon/model/manifests)")
     ap.add_argument("--check", action="store_true",
                     help="write nothing; exit 1 if any file in --out differs from what would be generated")
     args = ap.parse_args()

@@ -14,8 +14,8 @@ n=${2:-200}
 # The daemon first: its build also compiles sluice-client (with the
 # workspace's unified features) into target/release, and the example must
 # link and load the library that build-c-example.sh builds, not that one.
-echo "==> cargo build --release -p sluice-daemon --bin sluiced"
-cargo build --release -p sluice-daemon --bin sluiced
+echo "==> cargo build --release --bin sluiced"
+cargo build --release --bin sluiced
 bash scripts/build-c-example.sh
 
 target=${CARGO_TARGET_DIR:-$root/target}

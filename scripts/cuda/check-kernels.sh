@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compiles sluice's CUDA kernel library (daemon/kernels/) with NVRTC through
+# Compiles sluice's CUDA kernel library (daemon/cuda/kernels/) with NVRTC through
 # `sluice kernels ptx`, then assembles every PTX with ptxas for sm_80 (A100)
 # and sm_90 (H100). Needs no GPU and no CUDA install: NVRTC and ptxas come
 # from NVIDIA's pinned PyPI wheels, installed once into a venv.
@@ -48,7 +48,7 @@ rm -rf "$out"
 mkdir -p "$out"
 
 echo "==> building sluice with --features cuda"
-if ! cargo build --quiet --release -p sluice-daemon --features cuda --bin sluice; then
+if ! cargo build --quiet --release --features sluice-cli/cuda --bin sluice; then
   echo "error: building sluice with --features cuda failed (see above)" >&2
   echo "kernels: 0 compiled, 0 assembled for sm_80 and sm_90, 1 failed"
   exit 1

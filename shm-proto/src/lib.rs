@@ -22,6 +22,8 @@
 //! futex calls of [`futex`] (feature `futex`, on by default).
 #![cfg_attr(not(test), no_std)]
 
+#[cfg(feature = "clock")]
+pub mod clock;
 pub mod control;
 pub mod layout;
 pub mod ring;
@@ -32,6 +34,8 @@ pub mod wake;
 #[cfg(all(feature = "futex", not(loom)))]
 pub mod futex;
 
+#[cfg(feature = "clock")]
+pub use clock::now_ns;
 pub use layout::{
     Completion, Geometry, LAYOUT_HASH, LayoutError, MAGIC, PROTOCOL_VERSION, RegionHeader, Request,
     RingHeader,

@@ -26,7 +26,7 @@
 //! ends the process with [`std::process::exit`]; its stderr goes to a log
 //! file that is printed when a test fails.
 //!
-//! - [`DaemonProc::spawn`] starts `sluice_daemon::Daemon` in a child process
+//! - [`DaemonProc::spawn`] starts `sluice_service::Daemon` in a child process
 //!   (socket in a fresh [`TestDir`], `realtime_priority = 0`, `lock_memory =
 //!   false`, ring sizes and time scale from [`DaemonOpts`]), waits until it
 //!   answers a status query, and SIGKILLs it on drop.
@@ -58,9 +58,9 @@ use shm_proto::layout::RegionHeader;
 use shm_proto::ring::{Consumer, Producer, PushError, RingError};
 use shm_proto::{Completion, Geometry, Request, RingHeader};
 use sluice_client::{Client, Error, ModelInfo, Priority, Span, Submit, Ticket};
-use sluice_daemon::server::ClientStatus;
+use sluice_service::server::ClientStatus;
 
-pub use sluice_daemon::Status;
+pub use sluice_service::Status;
 
 /// Environment variable naming the role a re-executed test binary plays.
 pub const ROLE_ENV: &str = "SLUICE_TEST_ROLE";
@@ -408,7 +408,7 @@ pub struct DaemonOpts {
     /// The device: `sim` (`device.backend = "sim"`), or `cuda-fake`: the
     /// CUDA backend's job path on the fake driver, whose kernels run the
     /// CPU reference ops, serving the Small models
-    /// (`sluice_daemon::device::cuda::serve::fake_server`).
+    /// (`sluice_cuda::serve::fake_server`).
     pub device: &'static str,
 }
 
@@ -878,7 +878,7 @@ pub fn role_entry() {
     // the role inherits the mask and the daemon role can take them with
     // sigtimedwait; a thread that does not block them (libtest's) runs
     // `on_stop_signal` instead of dying.
-    let stop = sluice_daemon::runtime::block_stop_signals();
+    let stop = sluice_service::startup::block_stop_signals();
     install_stop_handler();
     watch_parent();
     let code = match role.as_str() {
@@ -943,10 +943,10 @@ fn watch_parent() {
 }
 
 fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
-    use sluice_daemon::config::Config;
-    use sluice_daemon::runtime;
+    use sluice_service::config::Config;
+    use sluice_service::startup;
 
-    runtime::init_tracing();
+    startup::init_tracing();
     let mut config = Config::default();
     config.daemon.socket = PathBuf::from(a.req("socket"));
     config.daemon.realtime_priority = 0;
@@ -958,7 +958,7 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
     config.clients.arena_bytes = a.num("arena_bytes", 4 << 20);
     config.clients.max_clients = a.num("max_clients", 64);
     config.device.time_scale = a.num("time_scale", 1.0);
-    config.device.scheduler = match sluice_daemon::config::Scheduler::from_name(a.req("scheduler"))
+    config.device.scheduler = match sluice_service::config::Scheduler::from_name(a.req("scheduler"))
     {
         Some(s) => s,
         None => {
@@ -975,19 +975,19 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
         }
     };
     if cuda_fake {
-        config.device.backend = sluice_daemon::config::Backend::Cuda;
-        config.device.model_scale = sluice_daemon::nn::builders::Scale::Small;
+        config.device.backend = sluice_service::config::BackendKind::Cuda;
+        config.device.model_scale = sluice_nn::builders::Scale::Small;
     }
-    let models = match runtime::load_models(&config) {
+    let models = match startup::load_models(&config) {
         Ok(m) => Arc::new(m),
         Err(e) => {
             eprintln!("daemon role: cannot load models: {e}");
             return 2;
         }
     };
-    let device: Result<Box<dyn sluice_daemon::device::Device>, String> = if cuda_fake {
-        use sluice_daemon::device::cuda::serve::{ServeOptions, fake_server};
-        let sluice_daemon::config::Scheduler::Policy(kind) = config.device.scheduler else {
+    let device: Result<Box<dyn sluice_backend::Backend>, String> = if cuda_fake {
+        use sluice_cuda::serve::{ServeOptions, fake_server};
+        let sluice_service::config::Scheduler::Policy(kind) = config.device.scheduler else {
             eprintln!("daemon role: device cuda-fake runs a policy, not `fifo`");
             return 2;
         };
@@ -996,10 +996,10 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
             ..ServeOptions::default()
         };
         fake_server(kind, models.clone(), &opts)
-            .map(|s| Box::new(s) as Box<dyn sluice_daemon::device::Device>)
+            .map(|s| Box::new(s) as Box<dyn sluice_backend::Backend>)
             .map_err(|e| e.to_string())
     } else {
-        runtime::make_device(&config, models.clone()).map_err(|e| e.to_string())
+        startup::make_device(&config, models.clone()).map_err(|e| e.to_string())
     };
     let device = match device {
         Ok(d) => d,
@@ -1008,7 +1008,7 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
             return 2;
         }
     };
-    let mut daemon = match sluice_daemon::Daemon::start(config, models, device) {
+    let mut daemon = match sluice_service::Daemon::start(config, models, device) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("daemon role: cannot start: {e}");
@@ -1017,7 +1017,7 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
     };
     report("ready", 1);
     loop {
-        if runtime::wait_signal(stop, Duration::from_millis(20)).is_some()
+        if startup::wait_signal(stop, Duration::from_millis(20)).is_some()
             || STOP.load(Ordering::SeqCst)
         {
             eprintln!("daemon role: stop signal; shutting down");

@@ -7,8 +7,8 @@
 //! preempts it, and both outputs stay right.
 
 use sluice_client::{Client, Priority, Span, Submit, status};
-use sluice_daemon::device::cuda::serve::ServeOptions;
-use sluice_daemon::nn::builders::{BuiltModel, build_small, run_cpu};
+use sluice_cuda::serve::ServeOptions;
+use sluice_nn::builders::{BuiltModel, build_small, run_cpu};
 use sluice_tests::{DaemonOpts, DaemonProc};
 
 sluice_tests::role_entry!();

@@ -5,13 +5,13 @@
 
 use std::sync::Arc;
 
-use sluice_daemon::sched::{PolicyKind, make_policy};
+use sluice_sched::{PolicyKind, make_policy};
 use sluice_tests::{ClientOpts, ClientProc, DaemonOpts, DaemonProc, PrioMix, TestDir, secs};
 
 sluice_tests::role_entry!();
 
 fn run_with(kind: PolicyKind) {
-    let models = Arc::new(sluice_daemon::model::ModelRegistry::builtin());
+    let models = Arc::new(sluice_model::ModelRegistry::builtin());
     if make_policy(kind, &models).is_none() {
         eprintln!("note: policy {kind} is not built yet; skipped");
         return;

@@ -1,5 +1,5 @@
 //! The real `sluiced` binary, when it has been built next to this test
-//! binary (`target/<profile>/sluiced`; `cargo build -p sluice-daemon` or a
+//! binary (`target/<profile>/sluiced`; `cargo build -p sluice-service` or a
 //! workspace `cargo test` builds it). Skipped, with a note, when absent:
 //! `cargo test -p sluice-tests` alone does not build the daemon's binaries.
 
@@ -17,7 +17,7 @@ fn sluiced_or_skip(test: &str) -> Option<std::path::PathBuf> {
         Some(p) => eprintln!("{test}: using {}", p.display()),
         None => eprintln!(
             "{test}: SKIPPED: no sluiced binary next to {:?}; run `cargo build -p \
-             sluice-daemon` first",
+             sluice-service` first",
             std::env::current_exe().ok()
         ),
     }

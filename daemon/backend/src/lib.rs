@@ -1,0 +1,128 @@
+//! # sluice-backend
+//!
+//! The job interface between `sluiced`'s dispatcher and whatever runs the
+//! models. The dispatcher (`sluice_service::dispatch`) hands a validated
+//! [`Job`] to a [`Backend`] and polls it for [`Finished`] jobs; the backend
+//! reads inputs from and writes outputs to the client's arena through
+//! [`TensorMemory`] only.
+//!
+//! The backends behind it:
+//!
+//! - `sluice_service::backend::fifo::FifoBackend`: the embedded simulated
+//!   device of step 1, one job at a time in real time;
+//! - `sluice_service::backend::modeled::ModeledBackend`: a scheduling policy
+//!   on the GPU model (`sluice-gpusim`) in real time;
+//! - `sluice_cuda::serve::CudaServer`: the CUDA job path (the models' real
+//!   layers under a policy on a GPU).
+//!
+//! Nothing above this crate knows which one it drives. With the `test-util`
+//! feature, [`testmem`] provides arenas for other crates' tests.
+
+#[cfg(feature = "test-util")]
+pub mod testmem;
+
+use std::sync::Arc;
+
+use shm_proto::Priority;
+
+/// Bounded access to one client's data arena.
+///
+/// The arena lives in client-writable shared memory, so implementations copy
+/// bytes in and out through raw pointers and never hand out a reference into
+/// it. Offsets are relative to the arena start. Both methods return `false`
+/// (and touch nothing) when `offset + len` does not fit in the arena; the
+/// dispatcher has already checked every span, so `false` means a bug.
+pub trait TensorMemory: Send + Sync {
+    /// Size of the arena in bytes.
+    fn len(&self) -> u64;
+    /// Whether the arena is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Copies `buf.len()` bytes starting at `offset` out of the arena.
+    fn read(&self, offset: u64, buf: &mut [u8]) -> bool;
+    /// Copies `data` into the arena at `offset`.
+    fn write(&self, offset: u64, data: &[u8]) -> bool;
+}
+
+/// A validated request, ready for a device.
+#[derive(Clone)]
+pub struct Job {
+    /// Daemon-assigned client number; used to cancel a departed client's work.
+    pub client: u32,
+    /// The client's request id, echoed in the completion.
+    pub request_id: u64,
+    /// Index of the model in the registry (already checked to exist).
+    pub model: u32,
+    /// Real-time or best-effort.
+    pub priority: Priority,
+    /// Absolute deadline in `CLOCK_MONOTONIC` ns, 0 for none.
+    pub deadline_ns: u64,
+    /// Input span in the client's arena (validated).
+    pub input_off: u64,
+    /// Input length in bytes (validated).
+    pub input_len: u64,
+    /// Output span in the client's arena (validated).
+    pub output_off: u64,
+    /// Output length in bytes (validated).
+    pub output_len: u64,
+    /// The client's arena; the device writes the output through it.
+    pub memory: Arc<dyn TensorMemory>,
+    /// When the dispatcher took the request off the ring (`CLOCK_MONOTONIC` ns).
+    pub received_ns: u64,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("client", &self.client)
+            .field("request_id", &self.request_id)
+            .field("model", &self.model)
+            .field("priority", &self.priority)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A job the device has finished (or failed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finished {
+    /// Client the job belonged to.
+    pub client: u32,
+    /// The client's request id.
+    pub request_id: u64,
+    /// `shm_proto::Status` code as a raw `u32` (OK, or an error).
+    pub status: u32,
+    /// Bytes written to the output span.
+    pub output_len: u64,
+    /// When the dispatcher received it (`CLOCK_MONOTONIC` ns).
+    pub received_ns: u64,
+    /// When the device started its first kernel.
+    pub started_ns: u64,
+    /// When the device finished its last kernel.
+    pub finished_ns: u64,
+}
+
+/// A device backend. Driven by one thread (the dispatcher); not shared.
+pub trait Backend: Send {
+    /// Human-readable backend name, e.g. `"sim (real time)"`.
+    fn name(&self) -> &str;
+    /// Queues `job`. `now_ns` is the current `CLOCK_MONOTONIC` time.
+    fn submit(&mut self, job: Job, now_ns: u64);
+    /// Advances the device to `now_ns` and appends every job finished by
+    /// then to `done`.
+    fn poll(&mut self, now_ns: u64, done: &mut Vec<Finished>);
+    /// The `CLOCK_MONOTONIC` time of the next completion, or `None` when idle.
+    /// The dispatcher sleeps at most until then.
+    fn next_event_ns(&self) -> Option<u64>;
+    /// Drops every queued or running job of `client` (the client has gone)
+    /// and returns how many were dropped. No completion is produced for them.
+    fn cancel_client(&mut self, client: u32) -> usize;
+    /// Jobs queued or running.
+    fn queued(&self) -> usize;
+    /// Whether the device is simulated: its outputs are the reference
+    /// digest of the input ([`shm_proto::sim::expected_output`]), which
+    /// clients can check. A real GPU computes the model instead.
+    fn simulated(&self) -> bool {
+        true
+    }
+}

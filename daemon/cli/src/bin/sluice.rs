@@ -1,0 +1,1069 @@
+//! `sluice`: the command-line front end — demo, status, benchmarks.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use sluice_cli::disb::{self, DisbWorkload};
+use sluice_cli::roles::{self, BenchMode, BenchRole, ClientRole, Pattern};
+use sluice_cli::{bench_hol, bench_ipc, bench_preempt, demo};
+use sluice_gpu::DeviceProfile;
+use sluice_sched::PolicyKind;
+use sluice_service::Status;
+
+/// sluice: share a GPU between real-time and best-effort DNN inference
+/// without making the real-time work wait.
+#[derive(Parser, Debug)]
+#[command(name = "sluice", version, about, long_about)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Start an embedded daemon on the simulated GPU, run a periodic
+    /// real-time client (VGG-19) and a closed-loop best-effort client
+    /// (ResNet-152) as separate processes, and print their latencies —
+    /// once per scheduler, side by side (default: reef, then streams).
+    Demo {
+        /// Schedulers to compare, comma-separated: fifo, seq, streams,
+        /// wait-preempt, reef, paella. Default: reef,streams.
+        #[arg(long, value_delimiter = ',')]
+        scheduler: Vec<String>,
+        /// How long the clients run in all, in seconds (split between the
+        /// schedulers).
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
+        seconds: u64,
+        /// Real-time model.
+        #[arg(long, default_value = "vgg19")]
+        rt_model: String,
+        /// Real-time request period in milliseconds.
+        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+        rt_period_ms: u64,
+        /// Best-effort model (closed loop).
+        #[arg(long, default_value = "resnet152")]
+        be_model: String,
+        /// GPU backend: `sim` (the simulated GPU) or `cuda` (the models'
+        /// real layers on CUDA device 0; needs a build with `--features
+        /// cuda`; without a driver it falls back to the simulated GPU and
+        /// says so). Outputs of the cuda backend are not checked.
+        #[arg(long, default_value = "sim")]
+        backend: String,
+        /// With `--backend cuda`: the small test models (`vgg19_small`,
+        /// ...) instead of the full ones; name them with the `_small`
+        /// suffix in --rt-model and --be-model.
+        #[arg(long)]
+        small: bool,
+        /// Print the result as JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Ask a running daemon for its clients, queues and counters.
+    Status {
+        /// Daemon socket (default: $SLUICE_SOCKET, else the per-user default).
+        #[arg(long)]
+        socket: Option<PathBuf>,
+        /// Print the daemon's JSON as is.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Benchmarks.
+    Bench {
+        #[command(subcommand)]
+        which: Bench,
+    },
+    /// sluice's CUDA kernel library: list the kernels and their launch
+    /// configurations, or compile them to PTX with NVRTC.
+    Kernels {
+        #[command(subcommand)]
+        which: KernelsCmd,
+    },
+    /// Run a model on CUDA device 0 and compare its output with the CPU
+    /// reference: PASS/FAIL per model (exit 1 if any fails). Needs a build
+    /// with `--features cuda`.
+    Check {
+        /// The device: `cuda` (CUDA device 0).
+        #[arg(long, value_parser = parse_cuda_only)]
+        device: String,
+        /// vgg19, resnet152, bert_base or gpt2 (default: all four).
+        #[arg(value_parser = parse_model)]
+        model: Option<String>,
+        /// The Small builds (same layers, shrunk shapes).
+        #[arg(long)]
+        small: bool,
+        /// Seed of the weights (the input's is seed + 1).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Largest absolute error allowed, as a fraction of the reference
+        /// output's largest magnitude.
+        #[arg(long, default_value_t = sluice_cli::cuda_models::DEFAULT_TOLERANCE)]
+        tol: f64,
+        /// Print one JSON array instead of one line per model.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Time every kernel of a model on CUDA device 0 and write its manifest
+    /// with the measured kernel and block times. Needs a build with
+    /// `--features cuda`.
+    Profile {
+        /// The device: `cuda` (CUDA device 0).
+        #[arg(long, value_parser = parse_cuda_only)]
+        device: String,
+        /// vgg19, resnet152, bert_base or gpt2.
+        #[arg(value_parser = parse_model)]
+        model: String,
+        /// The manifest to write (default: <model>.json here).
+        #[arg(long, value_name = "FILE.json")]
+        out: Option<PathBuf>,
+        /// Timed runs per kernel (the median is kept).
+        #[arg(long, default_value_t = sluice_cli::cuda_models::DEFAULT_REPS, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        reps: u32,
+        /// The Small build (same layers, shrunk shapes).
+        #[arg(long)]
+        small: bool,
+        /// Seed of the weights (the input's is seed + 1).
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// (internal) a demo client process.
+    #[command(name = "__client", hide = true)]
+    Client {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        model: String,
+        #[arg(long, value_enum)]
+        priority: Prio,
+        #[arg(long)]
+        period_ms: Option<u64>,
+        #[arg(long)]
+        seconds: u64,
+        #[arg(long, default_value_t = 200)]
+        spin_us: u64,
+        /// Do not check outputs (a real backend computes them).
+        #[arg(long)]
+        no_check: bool,
+    },
+    /// (internal) an IPC benchmark client process.
+    #[command(name = "__bench-client", hide = true)]
+    BenchClient {
+        #[arg(long)]
+        socket: PathBuf,
+        #[arg(long, value_enum)]
+        mode: Mode,
+        #[arg(long)]
+        samples: u64,
+        #[arg(long)]
+        seconds: u64,
+        #[arg(long)]
+        inflight: u32,
+        #[arg(long)]
+        cpu: Option<usize>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum Bench {
+    /// Round-trip time of the request path (submit → daemon → completion
+    /// seen by the client, zero-time model, separate processes): spinning,
+    /// parked, and a plain Unix-socket request/response baseline measured
+    /// in the same run; plus requests/s with many in flight.
+    Ipc {
+        /// Round trips per latency phase.
+        #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(100..=100_000_000))]
+        samples: u64,
+        /// Seconds of the throughput phase.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=600))]
+        seconds: u64,
+        /// Requests kept in flight in the throughput phase.
+        #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
+        inflight: u32,
+        /// Print one JSON object (nanoseconds) instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// REEF's DNN inference serving benchmark (DISB, workloads A-E of REEF
+    /// Table 2, or a trace) on the simulated GPU, for every scheduling
+    /// policy: RT latency over standalone time, normalised throughput,
+    /// preemption latency, decision cost.
+    Disb {
+        /// Workload: A, B, C, D, E, a list such as A,C, or all (default:
+        /// all, or none when --trace is given).
+        #[arg(long, value_parser = parse_workloads)]
+        workload: Option<Workloads>,
+        /// Policies to run (repeat or list; default: all).
+        #[arg(long = "policy", value_name = "NAME", num_args = 1.., value_delimiter = ',', value_parser = parse_policy)]
+        policies: Vec<PolicyKind>,
+        /// Device profile of the simulated GPU (mi50, gv100, h100), or
+        /// `cuda`: CUDA device 0 (a build with `--features cuda`), running
+        /// the models' kernels as synthetic kernels on their manifest
+        /// timings, one run at a time, in real time.
+        #[arg(long, default_value = "mi50", value_parser = parse_preempt_device)]
+        device: String,
+        /// Virtual time of each run, ms (default 2000 on mi50, 1000 on
+        /// gv100 and h100; trace: until the last arrival).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=3_600_000))]
+        duration_ms: Option<u64>,
+        /// Seed of the arrival phases and Poisson gaps.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Trace CSV (client,priority,model,arrival_ms), run as workload
+        /// `trace`.
+        #[arg(long, value_name = "FILE.csv")]
+        trace: Option<PathBuf>,
+        /// Worker threads (default: the number of CPUs).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+        jobs: Option<u64>,
+        /// Folder of model manifests (`*.json`) used instead of the
+        /// built-in ones of the same name, e.g. profiles measured with
+        /// `sluice profile --device cuda` to calibrate the GPU model.
+        #[arg(long = "models", value_name = "DIR")]
+        models_dir: Option<PathBuf>,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+        /// Write an SVG plot (RT latency CDF and throughput per policy).
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
+    },
+    /// Preemption latency, wait-based against reset-based, as launched
+    /// kernels and kernel time grow (REEF Fig. 19), and on the simulated GPU
+    /// against device-queue capacity (REEF Fig. 21). `--device cuda` runs
+    /// Fig. 19 on CUDA device 0 (a build with `--features cuda`).
+    Preempt {
+        /// Device profile of the simulated GPU (mi50, gv100, h100), or
+        /// `cuda` for the real GPU.
+        #[arg(long, default_value = "mi50", value_parser = parse_preempt_device)]
+        device: String,
+        /// `--device cuda`: repetitions per point (p50 and p99 over them).
+        #[arg(long, default_value_t = 20)]
+        reps: u32,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Paella's head-of-line blocking workload (Paella §2.1) on the
+    /// simulated GPU: naive submission against `paella`, utilisation and
+    /// p99 latency against offered load.
+    Hol {
+        /// Offered loads, fractions of capacity (default 0.1,0.2,...,1.0).
+        #[arg(long, value_delimiter = ',', value_parser = parse_load)]
+        loads: Vec<f64>,
+        /// Jobs per load point.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(10..=10_000_000))]
+        jobs: Option<u32>,
+        /// Streams the naive submission cycles through.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+        naive_streams: Option<u32>,
+        /// Seed of the arrival process.
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum KernelsCmd {
+    /// Print every kernel: source file, block size, grid rule, whether its
+    /// main loop polls the preemption flag, and its parameters.
+    List,
+    /// Compile every kernel source to PTX with NVRTC (needs a build with
+    /// `--features cuda` and libnvrtc.so.12 on LD_LIBRARY_PATH; no GPU) and
+    /// write DIR/<file>.compute_XY.ptx.
+    Ptx {
+        /// Target architectures: sm_80, compute_90, 80, ... (repeat or list).
+        #[arg(long, value_delimiter = ',', default_value = "sm_80")]
+        arch: Vec<String>,
+        /// Directory for the .ptx files (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
+    },
+}
+
+/// `--workload`'s value.
+#[derive(Clone, Debug)]
+struct Workloads(Vec<DisbWorkload>);
+
+fn parse_workloads(s: &str) -> Result<Workloads, String> {
+    if s.trim().eq_ignore_ascii_case("all") {
+        return Ok(Workloads(DisbWorkload::ALL.to_vec()));
+    }
+    let mut v = Vec::new();
+    for part in s.split(',') {
+        let w = DisbWorkload::from_letter(part).ok_or_else(|| {
+            format!(
+                "`{part}` is not a DISB workload; use A, B, C, D, E, a list such as A,C, or all"
+            )
+        })?;
+        if !v.contains(&w) {
+            v.push(w);
+        }
+    }
+    Ok(Workloads(v))
+}
+
+fn parse_policy(s: &str) -> Result<PolicyKind, String> {
+    PolicyKind::from_name(s).ok_or_else(|| {
+        let names: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.as_str()).collect();
+        format!("`{s}` is not a policy; use one of {}", names.join(", "))
+    })
+}
+
+fn parse_device(s: &str) -> Result<String, String> {
+    if DeviceProfile::builtin_names().any(|n| n == s) {
+        Ok(s.to_owned())
+    } else {
+        let names: Vec<&str> = DeviceProfile::builtin_names().collect();
+        Err(format!(
+            "`{s}` is not a device profile; use one of {}",
+            names.join(", ")
+        ))
+    }
+}
+
+fn parse_preempt_device(s: &str) -> Result<String, String> {
+    if s == "cuda" {
+        return Ok(s.into());
+    }
+    parse_device(s).map_err(|e| format!("{e}, or cuda"))
+}
+
+fn parse_load(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 4.0 => Ok(v),
+        _ => Err(format!(
+            "`{s}` is not a load; give a fraction of capacity above 0, at most 4 (e.g. 0.5)"
+        )),
+    }
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Prio {
+    Rt,
+    Be,
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Mode {
+    Spin,
+    Parked,
+    ParkedDevice,
+    Uds,
+    Throughput,
+}
+
+fn exe() -> Result<PathBuf, String> {
+    std::env::current_exe().map_err(|e| format!("cannot find the sluice executable: {e}"))
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("sluice: error: {msg}");
+    ExitCode::FAILURE
+}
+
+/// Fails with an error and every `source` below it, one per clause.
+fn fail_chain(e: &dyn std::error::Error) -> ExitCode {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        msg += &format!(": {c}");
+        src = c.source();
+    }
+    fail(msg)
+}
+
+fn print_json<T: serde::Serialize>(v: &T) -> ExitCode {
+    match serde_json::to_string(v) {
+        Ok(s) => {
+            println!("{s}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Demo {
+            scheduler,
+            seconds,
+            rt_model,
+            rt_period_ms,
+            be_model,
+            backend,
+            small,
+            json,
+        } => {
+            sluice_service::startup::init_tracing_quiet();
+            let Some(backend) = sluice_service::config::BackendKind::from_name(&backend) else {
+                return fail(format!(
+                    "unknown backend {backend:?}; use one of: {}",
+                    sluice_service::config::BackendKind::ALL
+                        .iter()
+                        .map(|b| b.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ));
+            };
+            if backend == sluice_service::config::BackendKind::Cuda
+                && scheduler.iter().any(|s| s == "fifo")
+            {
+                return fail(
+                    "scheduler \"fifo\" is the simulated device's; with --backend cuda use reef, streams, seq, wait-preempt or paella",
+                );
+            }
+            let exe = match exe() {
+                Ok(e) => e,
+                Err(e) => return fail(e),
+            };
+            let schedulers = if scheduler.is_empty() {
+                demo::default_schedulers()
+            } else {
+                let mut v = Vec::new();
+                for name in &scheduler {
+                    match sluice_service::config::Scheduler::from_name(name) {
+                        Some(s) => v.push(s),
+                        None => {
+                            return fail(format!(
+                                "unknown scheduler {name:?}; use one of: {}",
+                                sluice_service::config::Scheduler::names().join(", ")
+                            ));
+                        }
+                    }
+                }
+                v
+            };
+            let each = (seconds / schedulers.len() as u64).max(1);
+            let mut results = Vec::new();
+            for sch in schedulers {
+                let opts = demo::DemoOptions {
+                    seconds: each,
+                    rt_model: rt_model.clone(),
+                    rt_period_ms,
+                    be_model: be_model.clone(),
+                    scheduler: sch,
+                    backend,
+                    model_scale: if small {
+                        sluice_nn::builders::Scale::Small
+                    } else {
+                        sluice_nn::builders::Scale::Full
+                    },
+                };
+                match demo::run(&exe, &opts) {
+                    Ok(r) => results.push(r),
+                    Err(e) => return fail(format!("scheduler {}: {e}", sch.as_str())),
+                }
+            }
+            let bad = results
+                .iter()
+                .flat_map(|r| &r.clients)
+                .any(|c| c.errors + c.wrong_outputs > 0 || c.ok == 0);
+            let code = if json {
+                print_json(&results)
+            } else {
+                for r in &results {
+                    println!("{}", demo::table(r));
+                }
+                print!("{}", demo::LEGEND);
+                ExitCode::SUCCESS
+            };
+            if bad {
+                return fail("a client saw errors or wrong outputs (see the table)");
+            }
+            code
+        }
+        Cmd::Status { socket, json } => {
+            let path = socket.unwrap_or_else(sluice_client::default_socket_path);
+            match sluice_client::query_status(&path) {
+                Ok(text) if json => {
+                    println!("{text}");
+                    ExitCode::SUCCESS
+                }
+                Ok(text) => match serde_json::from_str::<Status>(&text) {
+                    Ok(s) => {
+                        print!("{}", status_table(&s));
+                        ExitCode::SUCCESS
+                    }
+                    Err(e) => fail(format!("unexpected status document: {e}")),
+                },
+                Err(e) => fail(format!("{e} (socket {})", path.display())),
+            }
+        }
+        Cmd::Bench {
+            which:
+                Bench::Ipc {
+                    samples,
+                    seconds,
+                    inflight,
+                    json,
+                },
+        } => {
+            sluice_service::startup::init_tracing_quiet();
+            let exe = match exe() {
+                Ok(e) => e,
+                Err(e) => return fail(e),
+            };
+            let o = bench_ipc::IpcOptions {
+                samples,
+                seconds,
+                inflight,
+            };
+            match bench_ipc::run(&exe, &o) {
+                Ok(r) if json => print_json(&r),
+                Ok(r) => {
+                    print!("{}", bench_ipc::table(&r));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
+            }
+        }
+        Cmd::Bench {
+            which:
+                Bench::Disb {
+                    workload,
+                    policies,
+                    device,
+                    duration_ms,
+                    seed,
+                    trace,
+                    jobs,
+                    models_dir,
+                    json,
+                    plot,
+                },
+        } => {
+            let workloads = match workload {
+                Some(Workloads(w)) => w,
+                None if trace.is_some() => Vec::new(),
+                None => DisbWorkload::ALL.to_vec(),
+            };
+            let defaults = disb::DisbOptions::default();
+            let opts = disb::DisbOptions {
+                workloads,
+                trace,
+                policies: if policies.is_empty() {
+                    PolicyKind::ALL.to_vec()
+                } else {
+                    policies
+                },
+                device,
+                duration_ms,
+                seed,
+                jobs: jobs.map_or(defaults.jobs, |j| usize::try_from(j).unwrap_or(1)),
+                models_dir,
+            };
+            let mut progress = disb::stderr_progress();
+            let r = if opts.device == "cuda" {
+                disb_on_cuda(&opts, &mut progress)
+            } else {
+                disb::run(&opts, &mut progress)
+            };
+            let r = match r {
+                Ok(r) => r,
+                Err(e) => return fail_chain(&e),
+            };
+            if let Some(path) = plot
+                && let Err(e) = std::fs::write(&path, disb::plot(&r))
+            {
+                return fail(format!("cannot write the plot to {}: {e}", path.display()));
+            }
+            if json {
+                print_json(&r)
+            } else {
+                print!("{}", disb::table(&r));
+                ExitCode::SUCCESS
+            }
+        }
+        Cmd::Bench {
+            which: Bench::Preempt { device, json, reps },
+        } if device == "cuda" => preempt_on_cuda(reps, json),
+        Cmd::Bench {
+            which: Bench::Preempt { device, json, .. },
+        } => match bench_preempt::run(&bench_preempt::PreemptOptions {
+            device: device.clone(),
+        }) {
+            Ok(r) if json => print_json(&r),
+            Ok(r) => {
+                print!("{}", bench_preempt::table(&r, &device));
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail_chain(&e),
+        },
+        Cmd::Bench {
+            which:
+                Bench::Hol {
+                    loads,
+                    jobs,
+                    naive_streams,
+                    seed,
+                    json,
+                },
+        } => {
+            let d = bench_hol::HolOptions::default();
+            let opts = bench_hol::HolOptions {
+                loads: if loads.is_empty() {
+                    d.loads.clone()
+                } else {
+                    loads
+                },
+                jobs: jobs.unwrap_or(d.jobs),
+                naive_streams: naive_streams.unwrap_or(d.naive_streams),
+                seed: seed.unwrap_or(d.seed),
+                ..d
+            };
+            let r = bench_hol::run(&opts);
+            if json {
+                print_json(&r)
+            } else {
+                print!("{}", bench_hol::table(&r));
+                ExitCode::SUCCESS
+            }
+        }
+        Cmd::Kernels { which } => kernels_cmd(which),
+        Cmd::Check {
+            model,
+            small,
+            seed,
+            tol,
+            json,
+            ..
+        } => check_cmd(model, small, seed, tol, json),
+        Cmd::Profile {
+            model,
+            out,
+            reps,
+            small,
+            seed,
+            ..
+        } => profile_cmd(&model, out, reps, small, seed),
+        Cmd::Client {
+            socket,
+            name,
+            model,
+            priority,
+            period_ms,
+            seconds,
+            spin_us,
+            no_check,
+        } => {
+            let role = ClientRole {
+                check: !no_check,
+                socket,
+                name,
+                model,
+                priority: match priority {
+                    Prio::Rt => sluice_client::Priority::RealTime,
+                    Prio::Be => sluice_client::Priority::BestEffort,
+                },
+                pattern: period_ms.map_or(Pattern::ClosedLoop, |p| {
+                    Pattern::Periodic(Duration::from_millis(p))
+                }),
+                duration: Duration::from_secs(seconds),
+                spin: Duration::from_micros(spin_us),
+            };
+            match roles::run_client(&role) {
+                Ok(r) => print_json(&r),
+                Err(e) => fail(e),
+            }
+        }
+        Cmd::BenchClient {
+            socket,
+            mode,
+            samples,
+            seconds,
+            inflight,
+            cpu,
+        } => {
+            let role = BenchRole {
+                cpu,
+                socket,
+                mode: match mode {
+                    Mode::Spin => BenchMode::Spin,
+                    Mode::Parked => BenchMode::Parked,
+                    Mode::ParkedDevice => BenchMode::ParkedDevice,
+                    Mode::Uds => BenchMode::Uds,
+                    Mode::Throughput => BenchMode::Throughput,
+                },
+                samples,
+                inflight,
+                duration: Duration::from_secs(seconds),
+            };
+            match roles::run_bench(&role) {
+                Ok(r) => print_json(&r),
+                Err(e) => fail(e),
+            }
+        }
+    }
+}
+
+fn kernels_cmd(which: KernelsCmd) -> ExitCode {
+    use sluice_cuda::kernels::{self, Kernel};
+    match which {
+        KernelsCmd::List => {
+            println!(
+                "{:<22} {:<13} {:>5}  {:<38} {:<5}  params after (ctl, kidx)",
+                "kernel", "file", "block", "grid", "polls"
+            );
+            for k in Kernel::ALL {
+                println!(
+                    "{:<22} {:<13} {:>5}  {:<38} {:<5}  {}",
+                    k.name(),
+                    k.file(),
+                    k.block_threads(),
+                    k.grid_rule(),
+                    if k.polls() { "yes" } else { "no" },
+                    k.params()
+                );
+            }
+            println!(
+                "{} kernels in {} files; dynamic shared memory 0 for all; \
+                 main loops poll every {} iterations (synthetic: every iteration)",
+                Kernel::ALL.len(),
+                kernels::SOURCES.len(),
+                kernels::POLL_EVERY
+            );
+            ExitCode::SUCCESS
+        }
+        KernelsCmd::Ptx { arch, out } => kernels_ptx(&arch, &out),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn kernels_ptx(arches: &[String], out: &std::path::Path) -> ExitCode {
+    use sluice_cuda::kernels;
+    // Refuse a bad --arch before looking for libnvrtc.
+    if let Some(e) = arches.iter().find_map(|a| kernels::Arch::parse(a).err()) {
+        return fail(e);
+    }
+    let (major, minor) = match kernels::nvrtc_version() {
+        Ok(v) => v,
+        Err(e) => return fail(e),
+    };
+    if let Err(e) = std::fs::create_dir_all(out) {
+        return fail(format!("cannot create {}: {e}", out.display()));
+    }
+    for arch in arches {
+        let modules = match kernels::compile_ptx(arch) {
+            Ok(m) => m,
+            Err(e) => return fail(e),
+        };
+        let mut n = 0;
+        for m in &modules {
+            let path = out.join(m.ptx_file_name());
+            if let Err(e) = std::fs::write(&path, &m.ptx) {
+                return fail(format!("cannot write {}: {e}", path.display()));
+            }
+            if !m.log.is_empty() {
+                eprintln!("{} ({}): NVRTC says:\n{}", m.file, m.arch, m.log);
+            }
+            let names: Vec<&str> = m.kernels.iter().map(|k| k.name()).collect();
+            println!("{}  {}", path.display(), names.join(" "));
+            n += m.kernels.len();
+        }
+        let arch = modules.first().map_or(arch.as_str(), |m| m.arch.as_str());
+        println!(
+            "kernels: {n} compiled for {arch} in {} files (NVRTC {major}.{minor})",
+            modules.len()
+        );
+    }
+    ExitCode::SUCCESS
+}
+
+#[cfg(not(feature = "cuda"))]
+fn kernels_ptx(_arches: &[String], _out: &std::path::Path) -> ExitCode {
+    fail(
+        "this sluice was built without `--features cuda`, so it cannot run NVRTC; \
+         rebuild with `cargo build --release --features sluice-cli/cuda` \
+         (no GPU or CUDA toolkit needed to build; libnvrtc.so.12 at run time)",
+    )
+}
+
+fn parse_cuda_only(s: &str) -> Result<String, String> {
+    if s == "cuda" {
+        Ok(s.into())
+    } else {
+        Err(format!(
+            "`{s}` is not a device for this command; use cuda (the simulated GPU runs no kernels)"
+        ))
+    }
+}
+
+fn parse_model(s: &str) -> Result<String, String> {
+    use sluice_nn::builders::MODEL_NAMES;
+    if MODEL_NAMES.contains(&s) {
+        Ok(s.into())
+    } else {
+        Err(format!(
+            "`{s}` is not a model builder; use one of {}",
+            MODEL_NAMES.join(", ")
+        ))
+    }
+}
+
+/// `sluice check --device cuda`.
+#[cfg(feature = "cuda")]
+fn check_cmd(model: Option<String>, small: bool, seed: u64, tol: f64, json: bool) -> ExitCode {
+    use sluice_cli::cuda_models as cm;
+    use sluice_cuda::plan_exec::LoadOptions;
+    use sluice_nn::builders::{self, BuildOptions, MODEL_NAMES, Scale};
+    let names: Vec<&str> = match &model {
+        Some(m) => vec![m.as_str()],
+        None => MODEL_NAMES.to_vec(),
+    };
+    let mut rig = match sluice_cuda::open_cuda() {
+        Ok(r) => r,
+        Err(e) => return fail_chain(&e),
+    };
+    eprintln!("sluice check: {}", rig.drv.info());
+    let scale = if small { Scale::Small } else { Scale::Full };
+    let mut results = Vec::new();
+    for name in names {
+        let built = match builders::build(name, &BuildOptions { scale }) {
+            Ok(b) => b,
+            Err(e) => return fail_chain(&e),
+        };
+        eprintln!(
+            "sluice check: {} ({} kernels; the CPU reference of a full model takes a while)",
+            built.plan().name(),
+            built.plan().steps().len()
+        );
+        let r = cm::check_model(
+            &mut rig.drv,
+            &mut rig.q,
+            &rig.lib,
+            &built,
+            seed,
+            tol,
+            &LoadOptions::default(),
+        );
+        match r {
+            Ok(r) => {
+                if !json {
+                    println!("{}", r.line());
+                }
+                results.push(r);
+            }
+            Err(e) => return fail_chain(&e),
+        }
+    }
+    let code = if json {
+        print_json(&results)
+    } else {
+        ExitCode::SUCCESS
+    };
+    if results.iter().all(|r| r.pass) {
+        code
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `sluice profile --device cuda`.
+#[cfg(feature = "cuda")]
+fn profile_cmd(model: &str, out: Option<PathBuf>, reps: u32, small: bool, seed: u64) -> ExitCode {
+    use sluice_cli::cuda_models as cm;
+    use sluice_cuda::plan_exec::LoadOptions;
+    use sluice_nn::builders::{self, BuildOptions, Scale};
+    let scale = if small { Scale::Small } else { Scale::Full };
+    let built = match builders::build(model, &BuildOptions { scale }) {
+        Ok(b) => b,
+        Err(e) => return fail_chain(&e),
+    };
+    let mut rig = match sluice_cuda::open_cuda() {
+        Ok(r) => r,
+        Err(e) => return fail_chain(&e),
+    };
+    let info = rig.drv.info().clone();
+    eprintln!("sluice profile: {info}");
+    let on = cm::MeasuredOn {
+        device: info.name.clone(),
+        sms: u32::try_from(info.sm_count).unwrap_or(1),
+        date: cm::today(),
+        reps,
+    };
+    let mut progress = |done: usize, total: usize| {
+        eprint!("\rsluice profile: {done}/{total} kernels timed");
+        if done == total {
+            eprintln!();
+        }
+    };
+    let r = match cm::profile_model(
+        &mut rig.drv,
+        &mut rig.q,
+        &rig.lib,
+        &built,
+        seed,
+        &on,
+        &LoadOptions::default(),
+        &mut progress,
+    ) {
+        Ok(r) => r,
+        Err(e) => return fail_chain(&e),
+    };
+    print!("{}", r.table());
+    let path = out.unwrap_or_else(|| PathBuf::from(format!("{}.json", r.model)));
+    if let Some(dir) = path.parent()
+        && !dir.as_os_str().is_empty()
+        && let Err(e) = std::fs::create_dir_all(dir)
+    {
+        return fail(format!("cannot create {}: {e}", dir.display()));
+    }
+    if let Err(e) = std::fs::write(&path, &r.manifest_json) {
+        return fail(format!("cannot write {}: {e}", path.display()));
+    }
+    println!("wrote the measured manifest {}", path.display());
+    ExitCode::SUCCESS
+}
+
+/// `sluice check` / `sluice profile` in a build without the CUDA backend.
+#[cfg(not(feature = "cuda"))]
+fn no_cuda(cmd: &str) -> ExitCode {
+    eprintln!(
+        "error: sluice {cmd} --device cuda: this sluice was built without the CUDA backend; \
+         rebuild with `cargo build --release --features sluice-cli/cuda`"
+    );
+    ExitCode::from(2)
+}
+
+/// `sluice check --device cuda` in a build without the backend.
+#[cfg(not(feature = "cuda"))]
+fn check_cmd(_model: Option<String>, _small: bool, _seed: u64, _tol: f64, _json: bool) -> ExitCode {
+    no_cuda("check")
+}
+
+/// `sluice profile --device cuda` in a build without the backend.
+#[cfg(not(feature = "cuda"))]
+fn profile_cmd(
+    _model: &str,
+    _out: Option<PathBuf>,
+    _reps: u32,
+    _small: bool,
+    _seed: u64,
+) -> ExitCode {
+    no_cuda("profile")
+}
+
+fn status_table(s: &Status) -> String {
+    let mut out = format!(
+        "sluiced pid {} v{} (protocol {}), up {:.0} s, socket {}\n\
+         device: {}   dispatcher: {}\n\
+         kill mechanism: {}\n\
+         models: {}\n\
+         requests: {} submitted, {} completed, {} errors; {} on the device\n\
+         sessions refused: {}, clients dropped for corrupting their region: {}\n\
+         dispatcher parks: {}, client wake-ups sent: {}\n\n",
+        s.pid,
+        s.version,
+        s.protocol,
+        s.uptime_s,
+        s.socket,
+        s.device,
+        s.dispatcher,
+        s.kill_mechanism,
+        s.models.join(", "),
+        s.submitted,
+        s.completed,
+        s.errors,
+        s.device_queued,
+        s.refused,
+        s.dropped_clients,
+        s.parks,
+        s.wakes
+    );
+    out += &format!(
+        "{:>4} {:<20} {:>8} {:>6} {:>10} {:>10} {:>8} {:>9} {:>10}\n",
+        "id", "name", "pid", "uid", "submitted", "completed", "errors", "on device", "connected"
+    );
+    for c in &s.clients {
+        out += &format!(
+            "{:>4} {:<20} {:>8} {:>6} {:>10} {:>10} {:>8} {:>9} {:>9.0}s\n",
+            c.id,
+            c.name,
+            c.pid,
+            c.uid,
+            c.submitted,
+            c.completed,
+            c.errors,
+            c.on_device,
+            c.connected_s
+        );
+    }
+    if s.clients.is_empty() {
+        out += "(no clients connected)\n";
+    }
+    out
+}
+
+/// `sluice bench preempt --device cuda`.
+#[cfg(feature = "cuda")]
+fn preempt_on_cuda(reps: u32, json: bool) -> ExitCode {
+    use sluice_cli::bench_preempt_device as dev;
+    let mut last = 0;
+    let mut progress = |done: usize, total: usize| {
+        let pct = done * 100 / total.max(1);
+        if pct != last || done == total {
+            last = pct;
+            eprint!("\rbench preempt --device cuda: {done}/{total} measurements ({pct}%)");
+            if done == total {
+                eprintln!();
+            }
+        }
+    };
+    match dev::run_cuda(reps, &mut progress) {
+        Ok(r) if json => print_json(&r),
+        Ok(r) => {
+            print!("{}", dev::table(&r));
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail_chain(&e),
+    }
+}
+
+/// `sluice bench preempt --device cuda` in a build without the backend.
+#[cfg(not(feature = "cuda"))]
+fn preempt_on_cuda(_reps: u32, _json: bool) -> ExitCode {
+    eprintln!(
+        "error: --device cuda: this sluice was built without the CUDA backend; rebuild with \
+         `cargo build --release --features sluice-cli/cuda`"
+    );
+    ExitCode::from(2)
+}
+
+/// `sluice bench disb --device cuda`.
+#[cfg(feature = "cuda")]
+fn disb_on_cuda(
+    opts: &disb::DisbOptions,
+    progress: &mut dyn FnMut(&disb::Progress),
+) -> Result<disb::DisbReport, disb::DisbError> {
+    use sluice_cuda::{Kill, open_device0};
+    let (g, info) =
+        open_device0(Kill::Cooperative).map_err(|e| disb::DisbError::Device(e.to_string()))?;
+    let name = format!("cuda: {}", info.name);
+    disb::run_on_device(
+        opts,
+        &sluice_sched::make_policy,
+        Box::new(g),
+        &name,
+        progress,
+    )
+}
+
+/// `sluice bench disb --device cuda` in a build without the backend.
+#[cfg(not(feature = "cuda"))]
+fn disb_on_cuda(
+    _: &disb::DisbOptions,
+    _: &mut dyn FnMut(&disb::Progress),
+) -> Result<disb::DisbReport, disb::DisbError> {
+    Err(disb::DisbError::Device(
+        "--device cuda: this sluice was built without the CUDA backend; rebuild with \
+         `cargo build --release --features sluice-cli/cuda`"
+            .into(),
+    ))
+}

@@ -1,0 +1,922 @@
+//! `sluice check --device cuda` and `sluice profile --device cuda`: the
+//! model builders' plans on a real GPU.
+//!
+//! - **check** ([`check_model`]): loads a model with seeded weights
+//!   ([`DeviceModel`]), runs one seeded input through a virtual queue,
+//!   and compares the output with the CPU reference
+//!   ([`run_cpu`], which accumulates in f64) by [`compare`]. The verdict
+//!   is [`Comparison::passes`]: every element finite and the largest
+//!   absolute error at most `tol` (default [`DEFAULT_TOLERANCE`]) times
+//!   the largest magnitude of the reference output. The largest relative
+//!   error (over elements at least 1e-3 of that magnitude) is reported
+//!   beside it. The tolerance is a choice, not a calibration: no GPU has
+//!   run these kernels in this repository yet (`docs/hardware.md`).
+//! - **profile** ([`profile_model`]): after one warm-up inference (so every
+//!   activation holds real values), launches every step alone on an idle
+//!   stream `reps` times ([`time_steps`]), each time waiting for its event
+//!   by polling; a sample is the driver clock (the host's
+//!   `CLOCK_MONOTONIC` on the real driver) from just before
+//!   `cuLaunchKernel` to the event observed complete, so it includes the
+//!   launch latency and one polling interval. The kernel's time is the
+//!   median of the samples. [`measured_manifest_json`] writes the
+//!   builders' manifest with those times, `block_time_us = kernel_time_us /
+//!   waves` where waves are `ceil(blocks / (SMs × blocks per SM))` from the
+//!   occupancy model of the h100 profile (with the device's SM count and
+//!   the builders' register **estimates**), and a provenance naming the
+//!   device and the date. The result loads through the daemon's manifest
+//!   loader (checked before it is returned), so `models.dir` can point at
+//!   it.
+//!
+//! Both are written against [`CuDriver`]; the tests run them on the fake
+//! driver with [`fake_abi`](sluice_cuda::plan_exec::fake_abi)'s
+//! kernels. `check_cuda` and `profile_cuda` (feature `cuda`) open CUDA
+//! device 0, compile the kernel library with NVRTC for its architecture and
+//! call them.
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use sluice_cuda::driver::{CuDriver, DriverError, StreamPriority, write_prologue};
+use sluice_cuda::plan_exec::{DeviceModel, InferError, KernelLibrary, LoadError, LoadOptions};
+use sluice_cuda::queue::{Command, VirtualQueue};
+use sluice_gpu::DeviceProfile;
+use sluice_model::{Manifest, ModelError, ModelRegistry};
+use sluice_nn::builders::{self, BuildError, BuiltModel, ExportError, NoFit, estimate, run_cpu};
+
+/// Default `tol` of [`Comparison::passes`]: the largest absolute error may
+/// be 0.1 % of the reference output's largest magnitude.
+pub const DEFAULT_TOLERANCE: f64 = 1e-3;
+
+/// Default repetitions per kernel of `sluice profile`.
+pub const DEFAULT_REPS: u32 = 20;
+
+/// Elements whose reference magnitude is below this share of the largest
+/// are left out of [`Comparison::max_rel_err`] (a relative error there
+/// measures the noise of a near-zero value).
+pub const REL_ERR_FLOOR: f64 = 1e-3;
+
+// ---- comparison ----
+
+/// A device output against the CPU reference.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Comparison {
+    /// Elements compared.
+    pub elements: usize,
+    /// Largest `|device − cpu|`.
+    pub max_abs_err: f64,
+    /// Largest `|device − cpu| / |cpu|` over elements with `|cpu| ≥
+    /// REL_ERR_FLOOR · scale`.
+    pub max_rel_err: f64,
+    /// Largest `|cpu|` (at least `f64::MIN_POSITIVE`).
+    pub scale: f64,
+    /// `max_abs_err / scale`, the quantity the tolerance bounds.
+    pub normalised_err: f64,
+    /// Index of the element with the largest absolute error.
+    pub worst_index: usize,
+    /// Device elements that are NaN or infinite.
+    pub nonfinite: usize,
+}
+
+impl Comparison {
+    /// Every device element finite and `normalised_err ≤ tol`.
+    pub fn passes(&self, tol: f64) -> bool {
+        self.nonfinite == 0 && self.normalised_err <= tol
+    }
+}
+
+/// The outputs differ in length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the device output has {device} elements, the CPU reference {cpu}; they must match")]
+pub struct LengthMismatch {
+    /// Reference elements.
+    pub cpu: usize,
+    /// Device elements.
+    pub device: usize,
+}
+
+/// Compares `device` with the reference `cpu`, element by element.
+pub fn compare(cpu: &[f32], device: &[f32]) -> Result<Comparison, LengthMismatch> {
+    if cpu.len() != device.len() {
+        return Err(LengthMismatch {
+            cpu: cpu.len(),
+            device: device.len(),
+        });
+    }
+    let scale = cpu
+        .iter()
+        .map(|&c| f64::from(c).abs())
+        .fold(0.0, f64::max)
+        .max(f64::MIN_POSITIVE);
+    let mut c = Comparison {
+        elements: cpu.len(),
+        max_abs_err: 0.0,
+        max_rel_err: 0.0,
+        scale,
+        normalised_err: 0.0,
+        worst_index: 0,
+        nonfinite: 0,
+    };
+    for (i, (&r, &d)) in cpu.iter().zip(device).enumerate() {
+        if !d.is_finite() {
+            c.nonfinite += 1;
+            continue;
+        }
+        let (r, d) = (f64::from(r), f64::from(d));
+        let err = (d - r).abs();
+        if err > c.max_abs_err {
+            c.max_abs_err = err;
+            c.worst_index = i;
+        }
+        if r.abs() >= REL_ERR_FLOOR * scale {
+            c.max_rel_err = c.max_rel_err.max(err / r.abs());
+        }
+    }
+    c.normalised_err = c.max_abs_err / scale;
+    Ok(c)
+}
+
+// ---- check ----
+
+/// One model's check.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CheckResult {
+    /// The plan's name, e.g. `vgg19` or `vgg19_small`.
+    pub model: String,
+    /// Kernels launched.
+    pub steps: usize,
+    /// Seed of the weights (the input's is `seed + 1`).
+    pub seed: u64,
+    /// Device against CPU.
+    pub comparison: Comparison,
+    /// The tolerance applied.
+    pub tolerance: f64,
+    /// [`Comparison::passes`] at that tolerance.
+    pub pass: bool,
+}
+
+impl CheckResult {
+    /// One line: `PASS model (n kernels): max abs err …`.
+    pub fn line(&self) -> String {
+        let c = &self.comparison;
+        let mut s = format!(
+            "{} {} ({} kernels): max abs err {:.3e} (max |cpu| {:.3e}, normalised {:.3e}, \
+             tolerance {:.1e}), max rel err {:.3e}",
+            if self.pass { "PASS" } else { "FAIL" },
+            self.model,
+            self.steps,
+            c.max_abs_err,
+            c.scale,
+            c.normalised_err,
+            self.tolerance,
+            c.max_rel_err,
+        );
+        if c.nonfinite > 0 {
+            let _ = write!(s, ", {} non-finite outputs", c.nonfinite);
+        }
+        s
+    }
+}
+
+/// A model's check or profile failed (not a FAIL verdict: it could not be
+/// run).
+#[derive(Debug, thiserror::Error)]
+pub enum ModelRunError {
+    /// The model cannot be built.
+    #[error(transparent)]
+    Build(#[from] BuildError),
+    /// Loading it on the device failed.
+    #[error(transparent)]
+    Load(Box<LoadError>),
+    /// Running it failed.
+    #[error(transparent)]
+    Infer(Box<InferError>),
+    /// The CPU reference failed.
+    #[error("model `{model}`: the CPU reference run failed")]
+    Cpu {
+        /// The model.
+        model: String,
+        /// Why.
+        #[source]
+        source: Box<builders::RunError>,
+    },
+    /// The outputs cannot be compared.
+    #[error("model `{model}`")]
+    Length {
+        /// The model.
+        model: String,
+        /// The lengths.
+        #[source]
+        source: LengthMismatch,
+    },
+    /// A driver call failed.
+    #[error("model `{model}`: {what}")]
+    Driver {
+        /// The model.
+        model: String,
+        /// What was being done.
+        what: String,
+        /// The driver's error.
+        #[source]
+        source: DriverError,
+    },
+    /// A kernel's run did not complete in time while profiling.
+    #[error(
+        "model `{model}`: step {step} (`{kernel}`) did not complete within {waited_ns} ns of \
+         driver time; the kernel hangs or faulted"
+    )]
+    Timeout {
+        /// The model.
+        model: String,
+        /// The step.
+        step: usize,
+        /// Its kernel name.
+        kernel: String,
+        /// How long it waited.
+        waited_ns: u64,
+    },
+    /// The measured manifest cannot be written.
+    #[error(transparent)]
+    Manifest(Box<ManifestWriteError>),
+}
+
+impl From<LoadError> for ModelRunError {
+    fn from(e: LoadError) -> Self {
+        Self::Load(Box::new(e))
+    }
+}
+
+impl From<InferError> for ModelRunError {
+    fn from(e: InferError) -> Self {
+        Self::Infer(Box::new(e))
+    }
+}
+
+impl From<ManifestWriteError> for ModelRunError {
+    fn from(e: ManifestWriteError) -> Self {
+        Self::Manifest(Box::new(e))
+    }
+}
+
+/// Loads `built` with weights from `seed`, runs the input from `seed + 1`
+/// through `q`, compares with [`run_cpu`], and frees the model.
+pub fn check_model(
+    drv: &mut dyn CuDriver,
+    q: &mut VirtualQueue,
+    lib: &KernelLibrary,
+    built: &BuiltModel,
+    seed: u64,
+    tol: f64,
+    opts: &LoadOptions,
+) -> Result<CheckResult, ModelRunError> {
+    let plan = built.plan();
+    let model = plan.name().to_owned();
+    let weights = built.weights(seed);
+    let input = built.random_input(seed.wrapping_add(1));
+    let mut dm = DeviceModel::load(drv, q, plan, &weights, lib, opts)?;
+    let device = dm.infer(drv, q, &input)?;
+    dm.free(drv).map_err(|source| ModelRunError::Driver {
+        model: model.clone(),
+        what: "freeing the model's device memory".into(),
+        source,
+    })?;
+    let cpu = run_cpu(plan, &weights, &input).map_err(|source| ModelRunError::Cpu {
+        model: model.clone(),
+        source: Box::new(source),
+    })?;
+    let comparison = compare(&cpu, &device).map_err(|source| ModelRunError::Length {
+        model: model.clone(),
+        source,
+    })?;
+    Ok(CheckResult {
+        model,
+        steps: plan.steps().len(),
+        seed,
+        comparison,
+        tolerance: tol,
+        pass: comparison.passes(tol),
+    })
+}
+
+// ---- profile ----
+
+/// One step's measured times.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct StepTiming {
+    /// Step index.
+    pub step: usize,
+    /// Kernel name, `<abi name>:<label>`.
+    pub kernel: String,
+    /// Every sample, ns, in the order taken.
+    pub samples_ns: Vec<u64>,
+    /// Their median, ns.
+    pub median_ns: u64,
+}
+
+/// The median of `v` (the mean of the two middle values, rounded down, for
+/// an even count; 0 for none).
+pub fn median(v: &[u64]) -> u64 {
+    let mut s = v.to_vec();
+    s.sort_unstable();
+    match s.len() {
+        0 => 0,
+        n if n % 2 == 1 => s[n / 2],
+        n => (s[n / 2 - 1] + s[n / 2]) / 2,
+    }
+}
+
+/// Times every kernel of `dm` alone: on a new stream with its own control
+/// block, each step once untimed, then `reps` times (at least 1), each
+/// launch followed by an event that is polled until complete. A sample is
+/// the driver clock from before the launch to the event observed complete.
+pub fn time_steps(
+    drv: &mut dyn CuDriver,
+    dm: &DeviceModel,
+    reps: u32,
+    timeout_ns: u64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<StepTiming>, ModelRunError> {
+    let model = dm.name().to_owned();
+    let driver = |what: String| {
+        let model = model.clone();
+        move |source| ModelRunError::Driver {
+            model,
+            what,
+            source,
+        }
+    };
+    let stream = drv
+        .create_stream(StreamPriority::RealTime)
+        .map_err(driver("creating the profiling stream".into()))?;
+    let ctl = drv
+        .create_ctl()
+        .map_err(driver("creating the profiling control block".into()))?;
+    let ctl_ptr = drv
+        .ctl_device_ptr(ctl)
+        .map_err(driver("addressing the profiling control block".into()))?;
+    let cmds = dm.kernel_commands();
+    let mut out = Vec::with_capacity(cmds.len());
+    for (step, cmd) in cmds.iter().enumerate() {
+        let Command::Kernel { kernel, dims, args } = cmd else {
+            unreachable!("kernel_commands holds kernels only")
+        };
+        let name = dm.step_name(step).to_owned();
+        let mut params = args.as_bytes().to_vec();
+        write_prologue(&mut params, ctl_ptr, 0);
+        let mut samples = Vec::with_capacity(reps as usize);
+        for rep in 0..=reps.max(1) {
+            let what = |w: &str| format!("{w} step {step} (`{name}`)");
+            let t0 = drv.now_ns();
+            drv.launch(stream, *kernel, dims, &params)
+                .map_err(driver(what("launching")))?;
+            let ev = drv
+                .record_event(stream)
+                .map_err(driver(what("recording the event after")))?;
+            loop {
+                if drv
+                    .event_done(ev)
+                    .map_err(driver(what("querying the event of")))?
+                {
+                    break;
+                }
+                let waited_ns = drv.now_ns().saturating_sub(t0);
+                if waited_ns > timeout_ns {
+                    return Err(ModelRunError::Timeout {
+                        model,
+                        step,
+                        kernel: name,
+                        waited_ns,
+                    });
+                }
+                drv.wait_for_progress();
+            }
+            let t1 = drv.now_ns();
+            drv.release_event(ev)
+                .map_err(driver(what("releasing the event of")))?;
+            // The first run is a warm-up (first launches may load code).
+            if rep > 0 {
+                samples.push(t1.saturating_sub(t0));
+            }
+        }
+        out.push(StepTiming {
+            step,
+            kernel: name,
+            median_ns: median(&samples),
+            samples_ns: samples,
+        });
+        progress(step + 1, cmds.len());
+    }
+    Ok(out)
+}
+
+/// The device a profile was measured on.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MeasuredOn {
+    /// The device's name as the driver reports it.
+    pub device: String,
+    /// Its SM count (replaces the h100 profile's for the waves).
+    pub sms: u32,
+    /// UTC date of the measurement, `YYYY-MM-DD`.
+    pub date: String,
+    /// Repetitions per kernel.
+    pub reps: u32,
+}
+
+/// [`measured_manifest_json`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestWriteError {
+    /// Not one time per step.
+    #[error(
+        "model `{model}` has {steps} kernels but {times} times were given; give one per kernel"
+    )]
+    Count {
+        /// The model.
+        model: String,
+        /// Its kernels.
+        steps: usize,
+        /// Times given.
+        times: usize,
+    },
+    /// The builders' manifest could not be produced.
+    #[error("model `{model}`: the builders' manifest")]
+    Export {
+        /// The model.
+        model: String,
+        /// Why.
+        #[source]
+        source: Box<ExportError>,
+    },
+    /// The occupancy model has no waves for a step.
+    #[error("model `{model}`: computing the waves")]
+    Waves {
+        /// The model.
+        model: String,
+        /// Which step does not fit.
+        #[source]
+        source: NoFit,
+    },
+    /// The builders' manifest is not the JSON expected (a bug here).
+    #[error(
+        "model `{model}`: the builders' manifest is not a JSON object with a kernels array: {detail}"
+    )]
+    Shape {
+        /// The model.
+        model: String,
+        /// What is missing.
+        detail: String,
+    },
+    /// The daemon's loader refused the measured manifest (a bug here).
+    #[error("model `{model}`: the daemon's manifest loader refused the measured manifest")]
+    Load {
+        /// The model.
+        model: String,
+        /// Why.
+        #[source]
+        source: Box<ModelError>,
+    },
+}
+
+/// Rounds µs to whole ns.
+fn round_ns(us: f64) -> f64 {
+    (us * 1000.0).round() / 1000.0
+}
+
+/// The builders' manifest of `built` with measured kernel times
+/// (`kernel_ns[i]` for kernel `i`), block times `kernel time / waves` (the
+/// h100 occupancy model with `on.sms` SMs and the builders' register
+/// estimates), their total, and a provenance saying so. Checked with the
+/// daemon's loader before it is returned.
+pub fn measured_manifest_json(
+    built: &BuiltModel,
+    kernel_ns: &[u64],
+    on: &MeasuredOn,
+) -> Result<String, ManifestWriteError> {
+    let plan = built.plan();
+    let model = plan.name().to_owned();
+    if kernel_ns.len() != plan.steps().len() {
+        return Err(ManifestWriteError::Count {
+            model,
+            steps: plan.steps().len(),
+            times: kernel_ns.len(),
+        });
+    }
+    let shape = |detail: &str| ManifestWriteError::Shape {
+        model: model.clone(),
+        detail: detail.to_owned(),
+    };
+    let text = built
+        .manifest_json()
+        .map_err(|source| ManifestWriteError::Export {
+            model: model.clone(),
+            source: Box::new(source),
+        })?;
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| shape(&e.to_string()))?;
+    let mut profile = DeviceProfile::h100();
+    profile.compute_units = on.sms.max(1);
+    let kernels = doc
+        .get_mut("kernels")
+        .and_then(serde_json::Value::as_array_mut)
+        .ok_or_else(|| shape("no kernels array"))?;
+    if kernels.len() != kernel_ns.len() {
+        return Err(shape("a kernel count unlike the plan's"));
+    }
+    let mut total_ns = 0u64;
+    let mut lines = Vec::with_capacity(kernels.len());
+    for (i, (k, &ns)) in kernels.iter_mut().zip(kernel_ns).enumerate() {
+        let waves = estimate(plan, i, &profile)
+            .map_err(|source| ManifestWriteError::Waves {
+                model: model.clone(),
+                source,
+            })?
+            .rounds
+            .max(1);
+        let kernel_us = round_ns(ns as f64 / 1000.0);
+        total_ns += (kernel_us * 1000.0).round() as u64;
+        let obj = k
+            .as_object_mut()
+            .ok_or_else(|| shape("a kernel is not an object"))?;
+        obj.insert("kernel_time_us".into(), kernel_us.into());
+        obj.insert(
+            "block_time_us".into(),
+            round_ns(kernel_us / waves as f64).min(kernel_us).into(),
+        );
+        lines.push(format!("  {k}"));
+    }
+    let provenance = format!(
+        "measured on {} {} with sluice profile: kernel_time_us is the median of {} runs of each \
+         kernel alone on an idle stream, timed on the host clock (CLOCK_MONOTONIC) from before \
+         cuLaunchKernel to its event observed complete by polling, so it includes the launch \
+         latency. block_time_us = kernel_time_us / waves, waves = ceil(blocks / ({} SMs x \
+         blocks per SM)) from the h100 profile's occupancy model with the device's SM count and \
+         ESTIMATED registers per thread. regs_per_thread and shared_mem_bytes are the model \
+         builders' estimates (not ptxas figures); grid, block, reads, writes and groups are the \
+         builders' plan of {} ({:?} scale).",
+        on.device,
+        on.date,
+        on.reps.max(1),
+        profile.compute_units,
+        plan.display_name(),
+        built.options().scale,
+    );
+    let field = |name: &str| doc.get(name).cloned().unwrap_or(serde_json::Value::Null);
+    let json = format!(
+        "{{\n \"name\": {},\n \"display_name\": {},\n \"provenance\": {},\n \"input_bytes\": {},\n \
+         \"output_bytes\": {},\n \"total_time_us\": {},\n \"kernels\": [\n{}\n ]\n}}\n",
+        field("name"),
+        field("display_name"),
+        serde_json::Value::from(provenance),
+        field("input_bytes"),
+        field("output_bytes"),
+        serde_json::Value::from(total_ns as f64 / 1000.0),
+        lines.join(",\n"),
+    );
+    let file = format!("profile:{model}");
+    let load = |source| ManifestWriteError::Load {
+        model: model.clone(),
+        source: Box::new(source),
+    };
+    let (manifest, memory): (Manifest, _) =
+        Manifest::parse_with_memory(&file, &json).map_err(load)?;
+    ModelRegistry::from_parts([(file, manifest, memory)]).map_err(load)?;
+    Ok(json)
+}
+
+/// The UTC date of `unix_secs`, `YYYY-MM-DD` (proleptic Gregorian;
+/// Hinnant's `civil_from_days`).
+pub fn utc_date(unix_secs: u64) -> String {
+    let z = (unix_secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+/// Today's UTC date.
+pub fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    utc_date(secs)
+}
+
+/// What [`profile_model`] measured.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ProfileReport {
+    /// The plan's name.
+    pub model: String,
+    /// Where and when.
+    pub on: MeasuredOn,
+    /// Per step.
+    pub steps: Vec<StepTiming>,
+    /// Sum of the medians, µs.
+    pub total_us: f64,
+    /// The measured manifest ([`measured_manifest_json`]).
+    #[serde(skip)]
+    pub manifest_json: String,
+}
+
+impl ProfileReport {
+    /// One line per kernel (median and spread), then the total.
+    pub fn table(&self) -> String {
+        let mut s = format!(
+            "{} on {} ({}, {} runs per kernel, medians; host clock, launch latency included)\n",
+            self.model, self.on.device, self.on.date, self.on.reps
+        );
+        let _ = writeln!(
+            s,
+            "{:>5}  {:>12} {:>12} {:>12}  kernel",
+            "step", "median us", "min us", "max us"
+        );
+        for t in &self.steps {
+            let us = |ns: u64| ns as f64 / 1000.0;
+            let min = t.samples_ns.iter().copied().min().unwrap_or(0);
+            let max = t.samples_ns.iter().copied().max().unwrap_or(0);
+            let _ = writeln!(
+                s,
+                "{:>5}  {:>12.3} {:>12.3} {:>12.3}  {}",
+                t.step,
+                us(t.median_ns),
+                us(min),
+                us(max),
+                t.kernel
+            );
+        }
+        let _ = writeln!(s, "total of the medians: {:.3} us", self.total_us);
+        s
+    }
+}
+
+/// Loads `built` (weights from `seed`), runs one inference (input from
+/// `seed + 1`) so every activation holds real values, times every kernel
+/// ([`time_steps`]) and writes the measured manifest.
+#[allow(clippy::too_many_arguments)]
+pub fn profile_model(
+    drv: &mut dyn CuDriver,
+    q: &mut VirtualQueue,
+    lib: &KernelLibrary,
+    built: &BuiltModel,
+    seed: u64,
+    on: &MeasuredOn,
+    opts: &LoadOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<ProfileReport, ModelRunError> {
+    let plan = built.plan();
+    let weights = built.weights(seed);
+    let input = built.random_input(seed.wrapping_add(1));
+    let mut dm = DeviceModel::load(drv, q, plan, &weights, lib, opts)?;
+    dm.infer(drv, q, &input)?;
+    let steps = time_steps(drv, &dm, on.reps, opts.timeout_ns, progress)?;
+    dm.free(drv).map_err(|source| ModelRunError::Driver {
+        model: plan.name().to_owned(),
+        what: "freeing the model's device memory".into(),
+        source,
+    })?;
+    let medians: Vec<u64> = steps.iter().map(|t| t.median_ns).collect();
+    let manifest_json = measured_manifest_json(built, &medians, on)?;
+    Ok(ProfileReport {
+        model: plan.name().to_owned(),
+        on: on.clone(),
+        total_us: medians.iter().sum::<u64>() as f64 / 1000.0,
+        steps,
+        manifest_json,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_cuda::driver::StreamPriority;
+    use sluice_cuda::fake::{FakeDriver, FakeTimings};
+    use sluice_cuda::plan_exec::fake_abi::{self, FakeTimes};
+    use sluice_cuda::queue::{KillMechanism, QueueConfig};
+    use sluice_nn::builders::MODEL_NAMES;
+
+    fn small(name: &str) -> BuiltModel {
+        sluice_nn::builders::build_small(name).unwrap()
+    }
+
+    fn rig(times: FakeTimes) -> (FakeDriver, VirtualQueue, KernelLibrary) {
+        let mut d = FakeDriver::new(FakeTimings::default());
+        fake_abi::define(&d, times);
+        let m = d.load_module("fake").unwrap();
+        let lib = KernelLibrary::from_module(&mut d, m).unwrap();
+        let q = VirtualQueue::new(
+            &mut d,
+            StreamPriority::BestEffort,
+            QueueConfig::default(),
+            KillMechanism::Cooperative,
+        )
+        .unwrap();
+        (d, q, lib)
+    }
+
+    #[test]
+    fn compare_reports_errors_and_the_verdict() {
+        let cpu = [1.0f32, -4.0, 0.001, 2.0];
+        let dev = [1.002f32, -4.0, 0.0015, 2.0];
+        let c = compare(&cpu, &dev).unwrap();
+        assert_eq!(c.elements, 4);
+        assert_eq!(c.scale, 4.0);
+        assert!((c.max_abs_err - 0.002).abs() < 1e-6, "{c:?}");
+        assert_eq!(c.worst_index, 0);
+        // 0.001 is below REL_ERR_FLOOR x 4, so its 50 % error is left out.
+        assert!((c.max_rel_err - 0.002).abs() < 1e-5, "{c:?}");
+        assert!((c.normalised_err - 0.0005).abs() < 1e-6);
+        assert!(c.passes(1e-3));
+        assert!(!c.passes(1e-4));
+        let c = compare(&cpu, &[1.0, f32::NAN, 0.001, 2.0]).unwrap();
+        assert_eq!(c.nonfinite, 1);
+        assert!(!c.passes(1.0));
+        assert_eq!(
+            compare(&cpu, &[1.0]).unwrap_err().to_string(),
+            "the device output has 1 elements, the CPU reference 4; they must match"
+        );
+        let z = compare(&[0.0; 3], &[0.0; 3]).unwrap();
+        assert!(z.passes(0.0) && z.normalised_err == 0.0);
+    }
+
+    #[test]
+    fn check_passes_every_small_model_on_the_fake_device() {
+        for name in MODEL_NAMES {
+            let (mut d, mut q, lib) = rig(FakeTimes::default());
+            let m = small(name);
+            let r = check_model(
+                &mut d,
+                &mut q,
+                &lib,
+                &m,
+                5,
+                DEFAULT_TOLERANCE,
+                &LoadOptions::default(),
+            )
+            .unwrap();
+            assert!(r.pass, "{}", r.line());
+            // The fake runs the same ops as the reference: exact.
+            assert_eq!(r.comparison.max_abs_err, 0.0, "{}", r.line());
+            assert_eq!(r.steps, m.plan().steps().len());
+            assert!(
+                r.line().starts_with(&format!("PASS {name}_small (")),
+                "{}",
+                r.line()
+            );
+        }
+    }
+
+    #[test]
+    fn check_fails_a_kernel_that_computes_the_wrong_thing() {
+        // Redefine sluice_eltwise after the library: a ReLU that lets
+        // negatives through (op 2 computed as identity).
+        let (mut d, mut q, _) = rig(FakeTimes::default());
+        let sig = fake_abi::signature("sluice_eltwise").unwrap();
+        d.define_kernel(
+            "sluice_eltwise",
+            sluice_cuda::fake::FakeKernel::new(5_000).with_effect(move |mem, user, _| {
+                let a = fake_abi::Args::new("sluice_eltwise", &sig, user);
+                let n = a.size("n");
+                let x = fake_abi::load(mem, a.ptr("a"), n);
+                let b = (a.ptr("b").0 != 0).then(|| fake_abi::load(mem, a.ptr("b"), n));
+                let y: Vec<u8> = x
+                    .iter()
+                    .enumerate()
+                    .flat_map(|(i, v)| (v + b.as_ref().map_or(0.0, |b| b[i])).to_ne_bytes())
+                    .collect();
+                mem.write(a.ptr("y"), &y).unwrap();
+            }),
+        );
+        let m2 = d.load_module("fake 2").unwrap();
+        let lib = KernelLibrary::from_module(&mut d, m2).unwrap();
+        let r = check_model(
+            &mut d,
+            &mut q,
+            &lib,
+            &small("resnet152"),
+            5,
+            DEFAULT_TOLERANCE,
+            &LoadOptions::default(),
+        )
+        .unwrap();
+        assert!(!r.pass, "{}", r.line());
+        assert!(r.line().starts_with("FAIL resnet152_small"), "{}", r.line());
+    }
+
+    #[test]
+    fn profile_times_each_kernel_on_the_fake_clock_and_writes_a_loadable_manifest() {
+        // Fake kernels: polling ones 20 us, others 5 us; a launch starts 2
+        // us after issue and the event completes with the kernel, so every
+        // sample is exactly 22 us or 7 us of virtual time.
+        let (mut d, mut q, lib) = rig(FakeTimes::default());
+        let m = small("bert_base");
+        let on = MeasuredOn {
+            device: "fake device".into(),
+            sms: 132,
+            date: "2025-01-02".into(),
+            reps: 5,
+        };
+        let mut calls = 0;
+        let r = profile_model(
+            &mut d,
+            &mut q,
+            &lib,
+            &m,
+            1,
+            &on,
+            &LoadOptions::default(),
+            &mut |done, total| {
+                calls += 1;
+                assert!(done <= total);
+            },
+        )
+        .unwrap();
+        let plan = m.plan();
+        assert_eq!(calls, plan.steps().len());
+        assert_eq!(r.steps.len(), plan.steps().len());
+        for (t, s) in r.steps.iter().zip(plan.steps()) {
+            let polls = matches!(
+                s.op.kernel(),
+                builders::Kernel::Gemm | builders::Kernel::Conv2d | builders::Kernel::Attention
+            );
+            let want = if polls { 22_000 } else { 7_000 };
+            assert_eq!(t.samples_ns, vec![want; 5], "{}", t.kernel);
+            assert_eq!(t.median_ns, want);
+            assert_eq!(t.kernel, s.kernel_name());
+        }
+        // The manifest loads through the daemon's loader from a directory,
+        // with the measured times.
+        let dir = std::env::temp_dir().join(format!("sluice-profile-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("bert_base_small.json"), &r.manifest_json).unwrap();
+        let reg = ModelRegistry::load_dir(&dir).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        let (_, model) = reg.lookup("bert_base_small").unwrap();
+        let k = &model.manifest.kernels;
+        assert_eq!(k.len(), r.steps.len());
+        for (k, t) in k.iter().zip(&r.steps) {
+            assert_eq!(k.kernel_time_us, t.median_ns as f64 / 1000.0);
+            assert!(k.block_time_us <= k.kernel_time_us && k.block_time_us > 0.0);
+        }
+        assert_eq!(model.total_time_ns, (r.total_us * 1000.0).round() as u64);
+        assert!(
+            model
+                .manifest
+                .provenance
+                .starts_with("measured on fake device 2025-01-02 with sluice profile")
+        );
+        assert_eq!(model.memory.len(), k.len(), "reads/writes/groups kept");
+        assert!(r.table().contains("total of the medians"));
+    }
+
+    #[test]
+    fn measured_manifest_divides_by_the_waves_and_checks_the_count() {
+        let m = small("vgg19");
+        let n = m.plan().steps().len();
+        let on = MeasuredOn {
+            device: "X".into(),
+            sms: 1,
+            date: "2025-01-01".into(),
+            reps: 3,
+        };
+        let times: Vec<u64> = (0..n as u64).map(|i| 10_000 + i * 1_001).collect();
+        let json = measured_manifest_json(&m, &times, &on).unwrap();
+        let (man, _) = Manifest::parse_with_memory("t", &json).unwrap();
+        let mut profile = DeviceProfile::h100();
+        profile.compute_units = 1;
+        for (i, k) in man.kernels.iter().enumerate() {
+            let e = estimate(m.plan(), i, &profile).unwrap();
+            assert_eq!(k.kernel_time_us, times[i] as f64 / 1000.0);
+            let want = round_ns(k.kernel_time_us / e.rounds as f64);
+            assert_eq!(k.block_time_us, want, "{}", k.name);
+        }
+        // With one SM some kernel needs several waves.
+        assert!(
+            man.kernels
+                .iter()
+                .any(|k| k.block_time_us < k.kernel_time_us)
+        );
+        let e = measured_manifest_json(&m, &times[1..], &on).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "model `vgg19_small` has {n} kernels but {} times were given; give one per kernel",
+                n - 1
+            )
+        );
+    }
+
+    #[test]
+    fn median_and_dates() {
+        assert_eq!(median(&[]), 0);
+        assert_eq!(median(&[5, 1, 3]), 3);
+        assert_eq!(median(&[4, 1, 3, 10]), 3);
+        assert_eq!(utc_date(0), "1970-01-01");
+        assert_eq!(utc_date(951_782_400), "2000-02-29");
+        assert_eq!(utc_date(1_735_689_599), "2024-12-31");
+        assert_eq!(utc_date(1_735_689_600), "2025-01-01");
+        assert_eq!(utc_date(4_107_542_400), "2100-03-01");
+    }
+}

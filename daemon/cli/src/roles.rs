@@ -1,0 +1,359 @@
+//! Client behaviours that `sluice demo` and `sluice bench ipc` run in
+//! separate processes (`sluice __client`, `sluice __bench-client`). Each
+//! prints one JSON report on stdout.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sluice_client::{Client, Error, Priority, Span, Submit, Ticket, now_ns};
+
+use sluice_stats::{Summary, histogram};
+
+/// How a demo client issues requests.
+#[derive(Debug, Clone, Copy)]
+pub enum Pattern {
+    /// One request every period (a sensor-driven real-time task).
+    Periodic(Duration),
+    /// The next request as soon as the last completes (throughput work).
+    ClosedLoop,
+}
+
+/// A demo client.
+#[derive(Debug, Clone)]
+pub struct ClientRole {
+    /// Daemon socket.
+    pub socket: PathBuf,
+    /// Shown in status and in the table.
+    pub name: String,
+    /// Model name.
+    pub model: String,
+    /// Priority class.
+    pub priority: Priority,
+    /// Request pattern.
+    pub pattern: Pattern,
+    /// How long to run.
+    pub duration: Duration,
+    /// Spin budget before parking.
+    pub spin: Duration,
+    /// Whether outputs are checked against the simulated device's
+    /// reference ([`shm_proto::sim::expected_output`]). A real backend
+    /// (CUDA) computes the model, which a client cannot check without its
+    /// weights: then inputs are f32 values in [-1, 1) and outputs are
+    /// counted, not checked.
+    pub check: bool,
+}
+
+/// What a demo client measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ClientReport {
+    /// Client name.
+    pub name: String,
+    /// Model name.
+    pub model: String,
+    /// `"rt"` or `"be"`.
+    pub priority: String,
+    /// Requests completed with status OK and the right output.
+    pub ok: u64,
+    /// Requests with an error status.
+    pub errors: u64,
+    /// OK completions whose output differed from the reference function.
+    pub wrong_outputs: u64,
+    /// Whether outputs were checked (false on a real backend).
+    #[serde(default = "yes")]
+    pub checked: bool,
+    /// Submit → completion seen by the client, µs.
+    pub latency_us: Summary,
+    /// Of which: waiting in the daemon before the device started it, µs (median).
+    pub queue_wait_p50_us: u64,
+    /// The model's standalone time on the device, µs.
+    pub standalone_us: u64,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// f32 values in [-1, 1), native byte order: a valid input tensor for a
+/// real model, varied by `counter`.
+fn fill_f32_input(buf: &mut [u8], seed: u64, counter: u64) {
+    for (i, c) in buf.chunks_exact_mut(4).enumerate() {
+        let r = shm_proto::sim::splitmix64(seed ^ counter.rotate_left(32) ^ i as u64);
+        let v = (r >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
+        c.copy_from_slice(&v.to_ne_bytes());
+    }
+}
+
+fn fill_input(buf: &mut [u8], seed: u64, counter: u64) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        *b = (shm_proto::sim::splitmix64(seed ^ (i as u64 / 8)) >> ((i % 8) * 8)) as u8;
+    }
+    let c = counter.to_le_bytes();
+    let n = buf.len().min(8);
+    buf[..n].copy_from_slice(&c[..n]);
+}
+
+/// Runs a demo client to the end.
+pub fn run_client(role: &ClientRole) -> Result<ClientReport, Error> {
+    let mut c = Client::connect(&role.socket, &role.name)?;
+    c.set_spin(role.spin);
+    let m = c.lookup_model(&role.model)?;
+    let input = Span {
+        off: 0,
+        len: m.input_bytes,
+    };
+    let output = Span {
+        off: m.input_bytes.next_multiple_of(64),
+        len: m.output_bytes,
+    };
+    let seed = shm_proto::sim::splitmix64(role.name.len() as u64 ^ u64::from(std::process::id()));
+    let mut inbuf = vec![0u8; m.input_bytes as usize];
+    let mut outbuf = vec![0u8; m.output_bytes as usize];
+    let mut expect = vec![0u8; m.output_bytes as usize];
+    let mut lat = histogram();
+    let mut wait = histogram();
+    let (mut ok, mut errors, mut wrong) = (0u64, 0u64, 0u64);
+    let start = Instant::now();
+    let mut next = Instant::now();
+    let mut counter = 0u64;
+    while start.elapsed() < role.duration {
+        if let Pattern::Periodic(p) = role.pattern {
+            let now = Instant::now();
+            if next > now {
+                std::thread::sleep(next - now);
+            }
+            next = (next + p).max(Instant::now());
+        }
+        counter += 1;
+        if role.check {
+            fill_input(&mut inbuf, seed, counter);
+        } else {
+            fill_f32_input(&mut inbuf, seed, counter);
+        }
+        c.write_arena(input.off, &inbuf)?;
+        let t0 = now_ns();
+        let t = c.submit(&Submit {
+            model_id: m.id,
+            priority: role.priority,
+            deadline_ns: 0,
+            input,
+            output,
+        })?;
+        let done = c.wait(t)?;
+        let t1 = now_ns();
+        if done.status != sluice_client::status::OK {
+            errors += 1;
+            continue;
+        }
+        lat.saturating_record((t1 - t0) / 1000);
+        wait.saturating_record(done.started_ns.saturating_sub(done.received_ns) / 1000);
+        c.read_arena(output.off, &mut outbuf)?;
+        if !role.check {
+            ok += 1;
+            continue;
+        }
+        shm_proto::sim::expected_output(m.id, &inbuf, &mut expect);
+        if outbuf == expect {
+            ok += 1;
+        } else {
+            wrong += 1;
+        }
+    }
+    Ok(ClientReport {
+        name: role.name.clone(),
+        model: role.model.clone(),
+        priority: role.priority.as_str().to_owned(),
+        ok,
+        errors,
+        wrong_outputs: wrong,
+        checked: role.check,
+        latency_us: Summary::of(&lat),
+        queue_wait_p50_us: Summary::of(&wait).p50,
+        standalone_us: m.standalone_ns / 1000,
+    })
+}
+
+/// What an IPC benchmark client does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchMode {
+    /// Round trips on the zero-time model, spinning for the completion.
+    Spin,
+    /// Round trips on the zero-time model, parking on the futex at once.
+    Parked,
+    /// Round trips on a 50 µs model, parking at once, device time
+    /// subtracted: the cost of a round trip with the client asleep.
+    ParkedDevice,
+    /// Round trips over a plain Unix stream socket to an echo server.
+    Uds,
+    /// As many zero-time requests as possible, `inflight` outstanding.
+    Throughput,
+}
+
+/// An IPC benchmark client.
+#[derive(Debug, Clone)]
+pub struct BenchRole {
+    /// Daemon socket, or the echo server's socket for `Uds`.
+    pub socket: PathBuf,
+    /// What to measure.
+    pub mode: BenchMode,
+    /// Round trips measured (after warm-up).
+    pub samples: u64,
+    /// Requests kept in flight (throughput).
+    pub inflight: u32,
+    /// How long to run (throughput).
+    pub duration: Duration,
+    /// CPU to pin the client to.
+    pub cpu: Option<usize>,
+}
+
+/// What an IPC benchmark client measured.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchReport {
+    /// Round-trip times, ns.
+    pub rtt_ns: Summary,
+    /// Completions per second (throughput mode).
+    pub throughput_rps: f64,
+    /// Fraction of waits that actually slept on the futex.
+    pub slept_fraction: f64,
+    /// Model used.
+    pub model: String,
+    /// Whether the device time (`finished_ns - started_ns`) was subtracted.
+    pub minus_device_time: bool,
+}
+
+/// The size of one request or response on the Unix-socket baseline: the
+/// same 64 bytes as a ring record.
+pub const UDS_MSG: usize = 64;
+
+/// Runs an IPC benchmark client.
+pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
+    if let Some(cpu) = role.cpu {
+        sluice_service::sys::pin_current_thread(cpu).map_err(|e| e.to_string())?;
+    }
+    let warmup = (role.samples / 10).max(100);
+    if role.mode == BenchMode::Uds {
+        use std::io::{Read, Write};
+        let mut s = std::os::unix::net::UnixStream::connect(&role.socket)
+            .map_err(|e| format!("connect {}: {e}", role.socket.display()))?;
+        let mut h = histogram();
+        let mut msg = [0u8; UDS_MSG];
+        for i in 0..warmup + role.samples {
+            msg[..8].copy_from_slice(&i.to_le_bytes());
+            let t0 = now_ns();
+            s.write_all(&msg).map_err(|e| e.to_string())?;
+            s.read_exact(&mut msg).map_err(|e| e.to_string())?;
+            let t1 = now_ns();
+            if i >= warmup {
+                h.saturating_record(t1 - t0);
+            }
+        }
+        return Ok(BenchReport {
+            rtt_ns: Summary::of(&h),
+            throughput_rps: 0.0,
+            slept_fraction: 1.0,
+            model: String::new(),
+            minus_device_time: false,
+        });
+    }
+    let fail = |e: Error| format!("{e}");
+    let mut c = Client::connect(&role.socket, "bench-ipc").map_err(fail)?;
+    // A parked round trip needs the client asleep before the completion
+    // comes: with the zero-time model the completion usually beats the
+    // client to the futex. `ParkedDevice` therefore runs `echo_small`
+    // (50 µs on the device) and subtracts the device time the daemon
+    // stamped, leaving submit path + futex wake-up.
+    let model = if role.mode == BenchMode::ParkedDevice {
+        "echo_small"
+    } else {
+        "null"
+    };
+    let m = c.lookup_model(model).map_err(fail)?;
+    let sub = Submit {
+        model_id: m.id,
+        priority: Priority::RealTime,
+        deadline_ns: 0,
+        input: Span {
+            off: 0,
+            len: m.input_bytes,
+        },
+        output: Span {
+            off: m.input_bytes.next_multiple_of(64),
+            len: m.output_bytes,
+        },
+    };
+    let minus_device = role.mode == BenchMode::ParkedDevice;
+    match role.mode {
+        BenchMode::Spin | BenchMode::Parked | BenchMode::ParkedDevice => {
+            c.set_spin(if role.mode == BenchMode::Spin {
+                Duration::from_secs(10)
+            } else {
+                Duration::ZERO
+            });
+            let mut h = histogram();
+            let mut sleeps0 = 0;
+            for i in 0..warmup + role.samples {
+                let t0 = now_ns();
+                let t = c.submit(&sub).map_err(fail)?;
+                let done = c.wait(t).map_err(fail)?;
+                let t1 = now_ns();
+                if done.status != sluice_client::status::OK {
+                    return Err(format!("status {}", done.status));
+                }
+                if i == warmup {
+                    sleeps0 = c.sleeps();
+                }
+                if i >= warmup {
+                    let device = if minus_device {
+                        done.finished_ns.saturating_sub(done.started_ns)
+                    } else {
+                        0
+                    };
+                    h.saturating_record((t1 - t0).saturating_sub(device));
+                }
+            }
+            Ok(BenchReport {
+                rtt_ns: Summary::of(&h),
+                throughput_rps: 0.0,
+                slept_fraction: (c.sleeps() - sleeps0) as f64 / role.samples as f64,
+                model: model.to_owned(),
+                minus_device_time: minus_device,
+            })
+        }
+        BenchMode::Throughput => {
+            c.set_spin(Duration::from_secs(10));
+            let cap = role.inflight.clamp(1, c.geometry().cq_entries) as usize;
+            let mut ring: Vec<Ticket> = Vec::with_capacity(cap);
+            let mut head = 0usize;
+            let mut completed = 0u64;
+            let start = Instant::now();
+            let deadline = start + role.duration;
+            while Instant::now() < deadline {
+                // Top up to `cap` in flight, then take the oldest.
+                while ring.len() - head < cap {
+                    match c.submit(&sub) {
+                        Ok(t) => ring.push(t),
+                        Err(Error::RingFull | Error::TooManyInFlight) => break,
+                        Err(e) => return Err(fail(e)),
+                    }
+                }
+                let t = ring[head];
+                head += 1;
+                c.wait(t).map_err(fail)?;
+                completed += 1;
+                if head > 4096 {
+                    ring.drain(..head);
+                    head = 0;
+                }
+            }
+            let secs = start.elapsed().as_secs_f64();
+            Ok(BenchReport {
+                rtt_ns: Summary::default(),
+                throughput_rps: completed as f64 / secs,
+                slept_fraction: 0.0,
+                model: model.to_owned(),
+                minus_device_time: false,
+            })
+        }
+        BenchMode::Uds => unreachable!("handled above"),
+    }
+}

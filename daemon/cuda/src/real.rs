@@ -1,0 +1,1132 @@
+//! [`CuDriver`] over the CUDA driver API, through cudarc with `libcuda`
+//! loaded at run time (feature `cuda`).
+//!
+//! - [`probe`] says whether this machine can run the CUDA backend, and why
+//!   not, without ever panicking: cudarc's run-time loader panics inside a
+//!   lazily initialised static when `libcuda` is missing (`culib()` in
+//!   `cudarc::driver::sys`), so [`probe`] first `dlopen`s `libcuda.so.1`
+//!   itself through libc, then asks cudarc's own non-panicking
+//!   `is_culib_present`, and only then calls into cudarc.
+//! - [`CudaDriver`] owns the device's primary context (one per daemon) and
+//!   every stream, control block, event, module and allocation it hands out;
+//!   handles are indices into its tables, so a stale handle is an error
+//!   rather than a dangling pointer given to CUDA. The context is made
+//!   current on whichever thread calls (cheap thread-local check).
+//!
+//! Kernel parameters are passed as one buffer (`CU_LAUNCH_PARAM_BUFFER_*`
+//! in `cuLaunchKernel`'s `extra`), so the driver copies exactly the bytes we
+//! hand it and never reads past them, whatever the kernel's signature.
+//!
+//! Not yet run on a GPU in this repository's tests (the CI machines have
+//! none); `docs/cuda-backend.md` lists what is verified and what is not.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::ffi::{CStr, CString, c_void};
+use std::fmt;
+use std::ptr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use cudarc::driver::sys;
+
+use super::driver::{
+    CtlId, CuDriver, DevicePtr, DriverError, EventId, HostBufId, KernelHandle, LaunchDims,
+    MAX_PARAM_BYTES, ModuleId, SluiceCtl, StreamId, StreamPriority,
+};
+
+/// The library the NVIDIA driver installs (`libcuda.so.1`, the soname).
+pub const LIBCUDA: &CStr = c"libcuda.so.1";
+
+/// What [`probe`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CudaInfo {
+    /// Number of CUDA devices.
+    pub devices: i32,
+    /// Name of the device (device 0 for [`probe`]), e.g.
+    /// `NVIDIA H100 80GB HBM3`.
+    pub name: String,
+    /// Its compute capability (major, minor).
+    pub compute_capability: (i32, i32),
+    /// Its streaming multiprocessors.
+    pub sm_count: i32,
+    /// Its memory in bytes.
+    pub total_mem: usize,
+    /// The driver's CUDA version, e.g. 12040 for 12.4.
+    pub driver_version: i32,
+}
+
+impl fmt::Display for CudaInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} (compute capability {}.{}, {} SMs, {:.1} GiB; {} device{}), CUDA driver {}.{}",
+            self.name,
+            self.compute_capability.0,
+            self.compute_capability.1,
+            self.sm_count,
+            self.total_mem as f64 / f64::from(1u32 << 30),
+            self.devices,
+            if self.devices == 1 { "" } else { "s" },
+            self.driver_version / 1000,
+            self.driver_version % 1000 / 10,
+        )
+    }
+}
+
+/// Why this machine cannot run the CUDA backend.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CudaUnavailable {
+    /// The driver library is not installed (or not on the loader's path).
+    #[error(
+        "{library} not found: no NVIDIA driver on this machine ({detail}); install the NVIDIA \
+         driver, or set device.backend = \"sim\""
+    )]
+    NoLibrary {
+        /// The library, e.g. `libcuda.so.1`.
+        library: String,
+        /// What the dynamic loader said.
+        detail: String,
+    },
+    /// `libcuda.so.1` loads, but none of the names cudarc tries does.
+    #[error(
+        "{library} loads, but cudarc finds none of its library names (libcuda.so, \
+         libcuda.so.1, …) loadable; check LD_LIBRARY_PATH"
+    )]
+    CudarcCannotLoad {
+        /// The library that did load.
+        library: String,
+    },
+    /// `cuInit` failed.
+    #[error(
+        "cuInit failed with {name}: {description}; check that nvidia-smi lists the GPU and that \
+         the daemon's user may open /dev/nvidia*"
+    )]
+    Init {
+        /// The error's name, e.g. `CUDA_ERROR_NO_DEVICE`.
+        name: String,
+        /// The driver's description.
+        description: String,
+    },
+    /// The driver reports no device.
+    #[error("the NVIDIA driver reports no CUDA device; check nvidia-smi and CUDA_VISIBLE_DEVICES")]
+    NoDevice,
+    /// A device query failed.
+    #[error("{0}")]
+    Query(DriverError),
+    /// cudarc panicked (a symbol missing from an old or partial libcuda).
+    #[error(
+        "loading the CUDA driver API failed: {0}; the driver is probably older than CUDA 12.4, \
+         which sluice's bindings need"
+    )]
+    Panicked(String),
+}
+
+/// Turns a `CUresult` into our error, naming the call.
+fn check(call: &'static str, r: sys::CUresult) -> Result<(), DriverError> {
+    if r == sys::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let mut name: *const std::ffi::c_char = ptr::null();
+    let mut desc: *const std::ffi::c_char = ptr::null();
+    // SAFETY: both functions only write a pointer to a static string (or
+    // leave it untouched on failure); the out-pointers are valid locals.
+    unsafe {
+        let _ = sys::cuGetErrorName(r, &mut name);
+        let _ = sys::cuGetErrorString(r, &mut desc);
+    }
+    let text = |p: *const std::ffi::c_char| {
+        if p.is_null() {
+            "unknown".to_owned()
+        } else {
+            // SAFETY: non-null results point at NUL-terminated static
+            // strings owned by the driver.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    Err(DriverError::Cuda {
+        call,
+        code: r as u32,
+        name: text(name),
+        description: text(desc),
+    })
+}
+
+/// Whether this machine can run the CUDA backend: device 0's name,
+/// compute capability, SM count and memory, and the driver version, or why
+/// not. Never panics when the driver is missing.
+pub fn probe() -> Result<CudaInfo, CudaUnavailable> {
+    probe_library(LIBCUDA)
+}
+
+/// [`probe`] with another driver library name (tests use a name that does
+/// not exist).
+fn probe_library(library: &CStr) -> Result<CudaInfo, CudaUnavailable> {
+    let lib = library.to_string_lossy().into_owned();
+    // cudarc would panic on a missing library: check with dlopen first.
+    // SAFETY: `library` is NUL-terminated. Loading libcuda runs its
+    // initialisers, as cudarc's own loading would; the handle is closed
+    // again (the library stays loaded while cudarc holds its own handle).
+    let handle = unsafe { libc::dlopen(library.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if handle.is_null() {
+        // SAFETY: dlerror returns null or a NUL-terminated string that stays
+        // valid until the next dl* call on this thread; we copy it at once.
+        let detail = unsafe {
+            let e = libc::dlerror();
+            if e.is_null() {
+                "dlopen failed".to_owned()
+            } else {
+                CStr::from_ptr(e).to_string_lossy().into_owned()
+            }
+        };
+        return Err(CudaUnavailable::NoLibrary {
+            library: lib,
+            detail,
+        });
+    }
+    // SAFETY: `handle` came from a successful dlopen and is closed once.
+    unsafe { libc::dlclose(handle) };
+    // SAFETY: only tries to load the library under cudarc's candidate names
+    // (libloading), no symbol is called.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(CudaUnavailable::CudarcCannotLoad { library: lib });
+    }
+    // The library is there, so cudarc's loader will not panic for it; a
+    // symbol missing from an old driver still would, so catch that too.
+    std::panic::catch_unwind(|| query_device(0)).unwrap_or_else(|p| {
+        let msg = p
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| p.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        Err(CudaUnavailable::Panicked(msg))
+    })
+}
+
+/// Initialises the driver API and describes device `ordinal` (0 when there
+/// is at least one device). Call only once the library is known present.
+fn query_device(ordinal: i32) -> Result<CudaInfo, CudaUnavailable> {
+    // SAFETY: cuInit takes flags 0 and may be called any number of times.
+    let init = unsafe { sys::cuInit(0) };
+    if let Err(DriverError::Cuda {
+        name, description, ..
+    }) = check("cuInit", init)
+    {
+        return Err(CudaUnavailable::Init { name, description });
+    }
+    let q = CudaUnavailable::Query;
+    let mut devices = 0;
+    // SAFETY: valid out-pointer; the driver is initialised.
+    check("cuDeviceGetCount", unsafe {
+        sys::cuDeviceGetCount(&mut devices)
+    })
+    .map_err(q)?;
+    if devices < 1 {
+        return Err(CudaUnavailable::NoDevice);
+    }
+    let dev = device(ordinal).map_err(q)?;
+    let attr = |a| attribute(dev, a).map_err(q);
+    use sys::CUdevice_attribute as A;
+    let mut total_mem = 0usize;
+    // SAFETY: `dev` is a device handle from cuDeviceGet; valid out-pointer.
+    check("cuDeviceTotalMem_v2", unsafe {
+        sys::cuDeviceTotalMem_v2(&mut total_mem, dev)
+    })
+    .map_err(q)?;
+    let mut driver_version = 0;
+    // SAFETY: valid out-pointer.
+    check("cuDriverGetVersion", unsafe {
+        sys::cuDriverGetVersion(&mut driver_version)
+    })
+    .map_err(q)?;
+    Ok(CudaInfo {
+        devices,
+        name: device_name(dev).map_err(q)?,
+        compute_capability: (
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+            attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+        ),
+        sm_count: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+        total_mem,
+        driver_version,
+    })
+}
+
+fn device(ordinal: i32) -> Result<sys::CUdevice, DriverError> {
+    let mut dev = 0;
+    // SAFETY: valid out-pointer; an out-of-range ordinal is an error code.
+    check("cuDeviceGet", unsafe {
+        sys::cuDeviceGet(&mut dev, ordinal)
+    })?;
+    Ok(dev)
+}
+
+fn attribute(dev: sys::CUdevice, a: sys::CUdevice_attribute) -> Result<i32, DriverError> {
+    let mut v = 0;
+    // SAFETY: `dev` comes from cuDeviceGet; valid out-pointer.
+    check("cuDeviceGetAttribute", unsafe {
+        sys::cuDeviceGetAttribute(&mut v, a, dev)
+    })?;
+    Ok(v)
+}
+
+fn device_name(dev: sys::CUdevice) -> Result<String, DriverError> {
+    let mut buf = [0u8; 256];
+    // SAFETY: the driver writes at most `len` bytes, NUL included, into the
+    // buffer; `dev` comes from cuDeviceGet.
+    check("cuDeviceGetName", unsafe {
+        sys::cuDeviceGetName(buf.as_mut_ptr().cast(), buf.len() as i32, dev)
+    })?;
+    Ok(CStr::from_bytes_until_nul(&buf)
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default())
+}
+
+/// [`CudaDriver::new`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CudaOpenError {
+    /// No usable driver.
+    #[error(transparent)]
+    Unavailable(#[from] CudaUnavailable),
+    /// No device with that ordinal.
+    #[error("there is no CUDA device {ordinal}: the driver reports {count}; use 0..{count}")]
+    NoSuchDevice {
+        /// The ordinal asked for.
+        ordinal: i32,
+        /// Devices present.
+        count: i32,
+    },
+    /// Setting up the context failed.
+    #[error("setting up the CUDA context on device {ordinal}")]
+    Context {
+        /// The device.
+        ordinal: i32,
+        /// What the driver said.
+        #[source]
+        source: DriverError,
+    },
+}
+
+/// One control block: host address and its device alias.
+#[derive(Debug)]
+struct Ctl {
+    host: *mut SluiceCtl,
+    dev: sys::CUdeviceptr,
+}
+
+#[derive(Debug)]
+struct HostBuf {
+    ptr: *mut u8,
+    len: usize,
+}
+
+thread_local! {
+    /// The context last made current on this thread (as an address).
+    static CURRENT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Bytes of a control block allocation (one cache line each).
+const CTL_ALLOC: usize = 64;
+
+/// The CUDA driver for one device and its primary context.
+#[derive(Debug)]
+pub struct CudaDriver {
+    ordinal: i32,
+    dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+    info: CudaInfo,
+    priorities: (i32, i32),
+    streams: Vec<sys::CUstream>,
+    ctls: Vec<Ctl>,
+    events: Vec<sys::CUevent>,
+    event_in_use: Vec<bool>,
+    free_events: Vec<u32>,
+    modules: Vec<sys::CUmodule>,
+    kernels: Vec<sys::CUfunction>,
+    host: Vec<Option<HostBuf>>,
+    device_allocs: BTreeMap<u64, usize>,
+    /// 8-aligned copy of the parameter buffer of the launch in progress.
+    params: Box<[u64; MAX_PARAM_BYTES / 8]>,
+}
+
+// SAFETY: every raw pointer in CudaDriver is a CUDA driver handle or an
+// address of pinned memory the driver owns and frees only in Drop; CUDA
+// driver handles may be used from any thread once the context is current
+// there, which `bind` ensures before every call. The driver is driven by one
+// thread at a time (`&mut self`), it is only moved between threads.
+unsafe impl Send for CudaDriver {}
+
+impl CudaDriver {
+    /// Opens device `ordinal`: retains its primary context (the daemon's
+    /// one context) and reads its stream priority range.
+    pub fn new(ordinal: i32) -> Result<Self, CudaOpenError> {
+        let info = probe()?;
+        if !(0..info.devices).contains(&ordinal) {
+            return Err(CudaOpenError::NoSuchDevice {
+                ordinal,
+                count: info.devices,
+            });
+        }
+        // probe() found the library, so cudarc's loader will not panic.
+        let info = if ordinal == 0 {
+            info
+        } else {
+            query_device(ordinal)?
+        };
+        let ctx_err = |source| CudaOpenError::Context { ordinal, source };
+        let dev = device(ordinal).map_err(ctx_err)?;
+        let mut ctx = ptr::null_mut();
+        // SAFETY: `dev` comes from cuDeviceGet; valid out-pointer. Released
+        // in Drop.
+        check("cuDevicePrimaryCtxRetain", unsafe {
+            sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
+        })
+        .map_err(ctx_err)?;
+        let mut d = Self {
+            ordinal,
+            dev,
+            ctx,
+            info,
+            priorities: (0, 0),
+            streams: Vec::new(),
+            ctls: Vec::new(),
+            events: Vec::new(),
+            event_in_use: Vec::new(),
+            free_events: Vec::new(),
+            modules: Vec::new(),
+            kernels: Vec::new(),
+            host: Vec::new(),
+            device_allocs: BTreeMap::new(),
+            params: Box::new([0; MAX_PARAM_BYTES / 8]),
+        };
+        d.bind().map_err(ctx_err)?;
+        let (mut least, mut greatest) = (0, 0);
+        // SAFETY: the context is current; valid out-pointers.
+        check("cuCtxGetStreamPriorityRange", unsafe {
+            sys::cuCtxGetStreamPriorityRange(&mut least, &mut greatest)
+        })
+        .map_err(ctx_err)?;
+        d.priorities = (least, greatest);
+        Ok(d)
+    }
+
+    /// The device's name, compute capability, SMs and memory, and the
+    /// driver version.
+    pub fn info(&self) -> &CudaInfo {
+        &self.info
+    }
+
+    /// The device ordinal.
+    pub fn ordinal(&self) -> i32 {
+        self.ordinal
+    }
+
+    /// Makes the context current on the calling thread if it is not yet.
+    fn bind(&self) -> Result<(), DriverError> {
+        let me = self.ctx as usize;
+        if CURRENT.with(Cell::get) == me {
+            return Ok(());
+        }
+        // SAFETY: `ctx` is the retained primary context, alive until Drop.
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })?;
+        CURRENT.with(|c| c.set(me));
+        Ok(())
+    }
+
+    fn stream(&self, s: StreamId) -> Result<sys::CUstream, DriverError> {
+        self.streams
+            .get(s.0 as usize)
+            .copied()
+            .ok_or_else(|| unknown(s))
+    }
+
+    fn ctl(&self, c: CtlId) -> Result<&Ctl, DriverError> {
+        self.ctls.get(c.0 as usize).ok_or_else(|| unknown(c))
+    }
+
+    fn host_range(
+        &self,
+        b: HostBufId,
+        offset: usize,
+        len: usize,
+        what: &str,
+    ) -> Result<*mut u8, DriverError> {
+        let h = self
+            .host
+            .get(b.0 as usize)
+            .and_then(Option::as_ref)
+            .ok_or_else(|| unknown(b))?;
+        if offset.checked_add(len).is_none_or(|end| end > h.len) {
+            return Err(DriverError::OutOfBounds {
+                what: format!("{what} {b}"),
+                offset,
+                count: len,
+                len: h.len,
+            });
+        }
+        // SAFETY: offset + len <= h.len, inside the allocation.
+        Ok(unsafe { h.ptr.add(offset) })
+    }
+
+    /// Checks that `ptr..ptr+len` lies in one allocation of this driver.
+    fn device_range(&self, ptr: DevicePtr, len: usize, what: &str) -> Result<(), DriverError> {
+        let Some((&base, &alloc_len)) = self.device_allocs.range(..=ptr.0).next_back() else {
+            return Err(DriverError::Invalid(format!(
+                "{what}: device address {ptr} is not in any allocation of this driver"
+            )));
+        };
+        let offset = (ptr.0 - base) as usize;
+        if offset.checked_add(len).is_none_or(|end| end > alloc_len) {
+            return Err(DriverError::OutOfBounds {
+                what: format!("{what} at {ptr} in the allocation at {base:#x}"),
+                offset,
+                count: len,
+                len: alloc_len,
+            });
+        }
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<(), DriverError> {
+        self.bind()?;
+        // SAFETY: the context is current.
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+    }
+}
+
+fn unknown(handle: impl fmt::Display) -> DriverError {
+    DriverError::UnknownHandle {
+        handle: handle.to_string(),
+    }
+}
+
+/// `cuStreamQuery`/`cuEventQuery` result: done, not ready, or an error.
+fn ready(call: &'static str, r: sys::CUresult) -> Result<bool, DriverError> {
+    if r == sys::CUresult::CUDA_ERROR_NOT_READY {
+        return Ok(false);
+    }
+    check(call, r).map(|()| true)
+}
+
+impl CuDriver for CudaDriver {
+    fn now_ns(&self) -> u64 {
+        shm_proto::now_ns()
+    }
+
+    fn wait_for_progress(&mut self) {
+        for _ in 0..64 {
+            std::hint::spin_loop();
+        }
+    }
+
+    fn create_stream(&mut self, priority: StreamPriority) -> Result<StreamId, DriverError> {
+        self.bind()?;
+        let prio = match priority {
+            StreamPriority::RealTime => self.priorities.1,
+            StreamPriority::BestEffort => self.priorities.0,
+        };
+        let mut s = ptr::null_mut();
+        // SAFETY: the context is current; valid out-pointer. Destroyed in
+        // Drop.
+        check("cuStreamCreateWithPriority", unsafe {
+            sys::cuStreamCreateWithPriority(
+                &mut s,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                prio,
+            )
+        })?;
+        self.streams.push(s);
+        Ok(StreamId(self.streams.len() as u32 - 1))
+    }
+
+    fn stream_idle(&mut self, stream: StreamId) -> Result<bool, DriverError> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        // SAFETY: `s` is a live stream of this context.
+        ready("cuStreamQuery", unsafe { sys::cuStreamQuery(s) })
+    }
+
+    fn create_ctl(&mut self) -> Result<CtlId, DriverError> {
+        self.bind()?;
+        let mut host: *mut c_void = ptr::null_mut();
+        // SAFETY: the context is current; valid out-pointer. Freed in Drop.
+        check("cuMemHostAlloc", unsafe {
+            sys::cuMemHostAlloc(
+                &mut host,
+                CTL_ALLOC,
+                sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+            )
+        })?;
+        let mut dev = 0;
+        // SAFETY: `host` was just allocated with DEVICEMAP; valid
+        // out-pointer; flags must be 0. The allocation is page-aligned and
+        // CTL_ALLOC >= size_of::<SluiceCtl>(), so zeroing it is in bounds.
+        let r = unsafe {
+            ptr::write_bytes(host.cast::<u8>(), 0, CTL_ALLOC);
+            sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0)
+        };
+        if let Err(e) = check("cuMemHostGetDevicePointer_v2", r) {
+            // SAFETY: `host` came from cuMemHostAlloc and is freed once.
+            unsafe { sys::cuMemFreeHost(host) };
+            return Err(e);
+        }
+        self.ctls.push(Ctl {
+            host: host.cast(),
+            dev,
+        });
+        Ok(CtlId(self.ctls.len() as u32 - 1))
+    }
+
+    fn ctl_device_ptr(&self, ctl: CtlId) -> Result<DevicePtr, DriverError> {
+        Ok(DevicePtr(self.ctl(ctl)?.dev))
+    }
+
+    fn set_preempt(&mut self, ctl: CtlId, preempt: bool) -> Result<(), DriverError> {
+        let c = self.ctl(ctl)?;
+        // SAFETY: `host` points at a live, 8-aligned, zero-initialised
+        // SluiceCtl in pinned memory; the GPU only reads `preempt`, and the
+        // host only accesses it atomically, never through a reference to
+        // SluiceCtl.
+        let flag = unsafe { AtomicU32::from_ptr(&raw mut (*c.host).preempt) };
+        // SYNC: SeqCst store, so the flag is globally visible before any
+        // later load of `started` (finish_preempt) or event query; the
+        // kernels' volatile reads of `preempt` are its counterpart.
+        flag.store(u32::from(preempt), Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn read_started(&mut self, ctl: CtlId) -> Result<u64, DriverError> {
+        let c = self.ctl(ctl)?;
+        // SAFETY: as in set_preempt; `started` is 8-aligned (offset 8 of a
+        // page-aligned block) and written by the GPU only with atomicMax.
+        let started = unsafe { AtomicU64::from_ptr(&raw mut (*c.host).started) };
+        // SYNC: Acquire, after the queue observed the stream drained
+        // (cuEventQuery/cuStreamQuery): pairs with the kernels' atomicMax,
+        // which completed before the events that followed them.
+        Ok(started.load(Ordering::Acquire))
+    }
+
+    fn reset_started(&mut self, ctl: CtlId) -> Result<(), DriverError> {
+        let c = self.ctl(ctl)?;
+        // SAFETY: as in read_started; no kernel of the queue is outstanding
+        // (the caller's contract), so nothing races with this store.
+        let started = unsafe { AtomicU64::from_ptr(&raw mut (*c.host).started) };
+        started.store(0, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn load_module(&mut self, image: &str) -> Result<ModuleId, DriverError> {
+        self.bind()?;
+        let image = CString::new(image).map_err(|e| {
+            DriverError::Invalid(format!(
+                "module image has a NUL byte at {}; pass PTX text",
+                e.nul_position()
+            ))
+        })?;
+        let mut m = ptr::null_mut();
+        // SAFETY: the context is current; `image` is a NUL-terminated PTX
+        // string alive for the call; valid out-pointer. Unloaded in Drop.
+        check("cuModuleLoadData", unsafe {
+            sys::cuModuleLoadData(&mut m, image.as_ptr().cast())
+        })?;
+        self.modules.push(m);
+        Ok(ModuleId(self.modules.len() as u32 - 1))
+    }
+
+    fn kernel(&mut self, module: ModuleId, name: &str) -> Result<KernelHandle, DriverError> {
+        let m = self
+            .modules
+            .get(module.0 as usize)
+            .copied()
+            .ok_or_else(|| unknown(module))?;
+        let cname = CString::new(name)
+            .map_err(|_| DriverError::Invalid(format!("kernel name {name:?} has a NUL byte")))?;
+        self.bind()?;
+        let mut f = ptr::null_mut();
+        // SAFETY: `m` is a loaded module of this context; `cname` is
+        // NUL-terminated; valid out-pointer.
+        check("cuModuleGetFunction", unsafe {
+            sys::cuModuleGetFunction(&mut f, m, cname.as_ptr())
+        })?;
+        self.kernels.push(f);
+        Ok(KernelHandle(self.kernels.len() as u32 - 1))
+    }
+
+    fn alloc_device(&mut self, len: usize) -> Result<DevicePtr, DriverError> {
+        self.bind()?;
+        let mut p = 0;
+        // SAFETY: the context is current; valid out-pointer. Freed in
+        // free_device or Drop.
+        check("cuMemAlloc_v2", unsafe {
+            sys::cuMemAlloc_v2(&mut p, len.max(1))
+        })?;
+        self.device_allocs.insert(p, len);
+        Ok(DevicePtr(p))
+    }
+
+    fn free_device(&mut self, ptr: DevicePtr) -> Result<(), DriverError> {
+        if !self.device_allocs.contains_key(&ptr.0) {
+            return Err(unknown(format!("device allocation {ptr}")));
+        }
+        self.synchronize()?;
+        // SAFETY: `ptr` is a live allocation of this driver, and the context
+        // has been synchronised, so no issued command uses it any more.
+        check("cuMemFree_v2", unsafe { sys::cuMemFree_v2(ptr.0) })?;
+        self.device_allocs.remove(&ptr.0);
+        Ok(())
+    }
+
+    fn alloc_host(&mut self, len: usize) -> Result<HostBufId, DriverError> {
+        self.bind()?;
+        let mut p: *mut c_void = ptr::null_mut();
+        // SAFETY: the context is current; valid out-pointer. Freed in
+        // free_host or Drop.
+        check("cuMemHostAlloc", unsafe {
+            sys::cuMemHostAlloc(&mut p, len.max(1), sys::CU_MEMHOSTALLOC_PORTABLE)
+        })?;
+        // SAFETY: `p` points at `len.max(1)` writable bytes just allocated.
+        unsafe { ptr::write_bytes(p.cast::<u8>(), 0, len) };
+        self.host.push(Some(HostBuf { ptr: p.cast(), len }));
+        Ok(HostBufId(self.host.len() as u32 - 1))
+    }
+
+    fn write_host(
+        &mut self,
+        buf: HostBufId,
+        offset: usize,
+        data: &[u8],
+    ) -> Result<(), DriverError> {
+        let dst = self.host_range(buf, offset, data.len(), "write_host")?;
+        // SAFETY: `dst..dst+len` is inside the pinned buffer (checked), which
+        // no Rust reference aliases; `data` is a separate Rust slice.
+        unsafe { ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) };
+        Ok(())
+    }
+
+    fn read_host(
+        &mut self,
+        buf: HostBufId,
+        offset: usize,
+        out: &mut [u8],
+    ) -> Result<(), DriverError> {
+        let src = self.host_range(buf, offset, out.len(), "read_host")?;
+        // SAFETY: as in write_host, in the other direction.
+        unsafe { ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) };
+        Ok(())
+    }
+
+    fn free_host(&mut self, buf: HostBufId) -> Result<(), DriverError> {
+        self.host_range(buf, 0, 0, "free_host")?;
+        self.synchronize()?;
+        let h = self.host[buf.0 as usize].take().expect("checked above");
+        // SAFETY: `h.ptr` came from cuMemHostAlloc and is freed once (taken
+        // out of the table); the context is synchronised, so no copy uses it.
+        check("cuMemFreeHost", unsafe { sys::cuMemFreeHost(h.ptr.cast()) })
+    }
+
+    fn launch(
+        &mut self,
+        stream: StreamId,
+        kernel: KernelHandle,
+        dims: &LaunchDims,
+        params: &[u8],
+    ) -> Result<(), DriverError> {
+        let s = self.stream(stream)?;
+        let f = self
+            .kernels
+            .get(kernel.0 as usize)
+            .copied()
+            .ok_or_else(|| unknown(kernel))?;
+        if params.len() > MAX_PARAM_BYTES {
+            return Err(DriverError::Invalid(format!(
+                "launch: {} bytes of parameters, over CUDA's {MAX_PARAM_BYTES}-byte limit",
+                params.len()
+            )));
+        }
+        self.bind()?;
+        // An 8-aligned copy: the buffer's offsets assume an aligned start.
+        let aligned = self.params.as_mut_ptr().cast::<u8>();
+        // SAFETY: `params.len() <= MAX_PARAM_BYTES`, the size of the scratch
+        // array, which does not overlap `params`.
+        unsafe { ptr::copy_nonoverlapping(params.as_ptr(), aligned, params.len()) };
+        let mut size = params.len();
+        let mut extra = [
+            ptr::without_provenance_mut::<c_void>(
+                sys::CU_LAUNCH_PARAM_BUFFER_POINTER_AS_INT as usize,
+            ),
+            aligned.cast::<c_void>(),
+            ptr::without_provenance_mut::<c_void>(sys::CU_LAUNCH_PARAM_BUFFER_SIZE_AS_INT as usize),
+            (&raw mut size).cast::<c_void>(),
+            ptr::without_provenance_mut::<c_void>(sys::CU_LAUNCH_PARAM_END_AS_INT as usize),
+        ];
+        // SAFETY: `f` and `s` are live handles of this context, which is
+        // current. The driver copies `size` bytes from `aligned` (in bounds)
+        // before returning and reads nothing else of ours. What the kernel
+        // does with the pointers in its parameters happens on the GPU: it
+        // can reach device memory and the driver's pinned allocations, none
+        // of which Rust code holds references into (they are accessed only
+        // through raw pointers and atomics), so a bad pointer is a CUDA
+        // error, not undefined behaviour in this process.
+        check("cuLaunchKernel", unsafe {
+            sys::cuLaunchKernel(
+                f,
+                dims.grid[0],
+                dims.grid[1],
+                dims.grid[2],
+                dims.block[0],
+                dims.block[1],
+                dims.block[2],
+                dims.shared_mem,
+                s,
+                ptr::null_mut(),
+                extra.as_mut_ptr(),
+            )
+        })
+    }
+
+    fn copy_to_device(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        src: HostBufId,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<(), DriverError> {
+        let s = self.stream(stream)?;
+        let from = self.host_range(src, src_offset, len, "copy_to_device source")?;
+        self.device_range(dst, len, "copy_to_device destination")?;
+        self.bind()?;
+        // SAFETY: both ranges were checked against live allocations of this
+        // driver; host buffers are freed only after a context synchronise,
+        // so the source outlives the asynchronous copy.
+        check("cuMemcpyHtoDAsync_v2", unsafe {
+            sys::cuMemcpyHtoDAsync_v2(dst.0, from.cast(), len, s)
+        })
+    }
+
+    fn copy_to_host(
+        &mut self,
+        stream: StreamId,
+        dst: HostBufId,
+        dst_offset: usize,
+        src: DevicePtr,
+        len: usize,
+    ) -> Result<(), DriverError> {
+        let s = self.stream(stream)?;
+        let to = self.host_range(dst, dst_offset, len, "copy_to_host destination")?;
+        self.device_range(src, len, "copy_to_host source")?;
+        self.bind()?;
+        // SAFETY: as in copy_to_device; the destination is pinned memory no
+        // Rust reference aliases.
+        check("cuMemcpyDtoHAsync_v2", unsafe {
+            sys::cuMemcpyDtoHAsync_v2(to.cast(), src.0, len, s)
+        })
+    }
+
+    fn memset_d8(
+        &mut self,
+        stream: StreamId,
+        dst: DevicePtr,
+        value: u8,
+        len: usize,
+    ) -> Result<(), DriverError> {
+        let s = self.stream(stream)?;
+        self.device_range(dst, len, "memset_d8 destination")?;
+        self.bind()?;
+        // SAFETY: the range was checked against a live device allocation.
+        check("cuMemsetD8Async", unsafe {
+            sys::cuMemsetD8Async(dst.0, value, len, s)
+        })
+    }
+
+    fn record_event(&mut self, stream: StreamId) -> Result<EventId, DriverError> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        let id = match self.free_events.pop() {
+            Some(i) => i,
+            None => {
+                let mut e = ptr::null_mut();
+                // SAFETY: the context is current; valid out-pointer.
+                // Destroyed in Drop.
+                check("cuEventCreate", unsafe {
+                    sys::cuEventCreate(&mut e, sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32)
+                })?;
+                self.events.push(e);
+                self.event_in_use.push(false);
+                self.events.len() as u32 - 1
+            }
+        };
+        // SAFETY: live event and stream of this context.
+        if let Err(e) = check("cuEventRecord", unsafe {
+            sys::cuEventRecord(self.events[id as usize], s)
+        }) {
+            self.free_events.push(id);
+            return Err(e);
+        }
+        self.event_in_use[id as usize] = true;
+        Ok(EventId(id))
+    }
+
+    fn event_done(&mut self, event: EventId) -> Result<bool, DriverError> {
+        let e = match self.event_in_use.get(event.0 as usize) {
+            Some(true) => self.events[event.0 as usize],
+            _ => return Err(unknown(event)),
+        };
+        self.bind()?;
+        // SAFETY: a live, recorded event of this context.
+        ready("cuEventQuery", unsafe { sys::cuEventQuery(e) })
+    }
+
+    fn release_event(&mut self, event: EventId) -> Result<(), DriverError> {
+        match self.event_in_use.get_mut(event.0 as usize) {
+            Some(in_use @ true) => {
+                *in_use = false;
+                self.free_events.push(event.0);
+                Ok(())
+            }
+            _ => Err(unknown(event)),
+        }
+    }
+}
+
+impl Drop for CudaDriver {
+    fn drop(&mut self) {
+        // Errors cannot be reported from Drop; a lost context fails every
+        // call alike, and the process is usually exiting.
+        let _ = self.synchronize();
+        // SAFETY: every handle below was created by this driver in its
+        // context (current after `synchronize`), is destroyed exactly once,
+        // and no command uses it after the synchronise.
+        unsafe {
+            for &e in &self.events {
+                sys::cuEventDestroy_v2(e);
+            }
+            for &s in &self.streams {
+                sys::cuStreamDestroy_v2(s);
+            }
+            for c in &self.ctls {
+                sys::cuMemFreeHost(c.host.cast());
+            }
+            for h in self.host.iter().flatten() {
+                sys::cuMemFreeHost(h.ptr.cast());
+            }
+            for &p in self.device_allocs.keys() {
+                sys::cuMemFree_v2(p);
+            }
+            for &m in &self.modules {
+                sys::cuModuleUnload(m);
+            }
+            sys::cuDevicePrimaryCtxRelease_v2(self.dev);
+        }
+        CURRENT.with(|c| {
+            if c.get() == self.ctx as usize {
+                c.set(0);
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_driver_library_is_reported_not_panicked() {
+        let e = probe_library(c"libsluice-no-such-cuda.so.1").unwrap_err();
+        let CudaUnavailable::NoLibrary { library, detail } = &e else {
+            panic!("{e:?}");
+        };
+        assert_eq!(library, "libsluice-no-such-cuda.so.1");
+        assert!(detail.contains("libsluice-no-such-cuda.so.1"), "{detail}");
+        let text = e.to_string();
+        assert!(
+            text.starts_with(
+                "libsluice-no-such-cuda.so.1 not found: no NVIDIA driver on this machine ("
+            ),
+            "{text}"
+        );
+        assert!(text.contains("device.backend = \"sim\""), "{text}");
+    }
+
+    #[test]
+    fn probe_answers_without_panicking_on_this_machine() {
+        // With a driver: device facts; without: the reason. Either way no
+        // panic (cudarc's loader panics when called without libcuda).
+        match probe() {
+            Ok(info) => {
+                assert!(info.devices >= 1);
+                assert!(info.sm_count > 0, "{info}");
+                assert!(info.compute_capability.0 >= 3, "{info}");
+                assert!(info.driver_version >= 1000, "{info}");
+            }
+            Err(e) => {
+                let text = e.to_string();
+                assert!(!text.is_empty());
+                // Without a driver library the first check must say so.
+                // SAFETY: dlopen/dlclose of the driver library by name, as
+                // probe does.
+                let present = unsafe {
+                    let h = libc::dlopen(LIBCUDA.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL);
+                    if !h.is_null() {
+                        libc::dlclose(h);
+                    }
+                    !h.is_null()
+                };
+                if !present {
+                    assert!(matches!(e, CudaUnavailable::NoLibrary { .. }), "{e:?}");
+                    assert!(text.starts_with("libcuda.so.1 not found"), "{text}");
+                }
+            }
+        }
+    }
+
+    /// A kernel with the sluice prologue that stores `value` to `*out`
+    /// (hand-written PTX, so the test needs no NVRTC).
+    const STORE_PTX: &str = r#"
+.version 7.0
+.target sm_50
+.address_size 64
+
+.visible .entry sluice_test_store(
+    .param .u64 ctl,
+    .param .u32 kidx,
+    .param .u64 out,
+    .param .u64 value
+)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<7>;
+    .reg .b64 %rd<8>;
+
+    ld.param.u64 %rd1, [ctl];
+    ld.param.u32 %r1, [kidx];
+    ld.param.u64 %rd2, [out];
+    ld.param.u64 %rd3, [value];
+    cvta.to.global.u64 %rd4, %rd1;
+    ld.volatile.global.u32 %r2, [%rd4];
+    setp.ne.u32 %p1, %r2, 0;
+    @%p1 bra DONE;
+    mov.u32 %r3, %tid.x;
+    mov.u32 %r4, %ctaid.x;
+    or.b32 %r5, %r3, %r4;
+    setp.ne.u32 %p2, %r5, 0;
+    @%p2 bra DONE;
+    add.u32 %r6, %r1, 1;
+    cvt.u64.u32 %rd5, %r6;
+    atom.global.max.u64 %rd6, [%rd4+8], %rd5;
+    cvta.to.global.u64 %rd7, %rd2;
+    st.global.u64 [%rd7], %rd3;
+DONE:
+    ret;
+}
+"#;
+
+    fn wait(d: &mut CudaDriver, e: EventId) {
+        // Watchdog: a bounded number of queries, not a wall-clock bound.
+        for _ in 0..200_000_000u64 {
+            if d.event_done(e).unwrap() {
+                return;
+            }
+            std::hint::spin_loop();
+        }
+        panic!("event {e} never completed");
+    }
+
+    /// Without a driver: opening is an error, not a panic. With one: the
+    /// prologue, the parameter buffer, the mapped control block, copies,
+    /// memsets, events and the virtual queue work on the real device.
+    #[test]
+    fn driver_on_this_machine() {
+        use crate::driver::{KernelArgs, write_prologue};
+        use crate::queue::{Command, KillMechanism, Program, QueueConfig, TaskId, VirtualQueue};
+        if let Err(why) = probe() {
+            let e = CudaDriver::new(0).unwrap_err();
+            assert!(matches!(e, CudaOpenError::Unavailable(_)), "{e:?}");
+            assert_eq!(e.to_string(), why.to_string());
+            return;
+        }
+        let mut d = CudaDriver::new(0).unwrap();
+        let s = d.create_stream(StreamPriority::BestEffort).unwrap();
+        let ctl = d.create_ctl().unwrap();
+        let m = d.load_module(STORE_PTX).unwrap();
+        let k = d.kernel(m, "sluice_test_store").unwrap();
+        let out = d.alloc_device(8).unwrap();
+        let host = d.alloc_host(8).unwrap();
+        let launch = |d: &mut CudaDriver, kidx: u32, value: u64| {
+            let mut args = KernelArgs::new();
+            args.ptr(out).u64(value);
+            let mut p = args.as_bytes().to_vec();
+            write_prologue(&mut p, d.ctl_device_ptr(ctl).unwrap(), kidx);
+            d.launch(s, k, &LaunchDims::linear(2, 32), &p).unwrap();
+        };
+        let read = |d: &mut CudaDriver| {
+            d.copy_to_host(s, host, 0, out, 8).unwrap();
+            let e = d.record_event(s).unwrap();
+            wait(d, e);
+            d.release_event(e).unwrap();
+            let mut b = [0; 8];
+            d.read_host(host, 0, &mut b).unwrap();
+            u64::from_ne_bytes(b)
+        };
+        d.memset_d8(s, out, 0xff, 8).unwrap();
+        assert_eq!(read(&mut d), u64::MAX);
+        launch(&mut d, 6, 42);
+        assert_eq!(read(&mut d), 42);
+        assert_eq!(d.read_started(ctl).unwrap(), 7);
+        // With the flag set the kernel returns at entry.
+        d.set_preempt(ctl, true).unwrap();
+        launch(&mut d, 7, 43);
+        assert_eq!(read(&mut d), 42);
+        assert_eq!(d.read_started(ctl).unwrap(), 7);
+        d.set_preempt(ctl, false).unwrap();
+        assert!(d.stream_idle(s).unwrap());
+
+        // The queue on the real driver: 10 kernels under a cap of 4.
+        let mut q = VirtualQueue::new(
+            &mut d,
+            StreamPriority::BestEffort,
+            QueueConfig::default(),
+            KillMechanism::Cooperative,
+        )
+        .unwrap();
+        let cmds = (0..10u64)
+            .map(|v| {
+                let mut args = KernelArgs::new();
+                args.ptr(out).u64(100 + v);
+                Command::Kernel {
+                    kernel: k,
+                    dims: LaunchDims::linear(1, 32),
+                    args,
+                }
+            })
+            .collect();
+        q.submit(&Program::each_idempotent(TaskId(1), cmds).unwrap());
+        let mut done = Vec::new();
+        for _ in 0..200_000_000u64 {
+            q.poll(&mut d, &mut done).unwrap();
+            assert!(q.outstanding_kernels() <= 4);
+            if q.is_idle() {
+                break;
+            }
+        }
+        assert_eq!(done, [TaskId(1)]);
+        assert_eq!(d.read_started(q.ctl()).unwrap(), 10);
+        assert_eq!(read(&mut d), 109);
+    }
+
+    #[test]
+    fn info_display_names_the_facts() {
+        let info = CudaInfo {
+            devices: 1,
+            name: "NVIDIA H100 80GB HBM3".into(),
+            compute_capability: (9, 0),
+            sm_count: 132,
+            total_mem: 80 << 30,
+            driver_version: 12040,
+        };
+        assert_eq!(
+            info.to_string(),
+            "NVIDIA H100 80GB HBM3 (compute capability 9.0, 132 SMs, 80.0 GiB; 1 device), CUDA \
+             driver 12.4"
+        );
+    }
+}

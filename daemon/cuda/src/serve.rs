@@ -1,0 +1,1148 @@
+//! [`CudaServer`]: the daemon's job path on a CUDA GPU. Clients' requests
+//! run the models' real layers (the [`sluice_nn`] plans on the kernel
+//! library), scheduled by the same policies ([`sluice_sched`]) that run on
+//! the GPU model, through [`CudaGpu`]'s virtual queues.
+//!
+//! **Models.** Every model of the registry must have a builder
+//! ([`sluice_nn::builders::MODEL_NAMES`]), and its manifest must match the
+//! built plan (one manifest kernel per plan step, the plan's input and
+//! output sizes): [`builder_registry`] makes such a registry from the
+//! builders, with estimated kernel times; manifests measured by
+//! `sluice profile --device cuda` may replace them. Weights are random
+//! (seeded): the point is the GPU work and its scheduling, not the
+//! answers. Client input is the plan's f32 input tensor, byte for byte;
+//! the plans do no data-dependent addressing (no embedding gather), so no
+//! input can make a kernel read or write outside its buffers.
+//!
+//! **Instances.** A loaded model ([`DeviceModel`]: weights, activations,
+//! pinned input and output buffers in one device arena) runs one inference
+//! at a time, so each model is loaded `instances` times per priority class,
+//! and a request waits in a FIFO (in this device, not the policy) until an
+//! instance of its model and class is free. Each instance is the policy's
+//! "client": the policy keys lanes and streams by [`Task::client`], so the
+//! number of CUDA streams stays bounded however many clients come and go.
+//!
+//! **Launches.** When the policy launches kernel `i` of a task,
+//! [`CudaGpu::launch_commands`] queues step `i` of the task's instance
+//! ([`DeviceModel::step_commands`]: the first step also copies the input
+//! in, the last also copies the output out). Preemption and restore are
+//! the policy's, exactly as on the GPU model: `reef` resets the
+//! best-effort queues (host queue dropped, flag set, running kernels
+//! killed cooperatively at their next flag poll) and relaunches from the
+//! first incomplete kernel; every step is idempotent alone, so that is
+//! correct. There is no dynamic kernel padding on CUDA
+//! ([`CudaGpu`] has no fused launch).
+//!
+//! **Errors.** A request whose memory cannot be read or written, or whose
+//! launch cannot be resolved, completes with `DEVICE_ERROR`; the device
+//! carries on. A driver failure while polling (a lost or faulted context)
+//! fails every queued and running request, and every later one, with
+//! `DEVICE_ERROR`: the daemon keeps serving its clients the error rather
+//! than hanging them.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use shm_proto::{Priority, status};
+
+use super::driver::{DriverError, StreamPriority};
+use super::gpu::CudaGpu;
+use super::plan_exec::{DeviceModel, KernelLibrary, LoadError, LoadOptions};
+use super::queue::{KillMechanism, QueueConfig, VirtualQueue};
+use sluice_backend::{Backend, Finished, Job};
+use sluice_gpu::{
+    DeviceProfile, Event, Gpu, GpuError, HostReset, KernelLaunch, KernelRef, Ns, StreamId,
+};
+use sluice_model::{Model, ModelError, ModelRegistry};
+use sluice_nn::builders::{BuildError, BuildOptions, ExportError, MODEL_NAMES, Scale, build};
+use sluice_sched::{Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskId, untag};
+
+/// How a [`CudaServer`] loads its models.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Full or small models (must match the registry's manifests).
+    pub scale: Scale,
+    /// Copies of each model loaded per priority class (at least 1).
+    pub instances: usize,
+    /// Seed of the random weights ([`sluice_nn::builders::Weights::generate`]).
+    pub weights_seed: u64,
+    /// Upload staging and timeouts.
+    pub load: LoadOptions,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        Self {
+            scale: Scale::Full,
+            instances: 1,
+            weights_seed: 1,
+            load: LoadOptions::default(),
+        }
+    }
+}
+
+/// Building a [`CudaServer`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// `rt-only` drops best-effort requests, which clients would wait for
+    /// forever.
+    #[error(
+        "policy `rt-only` is a benchmark reference that drops best-effort work; choose another for the daemon"
+    )]
+    RtOnly,
+    /// The policy is not available in this build.
+    #[error("scheduling policy `{0}` is not implemented in this build")]
+    NoPolicy(PolicyKind),
+    /// A registry model has no builder.
+    #[error(
+        "model `{name}` has no {scale:?}-scale builder, so the CUDA backend cannot run it; it \
+         serves {} (with `_small` appended at Small scale): remove its manifest from models.dir",
+        MODEL_NAMES.join(", ")
+    )]
+    NoBuilder {
+        /// The model.
+        name: String,
+        /// The scale asked for.
+        scale: Scale,
+    },
+    /// A manifest does not describe the built plan.
+    #[error(
+        "model `{name}`: its manifest does not match the {scale:?}-scale plan ({what}); \
+         regenerate it with `sluice profile --device cuda {name}` or remove it from models.dir"
+    )]
+    Mismatch {
+        /// The model.
+        name: String,
+        /// The plan's scale.
+        scale: Scale,
+        /// What differs, with both values.
+        what: String,
+    },
+    /// The builder failed (a bug in the builder).
+    #[error("building model `{name}`")]
+    Build {
+        /// The model.
+        name: String,
+        /// Why.
+        #[source]
+        source: Box<BuildError>,
+    },
+    /// Creating the upload queue failed.
+    #[error("creating the CUDA stream that uploads the weights")]
+    Queue(#[source] DriverError),
+    /// Loading a model instance failed.
+    #[error("loading instance {instance} of model `{name}` for {class} requests")]
+    Load {
+        /// The model.
+        name: String,
+        /// Which copy.
+        instance: usize,
+        /// `real-time` or `best-effort`.
+        class: &'static str,
+        /// Why.
+        #[source]
+        source: Box<LoadError>,
+    },
+}
+
+/// Making the builders' registry failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// A builder failed.
+    #[error("building model `{name}`")]
+    Build {
+        /// The model.
+        name: &'static str,
+        /// Why.
+        #[source]
+        source: Box<BuildError>,
+    },
+    /// Its manifest could not be made or loaded.
+    #[error("exporting the manifest of model `{name}`")]
+    Export {
+        /// The model.
+        name: &'static str,
+        /// Why.
+        #[source]
+        source: Box<ExportError>,
+    },
+    /// The registry refused the manifests.
+    #[error("registering the builders' manifests")]
+    Registry(#[source] ModelError),
+}
+
+/// The registry of every built model ([`MODEL_NAMES`]) at `scale`, with
+/// kernel times estimated for an H100 ([`sluice_nn::builders`]'s roofline
+/// estimate): what the CUDA backend serves unless `models.dir` gives
+/// measured manifests.
+pub fn builder_registry(scale: Scale) -> Result<ModelRegistry, RegistryError> {
+    let mut parts = Vec::with_capacity(MODEL_NAMES.len());
+    for name in MODEL_NAMES {
+        let built =
+            build(name, &BuildOptions { scale }).map_err(|source| RegistryError::Build {
+                name,
+                source: Box::new(source),
+            })?;
+        let m = built.manifest().map_err(|source| RegistryError::Export {
+            name,
+            source: Box::new(source),
+        })?;
+        parts.push((m.file, m.manifest, m.memory));
+    }
+    ModelRegistry::from_parts(parts).map_err(RegistryError::Registry)
+}
+
+/// The builder whose `scale` plan is named `name` (`vgg19`, or
+/// `vgg19_small` at Small scale).
+pub fn builder_of(name: &str, scale: Scale) -> Option<&'static str> {
+    let base = match scale {
+        Scale::Full => name,
+        Scale::Small => name.strip_suffix("_small")?,
+    };
+    MODEL_NAMES.into_iter().find(|&n| n == base)
+}
+
+/// A [`CudaServer`] on the fake driver, whose kernels run the
+/// [`sluice_nn::ops`] CPU functions on fake device memory
+/// ([`fake_abi`](super::plan_exec::fake_abi), default timings): the whole
+/// job path (policy, virtual queues, preemption flag, copies, pinned
+/// buffers) without a GPU. Every kernel's virtual time passes as the
+/// device is polled. For tests and demonstrations only: it is slow (the
+/// CPU computes every layer) and its clock is not real time.
+#[cfg(any(test, feature = "test-util"))]
+pub fn fake_server(
+    kind: PolicyKind,
+    models: Arc<ModelRegistry>,
+    opts: &ServeOptions,
+) -> Result<CudaServer, FakeServerError> {
+    let (gpu, lib, _) = fake_gpu()?;
+    Ok(CudaServer::new(
+        gpu,
+        &lib,
+        kind,
+        models,
+        opts,
+        "fake CUDA device (CPU kernels)",
+        shm_proto::now_ns(),
+    )?)
+}
+
+/// The fake device of [`fake_server`]: the scheduler's device, the kernel
+/// library, and another handle on the fake driver (to advance or break it).
+#[cfg(any(test, feature = "test-util"))]
+fn fake_gpu() -> Result<(CudaGpu, KernelLibrary, super::fake::FakeDriver), FakeServerError> {
+    use super::driver::CuDriver;
+    use super::fake::{FakeDriver, FakeKernel};
+    use super::gpu::{Kill, SYNTHETIC_KERNEL};
+    use super::plan_exec::fake_abi;
+    let mut d = FakeDriver::default();
+    fake_abi::define(&d, fake_abi::FakeTimes::default());
+    // `sluice_synthetic(ctl, kidx, float* sink, u64 block_ns)`: block_ns at
+    // byte 12 of its own arguments.
+    let synth = d.kernel_handle(
+        SYNTHETIC_KERNEL,
+        FakeKernel::new(0).timed_by_arg(12).polling(1_000),
+    );
+    let m = d
+        .load_module("fake kernel library")
+        .map_err(FakeServerError::Driver)?;
+    let lib = KernelLibrary::from_module(&mut d, m).map_err(FakeServerError::Library)?;
+    let probe = d.clone();
+    let gpu = CudaGpu::new(Box::new(d), synth, DeviceProfile::h100(), Kill::Cooperative)
+        .map_err(FakeServerError::Setup)?;
+    Ok((gpu, lib, probe))
+}
+
+/// [`fake_server`] failed.
+#[derive(Debug, thiserror::Error)]
+#[cfg(any(test, feature = "test-util"))]
+pub enum FakeServerError {
+    /// The fake driver refused a call (a bug).
+    #[error("fake driver")]
+    Driver(#[source] DriverError),
+    /// The fake library is incomplete (a bug).
+    #[error("fake kernel library")]
+    Library(#[source] super::plan_exec::LibraryError),
+    /// The scheduler's device could not be set up.
+    #[error(transparent)]
+    Setup(super::gpu::SetupError),
+    /// The models could not be loaded.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+}
+
+/// Priority classes, as pool indexes.
+const CLASSES: [Priority; 2] = [Priority::RealTime, Priority::BestEffort];
+
+fn class_index(p: Priority) -> usize {
+    match p {
+        Priority::RealTime => 0,
+        _ => 1,
+    }
+}
+
+fn class_name(p: Priority) -> &'static str {
+    match p {
+        Priority::RealTime => "real-time",
+        _ => "best-effort",
+    }
+}
+
+/// The loaded copies of one model for one priority class.
+#[derive(Debug)]
+struct Pool {
+    instances: Vec<DeviceModel>,
+    free: Vec<usize>,
+    waiting: VecDeque<Job>,
+}
+
+/// A request the policy is running.
+#[derive(Debug)]
+struct Running {
+    job: Job,
+    pool: usize,
+    inst: usize,
+    started: Option<Ns>,
+    /// Its client went away: no completion.
+    cancelled: bool,
+    /// A launch could not be resolved: completes with `DEVICE_ERROR`.
+    failed: bool,
+}
+
+/// The daemon's [`Backend`] on CUDA (see the module docs).
+pub struct CudaServer {
+    name: String,
+    gpu: CudaGpu,
+    policy: Box<dyn Policy>,
+    models: Arc<ModelRegistry>,
+    /// Index `model * 2 + class`.
+    pools: Vec<Pool>,
+    instances: usize,
+    running: HashMap<TaskId, Running>,
+    next_task: TaskId,
+    events: Vec<Event>,
+    fresh: Vec<TaskDone>,
+    /// Completions decided outside the policy (errors), for the next poll.
+    ready: Vec<Finished>,
+    stats: PolicyStats,
+    /// `CLOCK_MONOTONIC` ns minus device ns, so device times map onto the
+    /// dispatcher's clock.
+    mono_offset: i128,
+    buf: Vec<u8>,
+    /// Set when the driver failed: every request fails from then on.
+    broken: Option<String>,
+    _upload: VirtualQueue,
+}
+
+impl std::fmt::Debug for CudaServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaServer")
+            .field("name", &self.name)
+            .field("running", &self.running.len())
+            .field("broken", &self.broken)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks that `m`'s manifest describes `plan`.
+fn check_manifest(
+    m: &Model,
+    plan: &sluice_nn::builders::Plan,
+    scale: Scale,
+) -> Result<(), ServeError> {
+    let mismatch = |what: String| ServeError::Mismatch {
+        name: m.name().to_owned(),
+        scale,
+        what,
+    };
+    let steps = plan.steps().len();
+    if m.manifest.kernels.len() != steps {
+        return Err(mismatch(format!(
+            "{} kernels in the manifest, {steps} steps in the plan",
+            m.manifest.kernels.len()
+        )));
+    }
+    let input = plan.buffer(plan.input()).bytes();
+    if m.input_bytes != input {
+        return Err(mismatch(format!(
+            "input_bytes {} in the manifest, {input} in the plan",
+            m.input_bytes
+        )));
+    }
+    let output = plan.buffer(plan.output()).bytes();
+    if m.output_bytes != output {
+        return Err(mismatch(format!(
+            "output_bytes {} in the manifest, {output} in the plan",
+            m.output_bytes
+        )));
+    }
+    Ok(())
+}
+
+impl CudaServer {
+    /// Loads every model of `models` on `gpu`'s device `opts.instances`
+    /// times per priority class, with `lib`'s kernels, under policy `kind`.
+    /// `mono_now` is the current `CLOCK_MONOTONIC` time. `device` names the
+    /// GPU in [`Backend::name`].
+    pub fn new(
+        mut gpu: CudaGpu,
+        lib: &KernelLibrary,
+        kind: PolicyKind,
+        models: Arc<ModelRegistry>,
+        opts: &ServeOptions,
+        device: &str,
+        mono_now: u64,
+    ) -> Result<Self, ServeError> {
+        if kind == PolicyKind::RtOnly {
+            return Err(ServeError::RtOnly);
+        }
+        let policy = sluice_sched::make_policy(kind, &models).ok_or(ServeError::NoPolicy(kind))?;
+        let instances = opts.instances.max(1);
+        let mut upload = VirtualQueue::new(
+            gpu.driver(),
+            StreamPriority::BestEffort,
+            QueueConfig::default(),
+            KillMechanism::None,
+        )
+        .map_err(ServeError::Queue)?;
+        let mut pools = Vec::with_capacity(models.len() * 2);
+        let mut largest = 0usize;
+        for (_, m) in models.iter() {
+            let name = m.name();
+            let Some(builder) = builder_of(name, opts.scale) else {
+                return Err(ServeError::NoBuilder {
+                    name: name.to_owned(),
+                    scale: opts.scale,
+                });
+            };
+            let built = build(builder, &BuildOptions { scale: opts.scale }).map_err(|source| {
+                ServeError::Build {
+                    name: name.to_owned(),
+                    source: Box::new(source),
+                }
+            })?;
+            check_manifest(m, built.plan(), opts.scale)?;
+            let weights = built.weights(opts.weights_seed);
+            for class in CLASSES {
+                let mut loaded = Vec::with_capacity(instances);
+                for instance in 0..instances {
+                    let dm = DeviceModel::load(
+                        gpu.driver(),
+                        &mut upload,
+                        built.plan(),
+                        &weights,
+                        lib,
+                        &opts.load,
+                    )
+                    .map_err(|source| ServeError::Load {
+                        name: name.to_owned(),
+                        instance,
+                        class: class_name(class),
+                        source: Box::new(source),
+                    })?;
+                    largest = largest.max(dm.input_bytes()).max(dm.output_bytes());
+                    loaded.push(dm);
+                }
+                tracing::info!(
+                    model = name,
+                    class = class_name(class),
+                    instances,
+                    "CUDA: model loaded"
+                );
+                pools.push(Pool {
+                    free: (0..instances).rev().collect(),
+                    instances: loaded,
+                    waiting: VecDeque::new(),
+                });
+            }
+        }
+        let mono_offset = i128::from(mono_now) - i128::from(gpu.now());
+        Ok(Self {
+            name: format!("CUDA {device}, policy {kind}"),
+            gpu,
+            policy,
+            models,
+            pools,
+            instances,
+            running: HashMap::new(),
+            next_task: 0,
+            events: Vec::new(),
+            fresh: Vec::new(),
+            ready: Vec::new(),
+            stats: PolicyStats::default(),
+            mono_offset,
+            buf: vec![0u8; largest],
+            broken: None,
+            _upload: upload,
+        })
+    }
+
+    /// Preemption latencies and relaunches so far.
+    pub fn stats(&self) -> &PolicyStats {
+        &self.stats
+    }
+
+    /// The scheduler's device, e.g. to reach a fake driver in tests.
+    pub fn gpu(&mut self) -> &mut CudaGpu {
+        &mut self.gpu
+    }
+
+    fn mono(&self, device_ns: Ns) -> u64 {
+        u64::try_from((i128::from(device_ns) + self.mono_offset).max(0)).unwrap_or(u64::MAX)
+    }
+
+    fn error_completion(&self, job: &Job, status: u32) -> Finished {
+        let now = self.mono(self.gpu.now());
+        Finished {
+            client: job.client,
+            request_id: job.request_id,
+            status,
+            output_len: 0,
+            received_ns: job.received_ns,
+            started_ns: now,
+            finished_ns: now,
+        }
+    }
+
+    /// Runs one policy callback with the device bound to the running
+    /// requests' model instances.
+    fn with_policy(&mut self, f: impl FnOnce(&mut dyn Policy, &mut Ctx<'_>)) {
+        let mut bound = Bound {
+            gpu: &mut self.gpu,
+            running: &mut self.running,
+            pools: &self.pools,
+        };
+        let mut cx = Ctx {
+            gpu: &mut bound,
+            models: &self.models,
+            done: &mut self.fresh,
+            stats: &mut self.stats,
+        };
+        f(&mut *self.policy, &mut cx);
+    }
+
+    /// Starts waiting requests of pool `p` while it has free instances.
+    fn admit(&mut self, p: usize) {
+        loop {
+            let pool = &mut self.pools[p];
+            let (Some(&inst), false) = (pool.free.last(), pool.waiting.is_empty()) else {
+                return;
+            };
+            let Some(job) = pool.waiting.pop_front() else {
+                return;
+            };
+            let dm = &pool.instances[inst];
+            let n = dm.input_bytes();
+            let input = &mut self.buf[..n];
+            let read = u64::try_from(n).is_ok_and(|n| n == job.input_len)
+                && job.memory.read(job.input_off, input);
+            if !read {
+                tracing::warn!(?job, "CUDA: the request's input could not be read");
+                let f = self.error_completion(&job, status::DEVICE_ERROR);
+                self.ready.push(f);
+                continue;
+            }
+            if let Err(e) = dm.write_input_bytes(self.gpu.driver(), input) {
+                tracing::error!(?job, "CUDA: {e}");
+                let f = self.error_completion(&job, status::DEVICE_ERROR);
+                self.ready.push(f);
+                continue;
+            }
+            self.pools[p].free.pop();
+            let id = self.next_task;
+            self.next_task += 1;
+            let task = Task {
+                id,
+                // The instance is the policy's client (see the module docs).
+                client: (p * self.instances + inst) as u32,
+                priority: job.priority,
+                model: job.model,
+                arrival: self.gpu.now(),
+            };
+            self.running.insert(
+                id,
+                Running {
+                    job,
+                    pool: p,
+                    inst,
+                    started: None,
+                    cancelled: false,
+                    failed: false,
+                },
+            );
+            self.with_policy(|p, cx| p.on_arrival(cx, task));
+        }
+    }
+
+    /// Polls the device and hands its events to the policy.
+    fn advance(&mut self) {
+        if self.broken.is_some() {
+            return;
+        }
+        if let Err(e) = self.gpu.poll() {
+            self.fail_everything(format!("CUDA device failed: {e}"));
+            return;
+        }
+        let mut events = std::mem::take(&mut self.events);
+        events.extend(self.gpu.drain_events());
+        for ev in events.drain(..) {
+            if let Event::KernelStarted { t, kernel, .. } = &ev {
+                let (task, _) = untag(kernel.tag);
+                if let Some(r) = self.running.get_mut(&task)
+                    && r.started.is_none()
+                {
+                    r.started = Some(*t);
+                }
+            }
+            self.with_policy(|p, cx| p.on_event(cx, &ev));
+        }
+        self.events = events;
+    }
+
+    /// The driver failed: every request fails, now and from now on.
+    fn fail_everything(&mut self, why: String) {
+        tracing::error!("{why}; every request will complete with DEVICE_ERROR");
+        let mut jobs: Vec<Job> = self
+            .running
+            .drain()
+            .filter(|(_, r)| !r.cancelled)
+            .map(|(_, r)| r.job)
+            .collect();
+        for pool in &mut self.pools {
+            jobs.extend(pool.waiting.drain(..));
+        }
+        for job in &jobs {
+            let f = self.error_completion(job, status::DEVICE_ERROR);
+            self.ready.push(f);
+        }
+        self.fresh.clear();
+        self.broken = Some(why);
+    }
+
+    /// Turns the policy's finished tasks into completions.
+    fn complete(&mut self, done: &mut Vec<Finished>) {
+        let mut fresh = std::mem::take(&mut self.fresh);
+        for d in fresh.drain(..) {
+            let Some(r) = self.running.remove(&d.task.id) else {
+                continue;
+            };
+            self.pools[r.pool].free.push(r.inst);
+            if r.cancelled {
+                continue;
+            }
+            let finished = self.mono(d.finished);
+            let started = r.started.map_or(finished, |s| self.mono(s));
+            let (st, output_len) = if r.failed {
+                (status::DEVICE_ERROR, 0)
+            } else if r.job.deadline_ns != 0 && started > r.job.deadline_ns {
+                (status::DEADLINE_MISSED, 0)
+            } else {
+                self.write_output(&r)
+            };
+            done.push(Finished {
+                client: r.job.client,
+                request_id: r.job.request_id,
+                status: st,
+                output_len,
+                received_ns: r.job.received_ns,
+                started_ns: started,
+                finished_ns: finished,
+            });
+        }
+        self.fresh = fresh;
+    }
+
+    fn write_output(&mut self, r: &Running) -> (u32, u64) {
+        let dm = &self.pools[r.pool].instances[r.inst];
+        let n = dm.output_bytes();
+        let out = &mut self.buf[..n];
+        if let Err(e) = dm.read_output_bytes(self.gpu.driver(), out) {
+            tracing::error!(job = ?r.job, "CUDA: {e}");
+            return (status::DEVICE_ERROR, 0);
+        }
+        let fits = u64::try_from(n).is_ok_and(|n| n <= r.job.output_len);
+        if !fits || !r.job.memory.write(r.job.output_off, out) {
+            tracing::warn!(job = ?r.job, "CUDA: the request's output could not be written");
+            return (status::DEVICE_ERROR, 0);
+        }
+        (status::OK, n as u64)
+    }
+}
+
+impl Backend for CudaServer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn submit(&mut self, job: Job, _now_ns: u64) {
+        if self.broken.is_some() {
+            let f = self.error_completion(&job, status::DEVICE_ERROR);
+            self.ready.push(f);
+            return;
+        }
+        let p = job.model as usize * 2 + class_index(job.priority);
+        if p >= self.pools.len() {
+            tracing::warn!(?job, "CUDA: the request names no loaded model");
+            let f = self.error_completion(&job, status::DEVICE_ERROR);
+            self.ready.push(f);
+            return;
+        }
+        self.advance();
+        self.pools[p].waiting.push_back(job);
+        self.admit(p);
+    }
+
+    fn poll(&mut self, _now_ns: u64, done: &mut Vec<Finished>) {
+        if self.broken.is_none() && self.gpu.busy() {
+            // A real driver spins a moment; the fake one moves its clock
+            // to its next change, so a fake device runs as it is polled.
+            self.gpu.driver().wait_for_progress();
+        }
+        self.advance();
+        self.complete(done);
+        for p in 0..self.pools.len() {
+            if !self.pools[p].waiting.is_empty() {
+                self.admit(p);
+            }
+        }
+        done.append(&mut self.ready);
+        if self.running.is_empty() && !self.gpu.busy() {
+            self.gpu.reclaim();
+        }
+    }
+
+    fn next_event_ns(&self) -> Option<u64> {
+        // The GPU reports completions only when polled: poll again at once
+        // while it has work (the dispatcher's busy-poll, as REEF's).
+        let busy = !self.ready.is_empty()
+            || !self.fresh.is_empty()
+            || (self.broken.is_none() && (self.gpu.busy() || !self.running.is_empty()));
+        busy.then(|| self.mono(self.gpu.now()))
+    }
+
+    fn cancel_client(&mut self, client: u32) -> usize {
+        let mut n = 0;
+        for pool in &mut self.pools {
+            let before = pool.waiting.len();
+            pool.waiting.retain(|j| j.client != client);
+            n += before - pool.waiting.len();
+        }
+        for r in self.running.values_mut() {
+            if r.job.client == client && !r.cancelled {
+                r.cancelled = true;
+                n += 1;
+            }
+        }
+        let before = self.ready.len();
+        self.ready.retain(|f| f.client != client);
+        n + before - self.ready.len()
+    }
+
+    fn queued(&self) -> usize {
+        self.pools.iter().map(|p| p.waiting.len()).sum::<usize>()
+            + self.running.values().filter(|r| !r.cancelled).count()
+            + self.ready.len()
+    }
+
+    fn simulated(&self) -> bool {
+        false
+    }
+}
+
+/// [`CudaGpu`] as the policy sees it while serving: a launch of kernel `i`
+/// of a task runs step `i` of the task's model instance.
+struct Bound<'a> {
+    gpu: &'a mut CudaGpu,
+    running: &'a mut HashMap<TaskId, Running>,
+    pools: &'a [Pool],
+}
+
+impl Gpu for Bound<'_> {
+    fn profile(&self) -> &DeviceProfile {
+        self.gpu.profile()
+    }
+    fn now(&self) -> Ns {
+        self.gpu.now()
+    }
+    fn create_stream(&mut self, priority: i32) -> StreamId {
+        self.gpu.create_stream(priority)
+    }
+    fn set_dq_capacity(&mut self, stream: StreamId, capacity: u32) -> Result<(), GpuError> {
+        self.gpu.set_dq_capacity(stream, capacity)
+    }
+    fn set_packed_placement(&mut self, stream: StreamId, packed: bool) -> Result<(), GpuError> {
+        self.gpu.set_packed_placement(stream, packed)
+    }
+    fn launch(&mut self, stream: StreamId, k: KernelLaunch) -> Result<KernelRef, GpuError> {
+        let (task, step) = untag(k.tag);
+        let commands = self
+            .running
+            .get(&task)
+            .and_then(|r| self.pools[r.pool].instances[r.inst].step_commands(step));
+        match commands {
+            Some(c) => self.gpu.launch_commands(stream, k, c),
+            None => {
+                // A policy bug: it launched a kernel the plan does not
+                // have. The task fails; a one-block zero-time stand-in
+                // keeps the stream's order for the policy.
+                tracing::error!(task, step, "CUDA: a launch names no step of a loaded model");
+                if let Some(r) = self.running.get_mut(&task) {
+                    r.failed = true;
+                }
+                self.gpu.launch(
+                    stream,
+                    KernelLaunch {
+                        grid_blocks: 1,
+                        block_time_ns: 0,
+                        ..k
+                    },
+                )
+            }
+        }
+    }
+    fn launch_padded(
+        &mut self,
+        stream: StreamId,
+        k: KernelLaunch,
+        host: StreamId,
+        with: KernelRef,
+    ) -> Result<KernelRef, GpuError> {
+        self.gpu.launch_padded(stream, k, host, with)
+    }
+    fn preempt_reset(&mut self, stream: StreamId) -> Result<HostReset, GpuError> {
+        self.gpu.preempt_reset(stream)
+    }
+    fn wait_based_preempt(&mut self, stream: StreamId) -> Result<(), GpuError> {
+        self.gpu.wait_based_preempt(stream)
+    }
+    fn resume(&mut self, stream: StreamId) -> Result<(), GpuError> {
+        self.gpu.resume(stream)
+    }
+    fn supports_fused_launch(&self) -> bool {
+        self.gpu.supports_fused_launch()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::driver::CuDriver;
+    use crate::fake::{FakeDriver, FakeKernel};
+    use crate::gpu::{Kill, SYNTHETIC_KERNEL};
+    use sluice_backend::TensorMemory;
+    use sluice_backend::testmem::{BrokenMemory, VecMemory};
+    use sluice_nn::builders::run_cpu;
+
+    const SEED: u64 = 5;
+
+    struct Rig {
+        srv: CudaServer,
+        d: FakeDriver,
+    }
+
+    fn small_registry() -> Arc<ModelRegistry> {
+        Arc::new(builder_registry(Scale::Small).unwrap())
+    }
+
+    fn server(reg: Arc<ModelRegistry>, kind: PolicyKind, instances: usize) -> Rig {
+        let (gpu, lib, d) = fake_gpu().unwrap();
+        let opts = ServeOptions {
+            scale: Scale::Small,
+            instances,
+            weights_seed: SEED,
+            load: LoadOptions::default(),
+        };
+        let srv = CudaServer::new(gpu, &lib, kind, reg, &opts, "fake", 0).unwrap();
+        Rig { srv, d }
+    }
+
+    fn small(name: &str) -> sluice_nn::builders::BuiltModel {
+        sluice_nn::builders::build_small(name).unwrap()
+    }
+
+    fn f32_bytes(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+    }
+
+    /// A request for `name` with input `input_seed`, and its arena.
+    fn job(
+        reg: &ModelRegistry,
+        name: &str,
+        client: u32,
+        request_id: u64,
+        priority: Priority,
+        input_seed: u64,
+    ) -> (Job, Arc<VecMemory>) {
+        let (model, m) = reg.lookup(&format!("{name}_small")).unwrap();
+        let input = f32_bytes(&small(name).random_input(input_seed));
+        assert_eq!(input.len() as u64, m.input_bytes);
+        let memory = VecMemory::new((m.input_bytes + m.output_bytes) as usize);
+        assert!(memory.write(0, &input));
+        let job = Job {
+            client,
+            request_id,
+            model,
+            priority,
+            deadline_ns: 0,
+            input_off: 0,
+            input_len: m.input_bytes,
+            output_off: m.input_bytes,
+            output_len: m.output_bytes,
+            memory: memory.clone(),
+            received_ns: 0,
+        };
+        (job, memory)
+    }
+
+    /// What the CPU reference computes for `name` on input `input_seed`.
+    fn expected(name: &str, input_seed: u64) -> Vec<u8> {
+        let b = small(name);
+        f32_bytes(&run_cpu(b.plan(), &b.weights(SEED), &b.random_input(input_seed)).unwrap())
+    }
+
+    fn output(reg: &ModelRegistry, name: &str, mem: &VecMemory) -> Vec<u8> {
+        let (_, m) = reg.lookup(&format!("{name}_small")).unwrap();
+        mem.bytes(m.input_bytes as usize, m.output_bytes as usize)
+    }
+
+    /// Polls (advancing the fake clock) until `n` completions or idle.
+    fn run(rig: &mut Rig, done: &mut Vec<Finished>, n: usize) {
+        for _ in 0..1_000_000 {
+            rig.srv.poll(0, done);
+            if done.len() >= n || rig.srv.next_event_ns().is_none() {
+                return;
+            }
+            rig.d.wait_for_progress();
+        }
+        panic!("the fake device never finished");
+    }
+
+    #[test]
+    fn every_model_served_equals_the_cpu_reference_in_both_classes() {
+        let reg = small_registry();
+        let mut rig = server(Arc::clone(&reg), PolicyKind::Reef, 1);
+        let mut mems = Vec::new();
+        for (i, name) in MODEL_NAMES.iter().enumerate() {
+            for (c, prio) in CLASSES.into_iter().enumerate() {
+                let seed = 100 + (i * 2 + c) as u64;
+                let (j, mem) = job(&reg, name, 1, mems.len() as u64, prio, seed);
+                rig.srv.submit(j, 0);
+                mems.push((name, seed, mem));
+            }
+        }
+        let mut done = Vec::new();
+        run(&mut rig, &mut done, mems.len());
+        assert_eq!(done.len(), mems.len());
+        assert_eq!(rig.srv.queued(), 0);
+        for f in &done {
+            let (name, seed, mem) = &mems[f.request_id as usize];
+            assert_eq!(f.status, status::OK, "{name}");
+            let (_, m) = reg.lookup(&format!("{name}_small")).unwrap();
+            assert_eq!(f.output_len, m.output_bytes);
+            assert_eq!(output(&reg, name, mem), expected(name, *seed), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_real_time_request_preempts_best_effort_work_and_both_outputs_are_right() {
+        let reg = small_registry();
+        let mut rig = server(Arc::clone(&reg), PolicyKind::Reef, 1);
+        let (be, be_mem) = job(&reg, "resnet152", 1, 0, Priority::BestEffort, 1);
+        rig.srv.submit(be, 0);
+        let mut done = Vec::new();
+        // Let the best-effort model get well into its kernels.
+        for _ in 0..60 {
+            rig.srv.poll(0, &mut done);
+            rig.d.wait_for_progress();
+        }
+        assert!(done.is_empty(), "resnet152 finished too soon for the test");
+        let (rt, rt_mem) = job(&reg, "vgg19", 2, 1, Priority::RealTime, 2);
+        rig.srv.submit(rt, 0);
+        run(&mut rig, &mut done, 2);
+        assert_eq!(done.len(), 2);
+        assert_eq!(
+            done[0].request_id, 1,
+            "the real-time request finishes first"
+        );
+        assert!(done.iter().all(|f| f.status == status::OK));
+        let stats = rig.srv.stats();
+        assert!(!stats.preempt_latency_ns.is_empty(), "no preemption");
+        // The kernel running when the flag was set was killed and ran again.
+        assert!(stats.relaunched_kernels > 0, "{stats:?}");
+        assert_eq!(output(&reg, "vgg19", &rt_mem), expected("vgg19", 2));
+        assert_eq!(output(&reg, "resnet152", &be_mem), expected("resnet152", 1));
+    }
+
+    #[test]
+    fn requests_of_one_model_wait_for_its_instance_and_none_is_corrupted() {
+        let reg = small_registry();
+        let mut rig = server(Arc::clone(&reg), PolicyKind::Streams, 1);
+        let mems: Vec<_> = (0..3)
+            .map(|i| {
+                let (j, m) = job(
+                    &reg,
+                    "bert_base",
+                    i,
+                    u64::from(i),
+                    Priority::BestEffort,
+                    40 + u64::from(i),
+                );
+                rig.srv.submit(j, 0);
+                m
+            })
+            .collect();
+        assert_eq!(rig.srv.queued(), 3);
+        let mut done = Vec::new();
+        run(&mut rig, &mut done, 3);
+        assert_eq!(done.len(), 3);
+        for f in &done {
+            assert_eq!(f.status, status::OK);
+            let i = f.request_id as usize;
+            assert_eq!(
+                output(&reg, "bert_base", &mems[i]),
+                expected("bert_base", 40 + i as u64)
+            );
+        }
+    }
+
+    #[test]
+    fn a_departed_client_gets_no_completion_and_its_instance_serves_the_next() {
+        let reg = small_registry();
+        let mut rig = server(Arc::clone(&reg), PolicyKind::Reef, 1);
+        let (a, _) = job(&reg, "gpt2", 7, 0, Priority::BestEffort, 1);
+        let (b, _) = job(&reg, "gpt2", 7, 1, Priority::BestEffort, 2);
+        let (c, c_mem) = job(&reg, "gpt2", 8, 2, Priority::BestEffort, 3);
+        rig.srv.submit(a, 0);
+        rig.srv.submit(b, 0);
+        rig.srv.submit(c, 0);
+        // One running, two waiting for the single instance.
+        assert_eq!(rig.srv.cancel_client(7), 2);
+        let mut done = Vec::new();
+        run(&mut rig, &mut done, 1);
+        assert_eq!(done.len(), 1);
+        assert_eq!((done[0].client, done[0].status), (8, status::OK));
+        assert_eq!(output(&reg, "gpt2", &c_mem), expected("gpt2", 3));
+        assert_eq!(rig.srv.queued(), 0);
+    }
+
+    #[test]
+    fn unreadable_memory_fails_only_that_request() {
+        let reg = small_registry();
+        let mut rig = server(Arc::clone(&reg), PolicyKind::Reef, 1);
+        let (mut bad, _) = job(&reg, "vgg19", 1, 0, Priority::RealTime, 1);
+        bad.memory = Arc::new(BrokenMemory);
+        let (good, good_mem) = job(&reg, "vgg19", 2, 1, Priority::RealTime, 2);
+        rig.srv.submit(bad, 0);
+        rig.srv.submit(good, 0);
+        let mut done = Vec::new();
+        run(&mut rig, &mut done, 2);
+        let by_id = |id| done.iter().find(|f| f.request_id == id).unwrap().status;
+        assert_eq!(by_id(0), status::DEVICE_ERROR);
+        assert_eq!(by_id(1), status::OK);
+        assert_eq!(output(&reg, "vgg19", &good_mem), expected("vgg19", 2));
+    }
+
+    #[test]
+    fn a_lost_context_fails_every_request_instead_of_hanging_them() {
+        let reg = small_registry();
+        let mut rig = server(Arc::clone(&reg), PolicyKind::Reef, 1);
+        for i in 0..3 {
+            let (j, _) = job(&reg, "resnet152", 1, i, Priority::BestEffort, i);
+            rig.srv.submit(j, 0);
+        }
+        let mut done = Vec::new();
+        rig.srv.poll(0, &mut done);
+        rig.d.lose_context();
+        run(&mut rig, &mut done, 3);
+        assert_eq!(done.len(), 3);
+        assert!(done.iter().all(|f| f.status == status::DEVICE_ERROR));
+        let (late, _) = job(&reg, "vgg19", 1, 9, Priority::RealTime, 0);
+        rig.srv.submit(late, 0);
+        let mut more = Vec::new();
+        rig.srv.poll(0, &mut more);
+        assert_eq!(more.len(), 1);
+        assert_eq!(more[0].status, status::DEVICE_ERROR);
+        assert_eq!(rig.srv.next_event_ns(), None);
+    }
+
+    #[test]
+    fn manifests_that_do_not_match_a_builder_are_refused_with_the_fix() {
+        // The built-in manifests describe the models' published kernel
+        // sequences, not sluice's plans.
+        let builtin = Arc::new(ModelRegistry::builtin());
+        let e = CudaServer::new(
+            dummy_gpu(),
+            &KernelLibrary::default(),
+            PolicyKind::Reef,
+            builtin,
+            &ServeOptions::default(),
+            "fake",
+            0,
+        )
+        .unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, ServeError::Mismatch { .. }), "{text}");
+        assert!(text.contains("sluice profile --device cuda"), "{text}");
+
+        let b = ModelRegistry::builtin();
+        let (_, echo) = b.lookup("echo_small").unwrap();
+        let only_echo = ModelRegistry::from_parts([(
+            echo.file.clone(),
+            echo.manifest.clone(),
+            echo.memory.clone(),
+        )])
+        .unwrap();
+        let e = CudaServer::new(
+            dummy_gpu(),
+            &KernelLibrary::default(),
+            PolicyKind::Reef,
+            Arc::new(only_echo),
+            &ServeOptions::default(),
+            "fake",
+            0,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(e, ServeError::NoBuilder { ref name, .. } if name == "echo_small"),
+            "{e}"
+        );
+        assert!(
+            e.to_string()
+                .contains("remove its manifest from models.dir")
+        );
+
+        // Full-scale manifests with Small-scale plans.
+        let e = CudaServer::new(
+            dummy_gpu(),
+            &KernelLibrary::default(),
+            PolicyKind::Reef,
+            Arc::new(builder_registry(Scale::Full).unwrap()),
+            &ServeOptions {
+                scale: Scale::Small,
+                ..ServeOptions::default()
+            },
+            "fake",
+            0,
+        )
+        .unwrap_err();
+        assert!(matches!(e, ServeError::NoBuilder { .. }), "{e}");
+
+        let e = CudaServer::new(
+            dummy_gpu(),
+            &KernelLibrary::default(),
+            PolicyKind::RtOnly,
+            small_registry(),
+            &ServeOptions::default(),
+            "fake",
+            0,
+        )
+        .unwrap_err();
+        assert!(matches!(e, ServeError::RtOnly));
+    }
+
+    fn dummy_gpu() -> CudaGpu {
+        let mut d = FakeDriver::default();
+        let synth = d.kernel_handle(SYNTHETIC_KERNEL, FakeKernel::new(0));
+        CudaGpu::new(Box::new(d), synth, DeviceProfile::h100(), Kill::Cooperative).unwrap()
+    }
+}

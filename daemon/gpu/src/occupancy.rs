@@ -1,0 +1,314 @@
+//! What one block of a kernel takes from a CU, and how many fit.
+//!
+//! A block takes, for as long as it runs:
+//!
+//! - `ceil(threads / wave_size)` wavefronts, i.e. that many times
+//!   `wave_size` threads of the CU's `max_threads`;
+//! - per wavefront, `regs_per_thread * wave_size` registers, all from one
+//!   register bank (a SIMD on AMD, an SM sub-partition on NVIDIA); a block's
+//!   wavefronts may spread over all banks;
+//! - its shared memory;
+//! - one of the CU's `max_blocks` block slots.
+//!
+//! On the MI50 profile this gives exactly the `blocks_per_cu` formula of
+//! `docs/models.md` that generated the manifests' block times.
+
+use crate::profile::{DeviceProfile, MAX_REGISTER_BANKS};
+
+/// The resource that stops one more block from fitting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Limit {
+    /// Resident threads (counted in whole wavefronts).
+    Threads,
+    /// Registers in the CU's banks.
+    Registers,
+    /// Shared memory.
+    SharedMem,
+    /// Resident block slots.
+    BlockSlots,
+}
+
+impl Limit {
+    /// The resource's name, for messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Limit::Threads => "threads",
+            Limit::Registers => "registers",
+            Limit::SharedMem => "shared-memory bytes",
+            Limit::BlockSlots => "block slots",
+        }
+    }
+}
+
+/// What one block of a kernel takes from a CU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Footprint {
+    /// Wavefronts per block.
+    pub waves: u32,
+    /// Threads per block rounded up to whole wavefronts.
+    pub threads: u32,
+    /// Registers one wavefront takes from its bank.
+    pub wave_regs: u32,
+    /// Shared memory per block in bytes.
+    pub shared_mem: u32,
+}
+
+impl Footprint {
+    /// The footprint of a block of `threads` threads using `regs_per_thread`
+    /// registers and `shared_mem` bytes on a device described by `profile`.
+    pub fn new(
+        profile: &DeviceProfile,
+        threads: u32,
+        regs_per_thread: u32,
+        shared_mem: u32,
+    ) -> Self {
+        let wave = profile.cu.wave_size;
+        let waves = threads.div_ceil(wave);
+        Self {
+            waves,
+            threads: waves.saturating_mul(wave),
+            wave_regs: regs_per_thread.saturating_mul(wave),
+            shared_mem,
+        }
+    }
+
+    /// Registers the whole block takes.
+    pub fn registers(&self) -> u64 {
+        u64::from(self.waves) * u64::from(self.wave_regs)
+    }
+}
+
+/// Free resources of one CU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CuState {
+    /// Free thread slots.
+    pub threads: u32,
+    /// Free shared memory in bytes.
+    pub shared_mem: u32,
+    /// Free block slots.
+    pub blocks: u32,
+    /// Free registers per bank; only the first `nbanks` entries are used.
+    pub banks: [u32; MAX_REGISTER_BANKS as usize],
+    /// Number of banks in use.
+    pub nbanks: u32,
+}
+
+/// Registers a group of blocks took from each bank, to give back later.
+pub type BankUse = [u32; MAX_REGISTER_BANKS as usize];
+
+impl CuState {
+    /// An empty CU of `profile`.
+    pub fn empty(profile: &DeviceProfile) -> Self {
+        let mut banks = [0; MAX_REGISTER_BANKS as usize];
+        let nbanks = profile.cu.register_banks;
+        for b in banks.iter_mut().take(nbanks as usize) {
+            *b = profile.bank_registers();
+        }
+        Self {
+            threads: profile.cu.max_threads,
+            shared_mem: profile.cu.shared_mem_bytes,
+            blocks: profile.cu.max_blocks,
+            banks,
+            nbanks,
+        }
+    }
+
+    /// How many more blocks of `fp` fit, and the resource that stops the
+    /// next one.
+    pub fn fit(&self, fp: &Footprint) -> (u32, Limit) {
+        let mut best = (self.blocks, Limit::BlockSlots);
+        for (n, limit) in [
+            (self.threads.checked_div(fp.threads), Limit::Threads),
+            (self.shared_mem.checked_div(fp.shared_mem), Limit::SharedMem),
+        ] {
+            if let Some(n) = n.filter(|&n| n < best.0) {
+                best = (n, limit);
+            }
+        }
+        if fp.wave_regs > 0 && fp.waves > 0 {
+            let waves: u32 = self.banks[..self.nbanks as usize]
+                .iter()
+                .map(|&free| free / fp.wave_regs)
+                .sum();
+            let n = waves / fp.waves;
+            if n < best.0 {
+                best = (n, Limit::Registers);
+            }
+        }
+        best
+    }
+
+    /// Takes `n` blocks of `fp`, which must fit (see [`Self::fit`]); returns
+    /// the registers taken from each bank. Each wavefront goes to the bank
+    /// with the most free registers (lowest index on a tie), which spreads
+    /// wavefronts over the banks as the hardware does.
+    pub fn take(&mut self, fp: &Footprint, n: u32) -> BankUse {
+        debug_assert!(self.fit(fp).0 >= n);
+        self.threads -= fp.threads * n;
+        self.shared_mem -= fp.shared_mem * n;
+        self.blocks -= n;
+        let mut used = [0; MAX_REGISTER_BANKS as usize];
+        if fp.wave_regs > 0 {
+            let nb = self.nbanks as usize;
+            for _ in 0..fp.waves * n {
+                let mut pick = 0;
+                for b in 1..nb {
+                    if self.banks[b] > self.banks[pick] {
+                        pick = b;
+                    }
+                }
+                self.banks[pick] -= fp.wave_regs;
+                used[pick] += fp.wave_regs;
+            }
+        }
+        used
+    }
+
+    /// Gives back `n` blocks of `fp` that took `used` from the banks.
+    pub fn give(&mut self, fp: &Footprint, n: u32, used: &BankUse) {
+        self.threads += fp.threads * n;
+        self.shared_mem += fp.shared_mem * n;
+        self.blocks += n;
+        for (free, u) in self.banks.iter_mut().zip(used) {
+            *free += u;
+        }
+    }
+}
+
+/// Blocks of `fp` that fit on an empty CU of `profile`, and the limiting
+/// resource. 0 means the block can never run on this device.
+pub fn blocks_per_cu(profile: &DeviceProfile, fp: &Footprint) -> (u32, Limit) {
+    CuState::empty(profile).fit(fp)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use sluice_model::ModelRegistry;
+
+    /// The generator's formula from docs/models.md.
+    fn models_md_blocks_per_cu(threads: u32, regs: u32, lds: u32) -> u32 {
+        let waves = threads.div_ceil(64);
+        let by_slots = 40 / waves;
+        let by_regs = 256u32
+            .checked_div(regs)
+            .map_or(u32::MAX, |per_simd| 4 * 10.min(per_simd) / waves);
+        let by_lds = 65536u32.checked_div(lds).unwrap_or(u32::MAX);
+        by_slots.min(by_regs).min(by_lds)
+    }
+
+    #[test]
+    fn mi50_occupancy_equals_the_manifest_generator_formula() {
+        let p = DeviceProfile::mi50();
+        for (_, model) in ModelRegistry::builtin().iter() {
+            for k in &model.manifest.kernels {
+                let threads = k.threads_per_block() as u32;
+                let fp = Footprint::new(&p, threads, k.regs_per_thread, k.shared_mem_bytes);
+                assert_eq!(
+                    blocks_per_cu(&p, &fp).0,
+                    models_md_blocks_per_cu(threads, k.regs_per_thread, k.shared_mem_bytes),
+                    "{}: {k:?}",
+                    model.name()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_limit_named_is_the_one_that_binds() {
+        let p = DeviceProfile::gv100();
+        // 1024 threads: 2 per SM by threads.
+        assert_eq!(
+            blocks_per_cu(&p, &Footprint::new(&p, 1024, 16, 0)),
+            (2, Limit::Threads)
+        );
+        // 64 KB shared: 1 per SM.
+        assert_eq!(
+            blocks_per_cu(&p, &Footprint::new(&p, 64, 16, 65536)),
+            (1, Limit::SharedMem)
+        );
+        // 255 regs x 256 threads = 8 warps x 8160 regs: 2 warps per 16K bank.
+        assert_eq!(
+            blocks_per_cu(&p, &Footprint::new(&p, 256, 255, 0)),
+            (1, Limit::Registers)
+        );
+        // Tiny blocks: 32 block slots.
+        assert_eq!(
+            blocks_per_cu(&p, &Footprint::new(&p, 32, 8, 0)),
+            (32, Limit::BlockSlots)
+        );
+    }
+
+    #[test]
+    fn take_and_give_round_trip() {
+        let p = DeviceProfile::mi50();
+        let mut cu = CuState::empty(&p);
+        let a = Footprint::new(&p, 256, 80, 12288);
+        let b = Footprint::new(&p, 64, 20, 0);
+        let ua = cu.take(&a, 2);
+        let ub = cu.take(&b, 5);
+        cu.give(&a, 2, &ua);
+        cu.give(&b, 5, &ub);
+        assert_eq!(cu, CuState::empty(&p));
+    }
+
+    fn arb_profile() -> impl Strategy<Value = DeviceProfile> {
+        (
+            1u32..=64,
+            prop::sample::select(vec![32u32, 64]),
+            1u32..=8,
+            prop::sample::select(vec![1u32, 2, 4]),
+            1u32..=256,
+            1u32..=64,
+        )
+            .prop_map(|(waves, wave, reg_k, banks, smem_kb, max_blocks)| {
+                let mut p = DeviceProfile::mi50();
+                p.cu.wave_size = wave;
+                p.cu.max_threads = waves * wave;
+                p.cu.register_banks = banks;
+                p.cu.max_registers = reg_k * 8192 * banks;
+                p.cu.shared_mem_bytes = smem_kb * 1024;
+                p.cu.max_blocks = max_blocks;
+                p
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn blocks_per_cu_respects_every_limit_and_is_maximal(
+            p in arb_profile(),
+            threads in 1u32..=1024,
+            regs in 0u32..=256,
+            smem in prop::sample::select(vec![0u32, 1024, 4096, 12288, 16384, 49152]),
+        ) {
+            let fp = Footprint::new(&p, threads, regs, smem);
+            let (n, limit) = blocks_per_cu(&p, &fp);
+            let n64 = u64::from(n);
+            prop_assert!(n64 * u64::from(fp.threads) <= u64::from(p.cu.max_threads));
+            prop_assert!(n64 * fp.registers() <= u64::from(p.cu.max_registers));
+            prop_assert!(n64 * u64::from(smem) <= u64::from(p.cu.shared_mem_bytes));
+            prop_assert!(n <= p.cu.max_blocks);
+            prop_assert!(fp.threads >= threads && fp.threads % p.cu.wave_size == 0);
+            // One more block breaks the named limit.
+            let m = n64 + 1;
+            let broken = match limit {
+                Limit::Threads => m * u64::from(fp.threads) > u64::from(p.cu.max_threads),
+                Limit::SharedMem => m * u64::from(smem) > u64::from(p.cu.shared_mem_bytes),
+                Limit::BlockSlots => m > u64::from(p.cu.max_blocks),
+                Limit::Registers => {
+                    let per_bank = u64::from(p.bank_registers() / fp.wave_regs);
+                    m * u64::from(fp.waves) > per_bank * u64::from(p.cu.register_banks)
+                }
+            };
+            prop_assert!(broken, "{limit:?} named but {m} blocks of {fp:?} would fit");
+            // Taking them really fits, and leaves no room for another.
+            let mut cu = CuState::empty(&p);
+            let used = cu.take(&fp, n);
+            prop_assert_eq!(cu.fit(&fp).0, 0);
+            cu.give(&fp, n, &used);
+            prop_assert_eq!(cu, CuState::empty(&p));
+        }
+    }
+}

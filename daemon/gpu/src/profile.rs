@@ -1,0 +1,431 @@
+//! Device profiles: the numbers that describe one GPU to the execution model.
+//!
+//! A profile is a TOML file (`daemon/gpu/profiles/*.toml`) with four sections,
+//! `[cu]`, `[queues]`, `[preempt]` and `[memory]`, plus `name`, `vendor` and
+//! `compute_units` at the top. Every key is required and unknown keys are
+//! rejected. Each key in the shipped files carries a `# source:` comment
+//! naming where the number comes from; `docs/gpu-model.md` lists them all.
+//!
+//! The shipped profiles are embedded with `include_str!`
+//! ([`DeviceProfile::builtin`]); [`DeviceProfile::load`] reads a file instead.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Most register banks (SIMDs / SM sub-partitions) a CU may have.
+pub const MAX_REGISTER_BANKS: u32 = 8;
+
+/// The shipped profiles: (name, file, contents).
+const BUILTIN: &[(&str, &str, &str)] = &[
+    ("mi50", "mi50.toml", include_str!("../profiles/mi50.toml")),
+    (
+        "gv100",
+        "gv100.toml",
+        include_str!("../profiles/gv100.toml"),
+    ),
+    ("h100", "h100.toml", include_str!("../profiles/h100.toml")),
+];
+
+/// GPU vendor; decides nothing in the model, but names the kill mechanism
+/// (CU reset on AMD, trap on NVIDIA) in reports and docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Vendor {
+    /// AMD (GCN/CDNA): CUs, 64-wide wavefronts, kill by CU reset.
+    Amd,
+    /// NVIDIA: SMs, 32-wide warps, kill by trap handler.
+    Nvidia,
+}
+
+/// Per-CU (per-SM) resource limits. A resident block holds its share of each
+/// until it finishes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CuLimits {
+    /// Most resident threads, counted in whole wavefronts/warps.
+    pub max_threads: u32,
+    /// Registers (32-bit, per lane summed over lanes) in the CU's register
+    /// file: 4 SIMDs x 256 VGPRs x 64 lanes = 65536 on gfx906.
+    pub max_registers: u32,
+    /// The register file is split evenly into this many banks (SIMDs on AMD,
+    /// SM sub-partitions on NVIDIA); one wavefront's registers come from one
+    /// bank, a block's wavefronts may spread over all banks.
+    pub register_banks: u32,
+    /// Shared memory (LDS) in bytes.
+    pub shared_mem_bytes: u32,
+    /// Most resident blocks (workgroups / CTAs).
+    pub max_blocks: u32,
+    /// Wavefront / warp size in threads; thread and register use is rounded
+    /// up to whole wavefronts.
+    pub wave_size: u32,
+}
+
+/// Queues between the host and the CUs (REEF §4.1, Paella §2.1).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueueParams {
+    /// Hardware queues the command processor serves; streams map onto them
+    /// round-robin. Each is strictly FIFO at its head.
+    pub hw_queues: u32,
+    /// Default device-queue (ring buffer) capacity of a new stream, in kernels.
+    pub dq_capacity: u32,
+    /// Time the host runtime's background thread takes to move one kernel
+    /// from a host queue into its device queue, ns.
+    pub host_launch_ns: u64,
+    /// Time the command processor takes to fetch one kernel packet from a
+    /// device queue and make it ready to dispatch, ns. Paid by every kernel,
+    /// including lazily evicted ones.
+    pub cp_fetch_ns: u64,
+}
+
+/// Costs of the preemption mechanisms (REEF §4.3, §4.5, §4.6).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PreemptParams {
+    /// Time from a kill request until the stream's running blocks are gone
+    /// and their CUs free, ns (CU reset on AMD, trap handler on NVIDIA).
+    pub kill_ns: u64,
+}
+
+/// The co-run slowdown model; see `docs/gpu-model.md`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryParams {
+    /// Memory intensity of a kernel that does not give its own: the share of
+    /// the device's memory bandwidth it uses when alone at full occupancy,
+    /// and the share of its time that stretches when bandwidth runs short.
+    pub default_intensity: f64,
+    /// How hard over-subscription bites: a block's time is multiplied by
+    /// `1 + contention * intensity * max(0, demand - 1)`.
+    pub contention: f64,
+}
+
+/// One device profile, as parsed and validated.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceProfile {
+    /// Short name, e.g. `mi50`.
+    pub name: String,
+    /// GPU vendor.
+    pub vendor: Vendor,
+    /// Number of CUs (AMD) or SMs (NVIDIA).
+    pub compute_units: u32,
+    /// Per-CU limits.
+    pub cu: CuLimits,
+    /// Queue parameters.
+    pub queues: QueueParams,
+    /// Preemption costs.
+    pub preempt: PreemptParams,
+    /// Co-run slowdown parameters.
+    pub memory: MemoryParams,
+}
+
+/// Why a profile could not be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum ProfileError {
+    /// The file could not be read.
+    #[error("cannot read device profile {}; check the path", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Not valid TOML, an unknown or missing key, or a value of the wrong type.
+    #[error(
+        "{file}: not a valid device profile; fix the TOML (every key of \
+         daemon/gpu/profiles/mi50.toml is required, no others are allowed)"
+    )]
+    Parse {
+        /// The file (or the name the caller gave the text).
+        file: String,
+        /// toml's report, with line and column.
+        #[source]
+        source: toml::de::Error,
+    },
+    /// Well-formed but a value is out of range.
+    #[error("{file}: {key} = {value} {problem}; {fix}")]
+    Invalid {
+        /// The file (or the name the caller gave the text).
+        file: String,
+        /// Full key, e.g. `cu.wave_size`.
+        key: &'static str,
+        /// The value as written.
+        value: String,
+        /// What is wrong with it.
+        problem: &'static str,
+        /// What to write instead.
+        fix: &'static str,
+    },
+    /// No shipped profile has this name.
+    #[error("no built-in device profile `{name}`; use one of mi50, gv100, h100")]
+    Unknown {
+        /// The name asked for.
+        name: String,
+    },
+}
+
+impl DeviceProfile {
+    /// Parses and validates a profile. `file` names it in errors.
+    pub fn parse(file: &str, text: &str) -> Result<Self, ProfileError> {
+        let profile: Self = toml::from_str(text).map_err(|source| ProfileError::Parse {
+            file: file.to_owned(),
+            source,
+        })?;
+        profile.validate(file)?;
+        Ok(profile)
+    }
+
+    /// Reads, parses and validates the profile at `path`.
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, ProfileError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&path.display().to_string(), &text)
+    }
+
+    /// A shipped profile by name: `mi50`, `gv100` or `h100`.
+    pub fn builtin(name: &str) -> Result<Self, ProfileError> {
+        let (_, file, text) =
+            BUILTIN
+                .iter()
+                .find(|(n, _, _)| *n == name)
+                .ok_or_else(|| ProfileError::Unknown {
+                    name: name.to_owned(),
+                })?;
+        Self::parse(&format!("builtin:{file}"), text)
+    }
+
+    /// Names of the shipped profiles.
+    pub fn builtin_names() -> impl Iterator<Item = &'static str> {
+        BUILTIN.iter().map(|(n, _, _)| *n)
+    }
+
+    /// The MI50-like profile (60 CUs, gfx906).
+    ///
+    /// # Panics
+    ///
+    /// If the embedded file is broken, which the unit tests rule out.
+    pub fn mi50() -> Self {
+        Self::builtin_or_panic("mi50")
+    }
+
+    /// The GV100-like profile (80 SMs, Volta).
+    ///
+    /// # Panics
+    ///
+    /// If the embedded file is broken, which the unit tests rule out.
+    pub fn gv100() -> Self {
+        Self::builtin_or_panic("gv100")
+    }
+
+    /// The H100 SXM profile (132 SMs, Hopper).
+    ///
+    /// # Panics
+    ///
+    /// If the embedded file is broken, which the unit tests rule out.
+    pub fn h100() -> Self {
+        Self::builtin_or_panic("h100")
+    }
+
+    fn builtin_or_panic(name: &str) -> Self {
+        Self::builtin(name).unwrap_or_else(|e| panic!("embedded device profile is broken: {e}"))
+    }
+
+    /// Registers in one bank.
+    pub fn bank_registers(&self) -> u32 {
+        self.cu.max_registers / self.cu.register_banks
+    }
+
+    /// Checks every range rule; the error names `file`, the key and the value.
+    pub fn validate(&self, file: &str) -> Result<(), ProfileError> {
+        let bad = |key, value: String, problem, fix| ProfileError::Invalid {
+            file: file.to_owned(),
+            key,
+            value,
+            problem,
+            fix,
+        };
+        if self.name.is_empty() {
+            return Err(bad(
+                "name",
+                "\"\"".into(),
+                "is empty",
+                "give the profile a short name such as \"mi50\"",
+            ));
+        }
+        let positive: [(&'static str, u64); 8] = [
+            ("compute_units", self.compute_units.into()),
+            ("cu.max_threads", self.cu.max_threads.into()),
+            ("cu.max_registers", self.cu.max_registers.into()),
+            ("cu.register_banks", self.cu.register_banks.into()),
+            ("cu.max_blocks", self.cu.max_blocks.into()),
+            ("cu.wave_size", self.cu.wave_size.into()),
+            ("queues.hw_queues", self.queues.hw_queues.into()),
+            ("queues.dq_capacity", self.queues.dq_capacity.into()),
+        ];
+        for (key, value) in positive {
+            if value == 0 {
+                return Err(bad(key, "0".into(), "is zero", "use at least 1"));
+            }
+        }
+        if self.compute_units > 4096 {
+            return Err(bad(
+                "compute_units",
+                self.compute_units.to_string(),
+                "is implausibly large",
+                "use at most 4096",
+            ));
+        }
+        if self.cu.register_banks > MAX_REGISTER_BANKS {
+            return Err(bad(
+                "cu.register_banks",
+                self.cu.register_banks.to_string(),
+                "is more than the model supports",
+                "use at most 8",
+            ));
+        }
+        if self.cu.max_registers % self.cu.register_banks != 0 {
+            return Err(bad(
+                "cu.max_registers",
+                self.cu.max_registers.to_string(),
+                "does not split evenly over cu.register_banks",
+                "make it a multiple of cu.register_banks",
+            ));
+        }
+        if self.cu.max_threads % self.cu.wave_size != 0 {
+            return Err(bad(
+                "cu.max_threads",
+                self.cu.max_threads.to_string(),
+                "is not a whole number of wavefronts",
+                "make it a multiple of cu.wave_size",
+            ));
+        }
+        if self.queues.hw_queues > 1024 {
+            return Err(bad(
+                "queues.hw_queues",
+                self.queues.hw_queues.to_string(),
+                "is implausibly large",
+                "use at most 1024",
+            ));
+        }
+        let m = &self.memory;
+        if !(m.default_intensity.is_finite() && (0.0..=1.0).contains(&m.default_intensity)) {
+            return Err(bad(
+                "memory.default_intensity",
+                m.default_intensity.to_string(),
+                "is outside 0..=1",
+                "use a share between 0.0 and 1.0",
+            ));
+        }
+        if !(m.contention.is_finite() && (0.0..=100.0).contains(&m.contention)) {
+            return Err(bad(
+                "memory.contention",
+                m.contention.to_string(),
+                "is outside 0..=100",
+                "use 0.0 (no slowdown) to a few units",
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mi50_text() -> &'static str {
+        BUILTIN[0].2
+    }
+
+    #[test]
+    fn shipped_profiles_parse_and_match_their_names() {
+        for name in DeviceProfile::builtin_names() {
+            let p = DeviceProfile::builtin(name).unwrap();
+            assert_eq!(p.name, name);
+        }
+        assert_eq!(DeviceProfile::mi50().compute_units, 60);
+        assert_eq!(DeviceProfile::mi50().vendor, Vendor::Amd);
+        assert_eq!(DeviceProfile::gv100().compute_units, 80);
+        assert_eq!(DeviceProfile::h100().compute_units, 132);
+        assert_eq!(DeviceProfile::h100().vendor, Vendor::Nvidia);
+    }
+
+    #[test]
+    fn every_shipped_key_names_its_source() {
+        for (name, _, text) in BUILTIN {
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                let l = line.trim();
+                if l.is_empty() || l.starts_with('#') || l.starts_with('[') {
+                    continue;
+                }
+                // The key's own line or the comment block right above it.
+                let mut j = i;
+                let mut found = l.contains("# source:");
+                while !found && j > 0 && lines[j - 1].trim_start().starts_with('#') {
+                    j -= 1;
+                    found = lines[j].contains("source:");
+                }
+                assert!(found, "{name}: `{l}` has no `# source:` comment");
+            }
+        }
+    }
+
+    #[test]
+    fn unknown_key_is_rejected() {
+        let text = mi50_text().replace("[preempt]", "[preempt]\nbogus = 1");
+        let e = DeviceProfile::parse("x.toml", &text).unwrap_err();
+        let chain = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+        assert!(
+            chain.contains("x.toml") && chain.contains("bogus"),
+            "{chain}"
+        );
+    }
+
+    #[test]
+    fn invalid_values_name_file_key_and_value() {
+        let text = mi50_text().replace("wave_size = 64", "wave_size = 0");
+        let e = DeviceProfile::parse("p.toml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("p.toml") && e.contains("cu.wave_size = 0"),
+            "{e}"
+        );
+
+        let text = mi50_text().replace("max_threads = 2560", "max_threads = 2500");
+        let e = DeviceProfile::parse("p.toml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cu.max_threads = 2500") && e.contains("multiple"),
+            "{e}"
+        );
+
+        let text = mi50_text().replace("default_intensity = 0.3", "default_intensity = 1.5");
+        let e = DeviceProfile::parse("p.toml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("memory.default_intensity = 1.5"), "{e}");
+    }
+
+    #[test]
+    fn load_reads_a_file_and_reports_a_missing_one() {
+        let dir = std::env::temp_dir().join(format!("sluice-gpu-profile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("mi50.toml");
+        std::fs::write(&path, mi50_text()).unwrap();
+        assert_eq!(DeviceProfile::load(&path).unwrap(), DeviceProfile::mi50());
+        let missing = dir.join("nope.toml");
+        let e = DeviceProfile::load(&missing).unwrap_err().to_string();
+        assert!(e.contains("nope.toml"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        let e = DeviceProfile::builtin("a100").unwrap_err().to_string();
+        assert!(e.contains("a100") && e.contains("mi50"), "{e}");
+    }
+}

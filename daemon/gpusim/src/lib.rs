@@ -1,0 +1,1994 @@
+//! # sluice-gpusim
+//!
+//! The discrete-event GPU execution model, in virtual nanoseconds: sluice's
+//! simulated GPU, behind the device interface of `sluice-gpu` ([`GpuSim`]
+//! implements `Gpu` and `Clocked`).
+//!
+//! Where a kernel can be (REEF §4.1, Figure 7):
+//!
+//! ```text
+//! launch ─▶ host queue ──(host_launch_ns each)──▶ device queue ──(cp_fetch_ns each)──▶
+//!           unbounded, per stream                 ring, dq_capacity   command processor
+//!
+//!   ──▶ hardware queue ──(blocks placed as CUs free up)──▶ CUs ──▶ completed
+//!       FIFO: head + 1 fetched ahead
+//! ```
+//!
+//! - Each stream has a host queue and a device queue. A per-stream host
+//!   thread moves one kernel at a time into the device queue, taking
+//!   `host_launch_ns`, while the device queue has room. A kernel keeps its
+//!   device-queue slot until the command processor has fetched it.
+//! - Stream `i` feeds hardware queue `i % hw_queues`. Each hardware queue has
+//!   its own fetch engine: it fetches the oldest kernel (by device-queue
+//!   arrival) of its streams, one at a time, `cp_fetch_ns` each, and works at
+//!   most one kernel ahead of its head.
+//! - Only the head of a hardware queue dispatches, and only once the previous
+//!   kernel of its stream has finished. It must place all its blocks before
+//!   the kernel behind it may start: head-of-line blocking (Paella §2.1).
+//! - Heads are served in stream-priority order (higher first), then by how
+//!   long they have been heads. A head's blocks are spread over the CUs where
+//!   they fit, evenly (water-filling), the remainder going round-robin from a
+//!   rotating cursor; blocks placed together on one CU finish together.
+//! - A block's time is its `block_time_ns` stretched by the co-run slowdown
+//!   in force when it is placed (see `docs/gpu-model.md`).
+//! - A fused launch ([`GpuSim::launch_padded`], REEF §5.1) skips the host
+//!   queue, device queue and fetch: the kernel rides another stream's
+//!   dispatching kernel and is served beside the heads at that stream's
+//!   priority, outside any hardware queue.
+//!
+//! Preemption (REEF §4) is a set of device operations on a stream:
+//! [`GpuSim::reset_host_queue`], [`GpuSim::set_preempt_flag`] (lazy
+//! eviction), [`GpuSim::kill_running`], all three at once with
+//! [`GpuSim::preempt_reset`], and the baseline [`GpuSim::wait_based_preempt`].
+//! Once the stream is idle the model emits [`Event::Preempted`] with a
+//! [`PreemptReport`]; [`GpuSim::resume`] ends the preemption.
+//!
+//! Everything is deterministic: ties in time are broken by the order in
+//! which events were scheduled. Nothing allocates per event once the queues
+//! have grown to their working size.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, VecDeque};
+
+use sluice_gpu::occupancy::{BankUse, CuState, Footprint, Limit, blocks_per_cu};
+pub use sluice_gpu::{
+    DeviceProfile, Event, HostReset, KernelLaunch, KernelRef, Ns, OpError, Outcome, PreemptReport,
+    QueueLens, StreamId,
+};
+
+/// How far a hardware queue's fetch engine works ahead: the head plus this
+/// many fetched kernels behind it.
+const HWQ_LOOKAHEAD: usize = 1;
+/// Fixed-point unit of memory-bandwidth demand (1.0 = the whole device).
+const DEMAND_ONE: f64 = (1u64 << 32) as f64;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum EvKind {
+    HostPush { stream: u32 },
+    FetchDone { hwq: u32 },
+    BlocksDone { group: u32, generation: u32 },
+    KillDone { stream: u32 },
+}
+
+/// An internal event; ordered by time, then by scheduling order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Ev {
+    t: Ns,
+    seq: u64,
+    kind: EvKind,
+}
+
+#[derive(Debug, Clone)]
+struct Kern {
+    stream: u32,
+    exec: u64,
+    tag: u64,
+    fp: Footprint,
+    /// Blocks in the grid.
+    grid: u32,
+    /// Blocks not yet placed.
+    blocks_left: u32,
+    /// Blocks on the CUs.
+    blocks_running: u32,
+    block_time: Ns,
+    intensity: f64,
+    /// Demand one resident block adds, in 1/2^32 of the device's bandwidth.
+    demand_per_block: u64,
+    started: bool,
+    aborted: bool,
+    /// Rides a fused launch ([`GpuSim::launch_padded`]): dispatched from
+    /// [`GpuSim::fused`], not from a hardware queue.
+    fused: bool,
+    push_seq: u64,
+}
+
+impl Kern {
+    fn kref(&self) -> KernelRef {
+        KernelRef {
+            exec_index: self.exec,
+            tag: self.tag,
+        }
+    }
+}
+
+/// Blocks of one kernel placed on one CU at one time; they finish together.
+#[derive(Debug, Clone)]
+struct Group {
+    cu: u32,
+    kernel: u32,
+    count: u32,
+    banks: BankUse,
+    generation: u32,
+    live: bool,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Pending {
+    requested_at: Ns,
+    dropped_host: u32,
+    evicted: u32,
+    killed: u32,
+    first: Option<KernelRef>,
+}
+
+impl Pending {
+    fn note(&mut self, k: KernelRef) {
+        if self.first.is_none_or(|f| k.exec_index < f.exec_index) {
+            self.first = Some(k);
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Stream {
+    priority: i32,
+    hwq: u32,
+    hq: VecDeque<u32>,
+    /// Device queue; the front may be being fetched.
+    dq: VecDeque<u32>,
+    dq_cap: u32,
+    pushing: bool,
+    paused: bool,
+    flag: bool,
+    kills_pending: u32,
+    in_hwq: u32,
+    /// Fused kernels waiting to place their first block.
+    in_fused: u32,
+    /// Blocks go to the lowest-numbered CUs with room, filling each
+    /// before the next (see [`GpuSim::set_packed_placement`]).
+    packed: bool,
+    /// The kernel dispatching or running (stream order allows one).
+    active: Option<u32>,
+    next_exec: u64,
+    pending: Option<Pending>,
+}
+
+impl Stream {
+    fn idle(&self) -> bool {
+        !self.pushing
+            && self.dq.is_empty()
+            && self.in_hwq == 0
+            && self.in_fused == 0
+            && self.active.is_none()
+            && self.kills_pending == 0
+            && (self.hq.is_empty() || self.paused)
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct HwQueue {
+    streams: Vec<u32>,
+    fifo: VecDeque<u32>,
+    fetching: Option<u32>,
+    head_since: Ns,
+}
+
+/// A kernel riding a fused launch, dispatched at its host's priority.
+#[derive(Debug, Clone, Copy)]
+struct Fused {
+    kernel: u32,
+    priority: i32,
+    since: Ns,
+}
+
+/// The GPU execution model. See the module docs.
+#[derive(Debug)]
+pub struct GpuSim {
+    profile: DeviceProfile,
+    now: Ns,
+    seq: u64,
+    heap: BinaryHeap<Reverse<Ev>>,
+    kernels: Vec<Kern>,
+    free_kernels: Vec<u32>,
+    groups: Vec<Group>,
+    free_groups: Vec<u32>,
+    streams: Vec<Stream>,
+    hwqs: Vec<HwQueue>,
+    /// Fused kernels with blocks left to place, in launch order.
+    fused: Vec<Fused>,
+    cus: Vec<CuState>,
+    cu_blocks: Vec<u32>,
+    occupied_cus: u32,
+    busy_cu_ns: u128,
+    demand: u64,
+    cursor: usize,
+    push_seq: u64,
+    out: VecDeque<Event>,
+    /// Dispatch order: priority, waiting since, then a hardware queue
+    /// (`false`, index) or a fused kernel (`true`, index into `fused`).
+    scratch_heads: Vec<(Reverse<i32>, Ns, bool, u32)>,
+    scratch_fit: Vec<u32>,
+    /// Whether [`Self::model_work_ns`] is counted.
+    time_model: bool,
+    model_work_ns: u64,
+}
+
+impl GpuSim {
+    /// An idle device described by `profile`, at time 0.
+    pub fn new(profile: DeviceProfile) -> Self {
+        let ncu = profile.compute_units as usize;
+        let nhwq = profile.queues.hw_queues as usize;
+        Self {
+            now: 0,
+            seq: 0,
+            heap: BinaryHeap::new(),
+            kernels: Vec::new(),
+            free_kernels: Vec::new(),
+            groups: Vec::new(),
+            free_groups: Vec::new(),
+            streams: Vec::new(),
+            hwqs: vec![HwQueue::default(); nhwq],
+            fused: Vec::new(),
+            cus: vec![CuState::empty(&profile); ncu],
+            cu_blocks: vec![0; ncu],
+            occupied_cus: 0,
+            busy_cu_ns: 0,
+            demand: 0,
+            cursor: 0,
+            push_seq: 0,
+            out: VecDeque::new(),
+            scratch_heads: Vec::with_capacity(nhwq),
+            scratch_fit: vec![0; ncu],
+            time_model: false,
+            model_work_ns: 0,
+            profile,
+        }
+    }
+
+    /// Starts or stops counting [`Self::model_work_ns`] (off by default;
+    /// two clock reads per device operation when on).
+    pub fn set_model_timing(&mut self, on: bool) {
+        self.time_model = on;
+    }
+
+    /// Wall-clock ns the model has spent inside the device operations a
+    /// policy calls through [`Gpu`](super::Gpu) (launches, preemption
+    /// operations: checking the launch, host pushes, fetches, block
+    /// placement, which the hardware and driver do on a real device) since
+    /// timing was turned on. The benchmark driver subtracts it from the
+    /// policy callback's time to get the decision's own cost.
+    pub fn model_work_ns(&self) -> u64 {
+        self.model_work_ns
+    }
+
+    /// Runs `op`, counting its wall time in [`Self::model_work_ns`] when
+    /// timing is on.
+    pub(crate) fn timed<R>(&mut self, op: impl FnOnce(&mut Self) -> R) -> R {
+        if !self.time_model {
+            return op(self);
+        }
+        let t0 = std::time::Instant::now();
+        let r = op(self);
+        self.model_work_ns += t0.elapsed().as_nanos() as u64;
+        r
+    }
+
+    /// The device profile.
+    pub fn profile(&self) -> &DeviceProfile {
+        &self.profile
+    }
+
+    /// Current virtual time.
+    pub fn now(&self) -> Ns {
+        self.now
+    }
+
+    /// A new stream with the profile's device-queue capacity. Higher
+    /// `priority` heads are dispatched first. Stream `i` feeds hardware
+    /// queue `i % hw_queues`.
+    pub fn create_stream(&mut self, priority: i32) -> StreamId {
+        let id = self.streams.len() as u32;
+        let hwq = id % self.profile.queues.hw_queues;
+        self.streams.push(Stream {
+            priority,
+            hwq,
+            hq: VecDeque::new(),
+            dq: VecDeque::new(),
+            dq_cap: self.profile.queues.dq_capacity,
+            pushing: false,
+            paused: false,
+            flag: false,
+            kills_pending: 0,
+            in_hwq: 0,
+            in_fused: 0,
+            packed: false,
+            active: None,
+            next_exec: 0,
+            pending: None,
+        });
+        self.hwqs[hwq as usize].streams.push(id);
+        StreamId(id)
+    }
+
+    /// Sets a stream's device-queue capacity (REEF's `hip_set_stream_cap`).
+    /// Kernels already in the device queue stay.
+    pub fn set_dq_capacity(&mut self, stream: StreamId, capacity: u32) -> Result<(), OpError> {
+        let s = self.stream_index(stream)?;
+        if capacity == 0 {
+            return Err(OpError::ZeroCapacity { stream: stream.0 });
+        }
+        self.streams[s].dq_cap = capacity;
+        self.pump();
+        Ok(())
+    }
+
+    /// Makes the blocks of `stream`'s kernels fill the lowest-numbered CUs
+    /// with room, one CU after another, instead of spreading evenly over
+    /// every CU (the hardware dispatcher's round-robin, the default).
+    ///
+    /// This is how REEF's `dkp` kernel places a real-time kernel (§5.1,
+    /// Fig. 12): the fused kernel's blocks read their CU id and the first
+    /// CUs, as many as the real-time kernel needs at its occupancy, run it;
+    /// the rest are left whole for padded best-effort blocks. The model's
+    /// block time does not depend on how many blocks share a CU (see
+    /// `docs/gpu-model.md`), so packing changes where blocks go, not how
+    /// long they take.
+    pub fn set_packed_placement(&mut self, stream: StreamId, packed: bool) -> Result<(), OpError> {
+        let s = self.stream_index(stream)?;
+        self.streams[s].packed = packed;
+        Ok(())
+    }
+
+    /// Launches a kernel on `stream` at the current time: it enters the host
+    /// queue. Returns its execution index and tag.
+    pub fn launch(&mut self, stream: StreamId, k: KernelLaunch) -> Result<KernelRef, OpError> {
+        let s = self.stream_index(stream)?;
+        let (id, kref) = self.admit(s, &k, false)?;
+        self.streams[s].hq.push_back(id);
+        self.pump();
+        Ok(kref)
+    }
+
+    /// Launches a kernel on `stream` fused with `with`, the kernel of
+    /// stream `host` that is dispatching or running (REEF §5.1, dynamic
+    /// kernel padding: one launch carries both). The padded kernel skips the
+    /// host queue, the host push, the device queue and the command-processor
+    /// fetch: it is dispatchable at once, at `host`'s priority, beside the
+    /// hardware queues (it blocks no head). Its blocks still wait for free
+    /// CU resources, and it finishes, is evicted, aborted or killed like any
+    /// kernel of `stream`.
+    ///
+    /// `stream` must be idle (nothing queued or running, no preemption
+    /// under way), so the padded kernel overtakes nothing of its own stream.
+    pub fn launch_padded(
+        &mut self,
+        stream: StreamId,
+        k: KernelLaunch,
+        host: StreamId,
+        with: KernelRef,
+    ) -> Result<KernelRef, OpError> {
+        let s = self.stream_index(stream)?;
+        let hs = self.stream_index(host)?;
+        let hosting = self.streams[hs].active.is_some_and(|id| {
+            let hk = &self.kernels[id as usize];
+            hk.exec == with.exec_index && hk.tag == with.tag
+        });
+        if !hosting {
+            return Err(OpError::NotDispatching {
+                tag: k.tag,
+                host_stream: host.0,
+                host_exec: with.exec_index,
+            });
+        }
+        let st = &self.streams[s];
+        if !st.idle() || !st.hq.is_empty() || st.pending.is_some() {
+            return Err(OpError::StreamBusy {
+                tag: k.tag,
+                stream: stream.0,
+            });
+        }
+        let (id, kref) = self.admit(s, &k, true)?;
+        self.streams[s].in_fused += 1;
+        self.fused.push(Fused {
+            kernel: id,
+            priority: self.streams[hs].priority,
+            since: self.now,
+        });
+        self.pump();
+        Ok(kref)
+    }
+
+    /// Checks launch `k` for stream `s` and allocates its kernel.
+    fn admit(
+        &mut self,
+        s: usize,
+        k: &KernelLaunch,
+        fused: bool,
+    ) -> Result<(u32, KernelRef), OpError> {
+        if k.grid_blocks == 0 || k.threads_per_block == 0 || k.threads_per_block > 1024 {
+            return Err(OpError::EmptyKernel {
+                tag: k.tag,
+                grid_blocks: k.grid_blocks,
+                threads: k.threads_per_block,
+            });
+        }
+        let intensity = k
+            .mem_intensity
+            .unwrap_or(self.profile.memory.default_intensity);
+        if !(intensity.is_finite() && (0.0..=1.0).contains(&intensity)) {
+            return Err(OpError::BadIntensity {
+                tag: k.tag,
+                value: intensity,
+            });
+        }
+        let fp = Footprint::new(
+            &self.profile,
+            k.threads_per_block,
+            k.regs_per_thread,
+            k.shared_mem,
+        );
+        let (per_cu, limit) = blocks_per_cu(&self.profile, &fp);
+        if per_cu == 0 {
+            let cu = &self.profile.cu;
+            let (need, have) = match limit {
+                Limit::Threads => (fp.threads.into(), cu.max_threads.into()),
+                Limit::SharedMem => (fp.shared_mem.into(), cu.shared_mem_bytes.into()),
+                Limit::BlockSlots => (1, cu.max_blocks.into()),
+                Limit::Registers => (fp.registers(), cu.max_registers.into()),
+            };
+            return Err(OpError::DoesNotFit {
+                tag: k.tag,
+                limit,
+                need,
+                have,
+                profile: self.profile.name.clone(),
+            });
+        }
+        let standalone = u64::from(per_cu)
+            .saturating_mul(u64::from(self.profile.compute_units))
+            .min(u64::from(k.grid_blocks));
+        let st = &mut self.streams[s];
+        let exec = st.next_exec;
+        st.next_exec += 1;
+        let kern = Kern {
+            stream: s as u32,
+            exec,
+            tag: k.tag,
+            fp,
+            grid: k.grid_blocks,
+            blocks_left: k.grid_blocks,
+            blocks_running: 0,
+            block_time: k.block_time_ns,
+            intensity,
+            demand_per_block: (intensity * DEMAND_ONE / standalone as f64).round() as u64,
+            started: false,
+            aborted: false,
+            fused,
+            push_seq: 0,
+        };
+        let id = match self.free_kernels.pop() {
+            Some(id) => {
+                self.kernels[id as usize] = kern;
+                id
+            }
+            None => {
+                self.kernels.push(kern);
+                (self.kernels.len() - 1) as u32
+            }
+        };
+        Ok((
+            id,
+            KernelRef {
+                exec_index: exec,
+                tag: k.tag,
+            },
+        ))
+    }
+
+    /// Drops every kernel in the stream's host queue at once (REEF §4.2,
+    /// asynchronous memory reclamation: no device cost). Starts a preemption
+    /// of the stream if none is under way.
+    pub fn reset_host_queue(&mut self, stream: StreamId) -> Result<HostReset, OpError> {
+        let s = self.stream_index(stream)?;
+        self.ensure_pending(s);
+        let mut reset = HostReset {
+            dropped: 0,
+            first: None,
+        };
+        while let Some(id) = self.streams[s].hq.pop_front() {
+            let kref = self.kernels[id as usize].kref();
+            reset.dropped += 1;
+            reset.first.get_or_insert(kref);
+            if let Some(p) = self.streams[s].pending.as_mut() {
+                p.dropped_host += 1;
+                p.note(kref);
+            }
+            self.free_kernels.push(id);
+        }
+        self.pump();
+        Ok(reset)
+    }
+
+    /// Sets the stream's preemption flag (REEF §4.2, lazy eviction): kernels
+    /// in the device and hardware queues are still fetched, paying
+    /// `cp_fetch_ns` each, but exit on entry; blocks of a dispatching kernel
+    /// not yet placed exit too. Running blocks run on. Starts a preemption.
+    pub fn set_preempt_flag(&mut self, stream: StreamId) -> Result<(), OpError> {
+        let s = self.stream_index(stream)?;
+        self.ensure_pending(s);
+        self.streams[s].flag = true;
+        self.pump();
+        Ok(())
+    }
+
+    /// Kills the stream's kernel on the CUs (REEF §4.3): `kill_ns` from now
+    /// its blocks are gone, its CUs free, and it is reported
+    /// [`Outcome::Killed`]. Hits whichever kernel of the stream is on the
+    /// CUs when the kill lands. Starts a preemption.
+    pub fn kill_running(&mut self, stream: StreamId) -> Result<(), OpError> {
+        let s = self.stream_index(stream)?;
+        self.ensure_pending(s);
+        self.streams[s].kills_pending += 1;
+        let t = self.now + self.profile.preempt.kill_ns;
+        self.schedule(t, EvKind::KillDone { stream: s as u32 });
+        self.pump();
+        Ok(())
+    }
+
+    /// REEF's reset-based preemption (Figure 8, `preempt`): reset the host
+    /// queue, set the preemption flag, kill the running kernel.
+    pub fn preempt_reset(&mut self, stream: StreamId) -> Result<HostReset, OpError> {
+        let reset = self.reset_host_queue(stream)?;
+        self.set_preempt_flag(stream)?;
+        self.kill_running(stream)?;
+        Ok(reset)
+    }
+
+    /// The wait-based baseline: stop moving kernels out of the host queue
+    /// and wait for everything already in the device queue, the hardware
+    /// queue and on the CUs to finish.
+    pub fn wait_based_preempt(&mut self, stream: StreamId) -> Result<(), OpError> {
+        let s = self.stream_index(stream)?;
+        self.ensure_pending(s);
+        self.streams[s].paused = true;
+        self.pump();
+        Ok(())
+    }
+
+    /// Ends a finished preemption: clears the preemption flag and restarts
+    /// the host queue. Kernels launched from now on run normally.
+    pub fn resume(&mut self, stream: StreamId) -> Result<(), OpError> {
+        let s = self.stream_index(stream)?;
+        if let Some(p) = &self.streams[s].pending {
+            return Err(OpError::PreemptInProgress {
+                stream: stream.0,
+                requested_at: p.requested_at,
+            });
+        }
+        let st = &mut self.streams[s];
+        st.flag = false;
+        st.paused = false;
+        self.pump();
+        Ok(())
+    }
+
+    /// Where the stream's kernels are.
+    pub fn queue_lens(&self, stream: StreamId) -> Result<QueueLens, OpError> {
+        let st = &self.streams[self.stream_index(stream)?];
+        Ok(QueueLens {
+            host: st.hq.len(),
+            device: st.dq.len(),
+            hardware: (st.in_hwq + st.in_fused) as usize,
+            active: st.active.is_some(),
+        })
+    }
+
+    /// CUs with at least one resident block.
+    pub fn occupied_cus(&self) -> u32 {
+        self.occupied_cus
+    }
+
+    /// Resident blocks on CU `cu` (0 for an out-of-range index).
+    pub fn resident_blocks(&self, cu: usize) -> u32 {
+        self.cu_blocks.get(cu).copied().unwrap_or(0)
+    }
+
+    /// Integral of [`Self::occupied_cus`] over time, in CU-nanoseconds.
+    pub fn busy_cu_ns(&self) -> u128 {
+        self.busy_cu_ns
+    }
+
+    /// Share of CU time, from time 0 to now, that had a block resident.
+    pub fn utilisation(&self) -> f64 {
+        if self.now == 0 {
+            return 0.0;
+        }
+        self.busy_cu_ns as f64 / (self.now as f64 * f64::from(self.profile.compute_units))
+    }
+
+    /// Time of the next internal event, if any.
+    pub fn next_event_time(&self) -> Option<Ns> {
+        self.heap.peek().map(|Reverse(e)| e.t)
+    }
+
+    /// The next event, running the model forward as far as needed; `None`
+    /// once nothing is left to happen.
+    pub fn step(&mut self) -> Option<Event> {
+        loop {
+            if let Some(e) = self.out.pop_front() {
+                return Some(e);
+            }
+            if !self.advance(Ns::MAX) {
+                return None;
+            }
+        }
+    }
+
+    /// Runs every internal event up to and including time `t`, then sets the
+    /// clock to `t` (if later). Events produced wait in
+    /// [`Self::drain_events`] (or come out of [`Self::step`]).
+    pub fn run_until(&mut self, t: Ns) {
+        while self.advance(t) {}
+        if t > self.now {
+            self.advance_clock(t);
+        }
+    }
+
+    /// Takes the events produced so far.
+    pub fn drain_events(&mut self) -> std::collections::vec_deque::Drain<'_, Event> {
+        self.out.drain(..)
+    }
+
+    // ----- internals -----
+
+    fn stream_index(&self, stream: StreamId) -> Result<usize, OpError> {
+        let s = stream.0 as usize;
+        if s < self.streams.len() {
+            Ok(s)
+        } else {
+            Err(OpError::NoSuchStream(stream.0))
+        }
+    }
+
+    fn ensure_pending(&mut self, s: usize) {
+        let now = self.now;
+        self.streams[s].pending.get_or_insert_with(|| Pending {
+            requested_at: now,
+            ..Pending::default()
+        });
+    }
+
+    fn schedule(&mut self, t: Ns, kind: EvKind) {
+        self.seq += 1;
+        self.heap.push(Reverse(Ev {
+            t,
+            seq: self.seq,
+            kind,
+        }));
+    }
+
+    fn advance_clock(&mut self, t: Ns) {
+        self.busy_cu_ns += u128::from(self.occupied_cus) * u128::from(t - self.now);
+        self.now = t;
+    }
+
+    /// Handles every event at the earliest pending time if that is at most
+    /// `limit`; returns whether it did.
+    fn advance(&mut self, limit: Ns) -> bool {
+        let t = match self.heap.peek() {
+            Some(Reverse(e)) if e.t <= limit => e.t,
+            _ => return false,
+        };
+        self.advance_clock(t);
+        while let Some(Reverse(e)) = self.heap.peek().copied() {
+            if e.t != t {
+                break;
+            }
+            self.heap.pop();
+            match e.kind {
+                EvKind::HostPush { stream } => self.on_host_push(stream as usize),
+                EvKind::FetchDone { hwq } => self.on_fetch_done(hwq as usize),
+                EvKind::BlocksDone { group, generation } => self.on_blocks_done(group, generation),
+                EvKind::KillDone { stream } => self.on_kill(stream as usize),
+            }
+        }
+        self.pump();
+        true
+    }
+
+    /// Starts whatever can start now: host pushes, fetches, block dispatch;
+    /// then reports preemptions that have finished.
+    fn pump(&mut self) {
+        for s in 0..self.streams.len() {
+            let st = &self.streams[s];
+            if !st.pushing && !st.paused && !st.hq.is_empty() && st.dq.len() < st.dq_cap as usize {
+                self.streams[s].pushing = true;
+                let t = self.now + self.profile.queues.host_launch_ns;
+                self.schedule(t, EvKind::HostPush { stream: s as u32 });
+            }
+        }
+        for h in 0..self.hwqs.len() {
+            self.try_fetch(h);
+        }
+        self.dispatch();
+        for h in 0..self.hwqs.len() {
+            self.try_fetch(h);
+        }
+        self.report_preemptions();
+    }
+
+    fn on_host_push(&mut self, s: usize) {
+        let st = &mut self.streams[s];
+        st.pushing = false;
+        if let Some(id) = st.hq.pop_front() {
+            st.dq.push_back(id);
+            self.kernels[id as usize].push_seq = self.push_seq;
+            self.push_seq += 1;
+        }
+    }
+
+    fn try_fetch(&mut self, h: usize) {
+        let q = &self.hwqs[h];
+        if q.fetching.is_some() || q.fifo.len() > HWQ_LOOKAHEAD {
+            return;
+        }
+        let mut pick: Option<u32> = None;
+        for &s in &q.streams {
+            if let Some(&id) = self.streams[s as usize].dq.front() {
+                let better = match pick {
+                    None => true,
+                    Some(p) => {
+                        self.kernels[id as usize].push_seq < self.kernels[p as usize].push_seq
+                    }
+                };
+                if better {
+                    pick = Some(id);
+                }
+            }
+        }
+        if let Some(id) = pick {
+            self.hwqs[h].fetching = Some(id);
+            let t = self.now + self.profile.queues.cp_fetch_ns;
+            self.schedule(t, EvKind::FetchDone { hwq: h as u32 });
+        }
+    }
+
+    fn on_fetch_done(&mut self, h: usize) {
+        let Some(id) = self.hwqs[h].fetching.take() else {
+            return;
+        };
+        let s = self.kernels[id as usize].stream as usize;
+        let front = self.streams[s].dq.pop_front();
+        debug_assert_eq!(front, Some(id));
+        self.streams[s].in_hwq += 1;
+        let q = &mut self.hwqs[h];
+        q.fifo.push_back(id);
+        if q.fifo.len() == 1 {
+            q.head_since = self.now;
+        }
+    }
+
+    fn pop_head(&mut self, h: usize) {
+        let q = &mut self.hwqs[h];
+        if let Some(id) = q.fifo.pop_front() {
+            q.head_since = self.now;
+            let s = self.kernels[id as usize].stream as usize;
+            self.streams[s].in_hwq -= 1;
+        }
+    }
+
+    fn dispatch(&mut self) {
+        let mut heads = std::mem::take(&mut self.scratch_heads);
+        heads.clear();
+        for (h, q) in self.hwqs.iter().enumerate() {
+            if let Some(&id) = q.fifo.front() {
+                let s = self.kernels[id as usize].stream as usize;
+                heads.push((
+                    Reverse(self.streams[s].priority),
+                    q.head_since,
+                    false,
+                    h as u32,
+                ));
+            }
+        }
+        for (i, f) in self.fused.iter().enumerate() {
+            heads.push((Reverse(f.priority), f.since, true, i as u32));
+        }
+        heads.sort_unstable();
+        let mut fused_done = false;
+        for &(_, _, fused, h) in &heads {
+            if fused {
+                fused_done |= self.dispatch_fused(h as usize);
+                continue;
+            }
+            let h = h as usize;
+            while let Some(&id) = self.hwqs[h].fifo.front() {
+                let k = &self.kernels[id as usize];
+                let s = k.stream as usize;
+                if !k.started {
+                    if self.streams[s].active.is_some() {
+                        break; // waits for the previous kernel of its stream
+                    }
+                    if self.streams[s].flag {
+                        self.pop_head(h);
+                        self.finish(id, Outcome::Evicted);
+                        continue;
+                    }
+                } else if self.streams[s].flag {
+                    // The unplaced blocks see the flag on entry and exit.
+                    let k = &mut self.kernels[id as usize];
+                    k.blocks_left = 0;
+                    k.aborted = true;
+                    let done = k.blocks_running == 0;
+                    self.pop_head(h);
+                    if done {
+                        self.finish(id, Outcome::Aborted);
+                    }
+                    continue;
+                }
+                let placed = self.place(id);
+                let k = &mut self.kernels[id as usize];
+                if placed > 0 && !k.started {
+                    k.started = true;
+                    let kref = k.kref();
+                    self.streams[s].active = Some(id);
+                    self.out.push_back(Event::KernelStarted {
+                        t: self.now,
+                        stream: StreamId(s as u32),
+                        kernel: kref,
+                    });
+                }
+                if self.kernels[id as usize].blocks_left == 0 {
+                    self.pop_head(h);
+                } else {
+                    break; // head-of-line: nothing behind it may start
+                }
+            }
+        }
+        self.scratch_heads = heads;
+        if fused_done {
+            self.fused.retain(|f| f.kernel != u32::MAX);
+        }
+    }
+
+    /// Dispatches fused entry `i`; returns whether it is done with (then
+    /// its `kernel` is set to `u32::MAX`, for the caller to drop).
+    fn dispatch_fused(&mut self, i: usize) -> bool {
+        let id = self.fused[i].kernel;
+        let k = &self.kernels[id as usize];
+        let s = k.stream as usize;
+        if self.streams[s].flag {
+            // Exits on entry, like a queued kernel under lazy eviction.
+            let started = k.started;
+            self.fused[i].kernel = u32::MAX;
+            if started {
+                let k = &mut self.kernels[id as usize];
+                k.blocks_left = 0;
+                k.aborted = true;
+                if k.blocks_running == 0 {
+                    self.finish(id, Outcome::Aborted);
+                }
+            } else {
+                self.streams[s].in_fused -= 1;
+                self.finish(id, Outcome::Evicted);
+            }
+            return true;
+        }
+        let placed = self.place(id);
+        let k = &mut self.kernels[id as usize];
+        if placed > 0 && !k.started {
+            k.started = true;
+            let kref = k.kref();
+            self.streams[s].in_fused -= 1;
+            self.streams[s].active = Some(id);
+            self.out.push_back(Event::KernelStarted {
+                t: self.now,
+                stream: StreamId(s as u32),
+                kernel: kref,
+            });
+        }
+        if self.kernels[id as usize].blocks_left == 0 {
+            self.fused[i].kernel = u32::MAX;
+            return true;
+        }
+        false
+    }
+
+    /// Places as many unplaced blocks of kernel `id` as fit; returns how many.
+    fn place(&mut self, id: u32) -> u32 {
+        let ncu = self.cus.len();
+        let (fp, remaining) = {
+            let k = &self.kernels[id as usize];
+            (k.fp, k.blocks_left)
+        };
+        let mut total: u64 = 0;
+        let mut max_fit = 0;
+        for c in 0..ncu {
+            let f = self.cus[c].fit(&fp).0.min(remaining);
+            self.scratch_fit[c] = f;
+            total += u64::from(f);
+            max_fit = max_fit.max(f);
+        }
+        if total == 0 {
+            return 0;
+        }
+        let to_place = u32::try_from(total.min(u64::from(remaining))).unwrap_or(remaining);
+        let packed = self.streams[self.kernels[id as usize].stream as usize].packed;
+        // Water-filling: every CU gets min(fit, level - 1), then one more
+        // for CUs with room, round-robin from the cursor, until done.
+        let mut extra_from = 0;
+        if packed {
+            // Lowest CUs first, each filled before the next.
+            let mut left = to_place;
+            for f in self.scratch_fit.iter_mut() {
+                *f = (*f).min(left);
+                left -= *f;
+            }
+        } else if u64::from(to_place) < total {
+            let mut level = 1;
+            loop {
+                let s: u64 = self
+                    .scratch_fit
+                    .iter()
+                    .map(|&f| u64::from(f.min(level)))
+                    .sum();
+                if s >= u64::from(to_place) {
+                    break;
+                }
+                level += 1;
+            }
+            let mut base: u32 = 0;
+            for f in self.scratch_fit.iter_mut() {
+                let room = *f >= level;
+                *f = (*f).min(level - 1);
+                base += *f;
+                // Mark CUs that may take one more with the high bit.
+                if room {
+                    *f |= 1 << 31;
+                }
+            }
+            extra_from = to_place - base;
+        }
+        // Demand and slowdown, with this placement counted.
+        let k = &self.kernels[id as usize];
+        self.demand += k.demand_per_block * u64::from(to_place);
+        let d = self.demand as f64 / DEMAND_ONE;
+        let factor = 1.0 + self.profile.memory.contention * k.intensity * (d - 1.0).max(0.0);
+        let duration = (k.block_time as f64 * factor).round() as Ns;
+        let t_done = self.now + duration;
+        let mut last_extra = None;
+        for i in 0..ncu {
+            let c = (self.cursor + i) % ncu;
+            let mut m = self.scratch_fit[c];
+            if m & (1 << 31) != 0 {
+                m &= !(1 << 31);
+                if extra_from > 0 {
+                    m += 1;
+                    extra_from -= 1;
+                    last_extra = Some(c);
+                }
+            }
+            if m == 0 {
+                continue;
+            }
+            let banks = self.cus[c].take(&fp, m);
+            if self.cu_blocks[c] == 0 {
+                self.occupied_cus += 1;
+            }
+            self.cu_blocks[c] += m;
+            let g = Group {
+                cu: c as u32,
+                kernel: id,
+                count: m,
+                banks,
+                generation: 0,
+                live: true,
+            };
+            let gid = match self.free_groups.pop() {
+                Some(gid) => {
+                    let generation = self.groups[gid as usize].generation;
+                    self.groups[gid as usize] = Group { generation, ..g };
+                    gid
+                }
+                None => {
+                    self.groups.push(g);
+                    (self.groups.len() - 1) as u32
+                }
+            };
+            let generation = self.groups[gid as usize].generation;
+            self.schedule(
+                t_done,
+                EvKind::BlocksDone {
+                    group: gid,
+                    generation,
+                },
+            );
+        }
+        debug_assert_eq!(extra_from, 0);
+        if let Some(c) = last_extra {
+            self.cursor = (c + 1) % ncu;
+        }
+        let k = &mut self.kernels[id as usize];
+        k.blocks_left -= to_place;
+        k.blocks_running += to_place;
+        to_place
+    }
+
+    /// Frees group `gid`'s resources; returns its kernel.
+    fn release_group(&mut self, gid: u32) -> u32 {
+        let g = &mut self.groups[gid as usize];
+        g.live = false;
+        g.generation = g.generation.wrapping_add(1);
+        let (c, kid, count, banks) = (g.cu as usize, g.kernel, g.count, g.banks);
+        self.free_groups.push(gid);
+        let k = &mut self.kernels[kid as usize];
+        k.blocks_running -= count;
+        self.cus[c].give(&k.fp, count, &banks);
+        self.demand -= k.demand_per_block * u64::from(count);
+        self.cu_blocks[c] -= count;
+        if self.cu_blocks[c] == 0 {
+            self.occupied_cus -= 1;
+        }
+        kid
+    }
+
+    fn on_blocks_done(&mut self, gid: u32, generation: u32) {
+        let g = &self.groups[gid as usize];
+        if !g.live || g.generation != generation {
+            return; // killed earlier
+        }
+        let kid = self.release_group(gid);
+        let k = &self.kernels[kid as usize];
+        if k.blocks_running == 0 && k.blocks_left == 0 {
+            let outcome = if k.aborted {
+                Outcome::Aborted
+            } else {
+                Outcome::Completed
+            };
+            self.finish(kid, outcome);
+        }
+    }
+
+    fn on_kill(&mut self, s: usize) {
+        self.streams[s].kills_pending -= 1;
+        let Some(kid) = self.streams[s].active else {
+            return;
+        };
+        for gid in 0..self.groups.len() as u32 {
+            let g = &self.groups[gid as usize];
+            if g.live && g.kernel == kid {
+                self.release_group(gid);
+            }
+        }
+        if self.kernels[kid as usize].blocks_left > 0 {
+            self.kernels[kid as usize].blocks_left = 0;
+            if self.kernels[kid as usize].fused {
+                // Still dispatching beside its host kernel.
+                self.fused.retain(|f| f.kernel != kid);
+            } else {
+                // Still dispatching, so it is the head of its hardware queue.
+                let h = self.streams[s].hwq as usize;
+                debug_assert_eq!(self.hwqs[h].fifo.front(), Some(&kid));
+                self.pop_head(h);
+            }
+        }
+        self.finish(kid, Outcome::Killed);
+    }
+
+    fn finish(&mut self, id: u32, outcome: Outcome) {
+        let k = &self.kernels[id as usize];
+        let s = k.stream as usize;
+        let kref = k.kref();
+        let st = &mut self.streams[s];
+        if st.active == Some(id) {
+            st.active = None;
+        }
+        if let Some(p) = st.pending.as_mut() {
+            match outcome {
+                Outcome::Completed => {}
+                Outcome::Evicted | Outcome::Aborted => p.evicted += 1,
+                Outcome::Killed => p.killed += 1,
+            }
+            if outcome != Outcome::Completed {
+                p.note(kref);
+            }
+        }
+        let work_ns = if outcome == Outcome::Completed {
+            Ns::from(self.kernels[id as usize].grid) * self.kernels[id as usize].block_time
+        } else {
+            0
+        };
+        self.free_kernels.push(id);
+        self.out.push_back(Event::KernelFinished {
+            t: self.now,
+            stream: StreamId(s as u32),
+            kernel: kref,
+            outcome,
+            work_ns,
+        });
+    }
+
+    fn report_preemptions(&mut self) {
+        for s in 0..self.streams.len() {
+            let st = &self.streams[s];
+            if st.pending.is_none() || !st.idle() {
+                continue;
+            }
+            let held = if st.paused { st.hq.len() as u32 } else { 0 };
+            let held_first = st.hq.front().map(|&id| self.kernels[id as usize].kref());
+            let Some(mut p) = self.streams[s].pending.take() else {
+                continue;
+            };
+            if let Some(k) = held_first {
+                p.note(k);
+            }
+            self.out.push_back(Event::Preempted(PreemptReport {
+                stream: StreamId(s as u32),
+                requested_at: p.requested_at,
+                idle_at: self.now,
+                dropped_host: p.dropped_host,
+                evicted: p.evicted,
+                killed: p.killed,
+                held_host: held,
+                first_incomplete: p.first,
+            }));
+        }
+    }
+}
+
+mod interface;
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use sluice_model::ModelRegistry;
+
+    fn uniform(grid: u32, threads: u32, smem: u32, block_ns: Ns, tag: u64) -> KernelLaunch {
+        KernelLaunch {
+            grid_blocks: grid,
+            threads_per_block: threads,
+            regs_per_thread: 32,
+            shared_mem: smem,
+            block_time_ns: block_ns,
+            idempotent: true,
+            mem_intensity: None,
+            tag,
+        }
+    }
+
+    fn drain_all(gpu: &mut GpuSim) -> Vec<Event> {
+        let mut v = Vec::new();
+        // Watchdog: no test scenario needs anywhere near this many events.
+        for _ in 0..10_000_000 {
+            match gpu.step() {
+                Some(e) => v.push(e),
+                None => return v,
+            }
+        }
+        panic!("model did not go idle");
+    }
+
+    fn run_until_preempted(gpu: &mut GpuSim) -> PreemptReport {
+        for _ in 0..10_000_000 {
+            match gpu.step() {
+                Some(Event::Preempted(r)) => return r,
+                Some(_) => {}
+                None => panic!("model went idle without a Preempted event"),
+            }
+        }
+        panic!("no Preempted event");
+    }
+
+    fn started(events: &[Event], stream: StreamId, tag: u64) -> Option<Ns> {
+        events.iter().find_map(|e| match e {
+            Event::KernelStarted {
+                t,
+                stream: s,
+                kernel,
+            } if *s == stream && kernel.tag == tag => Some(*t),
+            _ => None,
+        })
+    }
+
+    fn finished(events: &[Event], stream: StreamId, tag: u64) -> Option<(Ns, Outcome)> {
+        events.iter().find_map(|e| match e {
+            Event::KernelFinished {
+                t,
+                stream: s,
+                kernel,
+                outcome,
+                ..
+            } if *s == stream && kernel.tag == tag => Some((*t, *outcome)),
+            _ => None,
+        })
+    }
+
+    /// REEF Figure 19's set-up: `n` kernels of `kernel_ns` each, one full
+    /// round of blocks on the MI50, all launched at 0; preempted once every
+    /// kernel has reached the device (or, with a capacity-4 device queue,
+    /// the host queue) and the current kernel is half done.
+    fn fig19(n: u64, kernel_ns: Ns, reset: bool) -> PreemptReport {
+        fig19_run(n, kernel_ns, reset).0
+    }
+
+    /// [`fig19`], also returning how many kernels completed before the
+    /// preemption finished.
+    fn fig19_run(n: u64, kernel_ns: Ns, reset: bool) -> (PreemptReport, u64) {
+        let p = DeviceProfile::mi50();
+        let q = p.queues.clone();
+        let mut gpu = GpuSim::new(p);
+        let s = gpu.create_stream(0);
+        if reset {
+            gpu.set_dq_capacity(s, 4).unwrap();
+        }
+        for i in 0..n {
+            gpu.launch(s, uniform(60, 256, 0, kernel_ns, i)).unwrap();
+        }
+        gpu.run_until(n * q.host_launch_ns + q.cp_fetch_ns + kernel_ns / 2);
+        if reset {
+            gpu.preempt_reset(s).unwrap();
+        } else {
+            gpu.wait_based_preempt(s).unwrap();
+        }
+        let mut completed = 0;
+        for _ in 0..10_000_000 {
+            match gpu.step() {
+                Some(Event::Preempted(r)) => return (r, completed),
+                Some(Event::KernelFinished {
+                    outcome: Outcome::Completed,
+                    ..
+                }) => completed += 1,
+                Some(_) => {}
+                None => break,
+            }
+        }
+        panic!("no Preempted event");
+    }
+
+    #[test]
+    fn reset_latency_is_flat_in_queued_kernels_while_wait_grows() {
+        let p = DeviceProfile::mi50();
+        let bound = p.preempt.kill_ns + 7 * p.queues.cp_fetch_ns;
+        let counts = [10, 100, 1000];
+        let wait: Vec<Ns> = counts
+            .iter()
+            .map(|&n| fig19(n, 100_000, false).latency_ns())
+            .collect();
+        let reset: Vec<Ns> = counts
+            .iter()
+            .map(|&n| fig19(n, 100_000, true).latency_ns())
+            .collect();
+        assert!(wait[2] > 10 * wait[0], "wait {wait:?}");
+        assert!(
+            wait[1] > 3 * wait[0] && wait[2] > 3 * wait[1],
+            "wait {wait:?}"
+        );
+        let (lo, hi) = (reset.iter().min().unwrap(), reset.iter().max().unwrap());
+        assert!(
+            *hi <= 2 * *lo && *hi <= bound,
+            "reset {reset:?} (bound {bound})"
+        );
+        for (w, r) in wait.iter().zip(&reset) {
+            assert!(r < w, "reset {reset:?} wait {wait:?}");
+        }
+    }
+
+    #[test]
+    fn reset_latency_is_flat_in_kernel_length_while_wait_grows() {
+        let lengths = [10_000, 100_000, 1_000_000];
+        let wait: Vec<Ns> = lengths
+            .iter()
+            .map(|&l| fig19(100, l, false).latency_ns())
+            .collect();
+        let reset: Vec<Ns> = lengths
+            .iter()
+            .map(|&l| fig19(100, l, true).latency_ns())
+            .collect();
+        assert!(wait[2] > 10 * wait[0], "wait {wait:?}");
+        assert!(wait[2] > 5 * wait[1], "wait {wait:?}");
+        let (lo, hi) = (reset.iter().min().unwrap(), reset.iter().max().unwrap());
+        assert!(*hi <= 2 * *lo, "reset {reset:?}");
+        assert!(reset[2] * 20 < wait[2], "reset {reset:?} wait {wait:?}");
+    }
+
+    #[test]
+    fn reset_report_says_what_was_dropped_and_where_to_restore() {
+        let (r, completed) = fig19_run(100, 100_000, true);
+        // Half-way through a kernel: it is killed, the next one or two sit
+        // in the hardware queue, four in the device queue, the rest in the
+        // host queue.
+        assert!(completed > 0);
+        assert_eq!(r.killed, 1, "{r:?}");
+        assert_eq!(r.first_incomplete.map(|k| k.tag), Some(completed), "{r:?}");
+        assert_eq!(
+            u64::from(r.dropped_host + r.evicted + r.killed),
+            100 - completed,
+            "{r:?}"
+        );
+        assert!((4..=6).contains(&r.evicted), "{r:?}");
+        assert_eq!(r.held_host, 0);
+    }
+
+    /// Runs resnet152 alone on the MI50 with device-queue capacity `cap`:
+    /// (standalone execution time, reset-based preemption latency at 4 ms).
+    fn fig21(cap: u32) -> (Ns, Ns) {
+        let reg = ModelRegistry::builtin();
+        let (_, m) = reg.lookup("resnet152").unwrap();
+        let run = |preempt_at: Option<Ns>| {
+            let mut gpu = GpuSim::new(DeviceProfile::mi50());
+            let s = gpu.create_stream(0);
+            gpu.set_dq_capacity(s, cap).unwrap();
+            for (i, k) in m.manifest.kernels.iter().enumerate() {
+                gpu.launch(s, KernelLaunch::from_model(k, i as u64))
+                    .unwrap();
+            }
+            match preempt_at {
+                Some(t) => {
+                    gpu.run_until(t);
+                    gpu.preempt_reset(s).unwrap();
+                    run_until_preempted(&mut gpu).latency_ns()
+                }
+                None => {
+                    drain_all(&mut gpu);
+                    gpu.now()
+                }
+            }
+        };
+        (run(None), run(Some(4_000_000)))
+    }
+
+    #[test]
+    fn smaller_device_queue_preempts_faster_but_runs_slower() {
+        let fetch = DeviceProfile::mi50().queues.cp_fetch_ns;
+        let caps = [1, 2, 4, 16, 64];
+        let r: Vec<(Ns, Ns)> = caps.iter().map(|&c| fig21(c)).collect();
+        for w in r.windows(2) {
+            let ((exec_a, pre_a), (exec_b, pre_b)) = (w[0], w[1]);
+            assert!(
+                exec_b <= exec_a,
+                "execution time must not grow with capacity: {r:?}"
+            );
+            // One fetch of slack: where the fetch engine is in its cycle
+            // when the preemption lands is a matter of phase.
+            assert!(
+                pre_b + fetch >= pre_a,
+                "preemption latency must grow with capacity: {r:?}"
+            );
+        }
+        let (first, last) = (r[0], r[r.len() - 1]);
+        assert!(first.0 > last.0, "capacity 1 should cost time: {r:?}");
+        assert!(
+            last.1 > 5 * first.1,
+            "capacity 64 should preempt >5x slower: {r:?}"
+        );
+    }
+
+    #[test]
+    fn capacity_one_starves_short_kernels() {
+        // Kernels shorter than a host push plus a fetch: with one slot the
+        // host can only refill after each fetch, so the device idles.
+        let p = DeviceProfile::mi50();
+        let (h, f) = (p.queues.host_launch_ns, p.queues.cp_fetch_ns);
+        let run = |cap: u32| {
+            let mut gpu = GpuSim::new(DeviceProfile::mi50());
+            let s = gpu.create_stream(0);
+            gpu.set_dq_capacity(s, cap).unwrap();
+            for i in 0..200 {
+                gpu.launch(s, uniform(60, 256, 0, 15_000, i)).unwrap();
+            }
+            drain_all(&mut gpu);
+            gpu.now()
+        };
+        let (one, four) = (run(1), run(4));
+        // One kernel per push + fetch against one per fetch.
+        assert!(one * f >= four * (h + f) * 9 / 10, "{one} vs {four}");
+        assert_eq!(run(64), four);
+    }
+
+    /// A 2-CU device with `hw_queues` hardware queues and 1 µs queue costs.
+    fn tiny(hw_queues: u32) -> DeviceProfile {
+        let mut p = DeviceProfile::gv100();
+        p.name = "tiny".into();
+        p.compute_units = 2;
+        p.cu.max_threads = 1024;
+        p.cu.shared_mem_bytes = 65536;
+        p.queues.hw_queues = hw_queues;
+        p.queues.dq_capacity = 16;
+        p.queues.host_launch_ns = 1_000;
+        p.queues.cp_fetch_ns = 1_000;
+        p
+    }
+
+    /// A fills both CUs' shared memory for 1 ms; B cannot fit beside it; C
+    /// could. Four streams: A on 0, B on 1, C on 3.
+    fn hol(hw_queues: u32) -> (Vec<Event>, [StreamId; 4]) {
+        let mut gpu = GpuSim::new(tiny(hw_queues));
+        let s = [0; 4].map(|_| gpu.create_stream(0));
+        gpu.launch(s[0], uniform(2, 512, 49152, 1_000_000, 0))
+            .unwrap();
+        gpu.launch(s[1], uniform(1, 64, 32768, 10_000, 1)).unwrap();
+        gpu.launch(s[3], uniform(1, 64, 0, 10_000, 2)).unwrap();
+        (drain_all(&mut gpu), s)
+    }
+
+    #[test]
+    fn head_of_line_blocking_with_too_few_hardware_queues() {
+        // Two hardware queues: streams 1 and 3 share queue 1, B is its head
+        // and cannot fit, so C waits behind it although C fits.
+        let (ev, s) = hol(2);
+        let (a_end, _) = finished(&ev, s[0], 0).unwrap();
+        let b_start = started(&ev, s[1], 1).unwrap();
+        let c_start = started(&ev, s[3], 2).unwrap();
+        assert_eq!(b_start, a_end);
+        assert!(
+            c_start >= a_end,
+            "C started at {c_start}, A ended at {a_end}"
+        );
+
+        // Four hardware queues: C has its own and starts at once.
+        let (ev, s) = hol(4);
+        let (a_end, _) = finished(&ev, s[0], 0).unwrap();
+        let c_start = started(&ev, s[3], 2).unwrap();
+        assert!(
+            c_start < a_end / 100,
+            "C started at {c_start}, A ended at {a_end}"
+        );
+        assert_eq!(started(&ev, s[1], 1), Some(a_end));
+    }
+
+    #[test]
+    fn vgg19_alone_takes_its_manifest_time_plus_queue_costs() {
+        let p = DeviceProfile::mi50();
+        let (h, f) = (p.queues.host_launch_ns, p.queues.cp_fetch_ns);
+        let reg = ModelRegistry::builtin();
+        let (_, m) = reg.lookup("vgg19").unwrap();
+        let mut gpu = GpuSim::new(p);
+        let s = gpu.create_stream(0);
+        for (i, k) in m.manifest.kernels.iter().enumerate() {
+            gpu.launch(s, KernelLaunch::from_model(k, i as u64))
+                .unwrap();
+        }
+        let ev = drain_all(&mut gpu);
+        let done = ev
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Event::KernelFinished {
+                        outcome: Outcome::Completed,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(done, m.manifest.kernels.len());
+        let total = gpu.now();
+        // "Close": at least the manifest total plus the first kernel's host
+        // push and fetch; at most that with every kernel shorter than a
+        // fetch padded to one fetch (the fetch engine serves one kernel per
+        // `cp_fetch_ns`), plus 1 µs per kernel for the 3-decimal rounding of
+        // block times in the manifests.
+        let sum: Ns = m.manifest.kernels.iter().map(|k| k.kernel_time_ns()).sum();
+        let padded: Ns = m
+            .manifest
+            .kernels
+            .iter()
+            .map(|k| k.kernel_time_ns().max(f))
+            .sum();
+        let n = m.manifest.kernels.len() as Ns;
+        assert!(
+            total + n * 1_000 >= sum + h + f,
+            "{total} < {sum} + {h} + {f}"
+        );
+        assert!(
+            total <= padded + h + f + n * 1_000,
+            "{total} > {padded} + {h} + {f}"
+        );
+        assert_eq!(m.total_time_ns, sum);
+        // Alone at most one kernel runs, so no co-run slowdown applies.
+        assert!(gpu.utilisation() > 0.5 && gpu.utilisation() <= 1.0);
+    }
+
+    #[test]
+    fn kill_frees_the_cus_after_the_kill_cost() {
+        let p = tiny(4);
+        let kill = p.preempt.kill_ns;
+        let mut gpu = GpuSim::new(p);
+        let be = gpu.create_stream(0);
+        let rt = gpu.create_stream(1);
+        gpu.launch(be, uniform(2, 512, 49152, 1_000_000, 0))
+            .unwrap();
+        gpu.launch(be, uniform(2, 512, 49152, 1_000_000, 1))
+            .unwrap();
+        gpu.run_until(100_000);
+        gpu.launch(rt, uniform(2, 64, 32768, 10_000, 9)).unwrap();
+        gpu.run_until(200_000);
+        gpu.preempt_reset(be).unwrap();
+        let ev = drain_all(&mut gpu);
+        assert_eq!(started(&ev, rt, 9), Some(200_000 + kill));
+        assert_eq!(
+            finished(&ev, be, 0),
+            Some((200_000 + kill, Outcome::Killed))
+        );
+        // Kernel 1 was fetched behind kernel 0 and exits on entry.
+        assert_eq!(
+            finished(&ev, be, 1),
+            Some((200_000 + kill, Outcome::Evicted))
+        );
+        assert_eq!(started(&ev, be, 1), None);
+        let r = ev
+            .iter()
+            .find_map(|e| match e {
+                Event::Preempted(r) => Some(r.clone()),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!((r.killed, r.evicted, r.dropped_host), (1, 1, 0));
+        assert_eq!(r.latency_ns(), kill);
+        assert_eq!(r.first_incomplete.map(|k| k.exec_index), Some(0));
+    }
+
+    #[test]
+    fn padded_kernel_pays_no_fetch_and_still_respects_occupancy() {
+        let p = tiny(4);
+        let (push, fetch) = (p.queues.host_launch_ns, p.queues.cp_fetch_ns);
+        let mut gpu = GpuSim::new(p);
+        let rt = gpu.create_stream(1);
+        let [a, b, c, d] = [0; 4].map(|_| gpu.create_stream(0));
+        // RT: one 512-thread block per CU, leaving 512 threads on each.
+        gpu.launch(rt, uniform(2, 512, 16384, 100_000, 9)).unwrap();
+        let mut ev = Vec::new();
+        let host = loop {
+            match gpu.step().unwrap() {
+                Event::KernelStarted { kernel, .. } => break kernel,
+                e => ev.push(e),
+            }
+        };
+        let t0 = gpu.now();
+        assert_eq!(t0, push + fetch);
+        // A rides the RT launch: no push, no fetch, it fills the rest.
+        let pa = uniform(2, 512, 0, 10_000, 1);
+        gpu.launch_padded(a, pa.clone(), rt, host).unwrap();
+        // B rides too but no thread is left: it waits for A's blocks.
+        gpu.launch_padded(b, pa.clone(), rt, host).unwrap();
+        // C, launched the ordinary way at the same time, pays both.
+        gpu.launch(c, uniform(1, 64, 0, 10_000, 3)).unwrap();
+        // D rides too, and is preempted before it can place a block.
+        gpu.launch_padded(d, pa.clone(), rt, host).unwrap();
+        assert_eq!(gpu.queue_lens(d).unwrap().hardware, 1);
+        // Only an idle stream takes a fused launch, only beside a live host.
+        assert!(matches!(
+            gpu.launch_padded(b, pa.clone(), rt, host),
+            Err(OpError::StreamBusy { .. })
+        ));
+        let gone = KernelRef {
+            exec_index: 7,
+            tag: 9,
+        };
+        let e = gpu.launch_padded(c, pa.clone(), rt, gone).unwrap_err();
+        assert!(matches!(e, OpError::NotDispatching { host_exec: 7, .. }));
+        gpu.preempt_reset(d).unwrap();
+        ev.extend(drain_all(&mut gpu));
+        assert_eq!(started(&ev, a, 1), Some(t0));
+        assert_eq!(finished(&ev, a, 1), Some((t0 + 10_000, Outcome::Completed)));
+        assert_eq!(started(&ev, b, 1), Some(t0 + 10_000));
+        assert_eq!(finished(&ev, b, 1), Some((t0 + 20_000, Outcome::Completed)));
+        assert!(started(&ev, c, 3).unwrap() >= t0 + push + fetch);
+        assert_eq!(finished(&ev, d, 1), Some((t0, Outcome::Evicted)));
+        assert_eq!(started(&ev, d, 1), None);
+        assert_eq!(
+            finished(&ev, rt, 9),
+            Some((t0 + 100_000, Outcome::Completed))
+        );
+        assert!(
+            ev.iter()
+                .any(|e| matches!(e, Event::Preempted(r) if r.stream == d))
+        );
+    }
+
+    #[test]
+    fn lazy_eviction_pays_a_fetch_per_queued_kernel() {
+        let p = DeviceProfile::mi50();
+        let f = p.queues.cp_fetch_ns;
+        let mut gpu = GpuSim::new(p);
+        let s = gpu.create_stream(0);
+        gpu.set_dq_capacity(s, 8).unwrap();
+        for i in 0..50 {
+            gpu.launch(s, uniform(60, 256, 0, 100_000, i)).unwrap();
+        }
+        gpu.run_until(1_000_000);
+        let mut completed = gpu
+            .drain_events()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Event::KernelFinished {
+                        outcome: Outcome::Completed,
+                        ..
+                    }
+                )
+            })
+            .count() as u64;
+        let before = gpu.queue_lens(s).unwrap();
+        assert_eq!(before.device, 8);
+        // Flag and host-queue reset only: the running kernel runs on.
+        let reset = gpu.reset_host_queue(s).unwrap();
+        gpu.set_preempt_flag(s).unwrap();
+        assert_eq!(reset.dropped as usize, before.host);
+        let mut evicted_at = Vec::new();
+        let completed_before = completed;
+        let report = loop {
+            match gpu.step().unwrap() {
+                Event::KernelFinished { t, outcome, .. } => match outcome {
+                    Outcome::Evicted => evicted_at.push(t),
+                    Outcome::Completed => completed += 1,
+                    o => panic!("unexpected {o:?}"),
+                },
+                Event::KernelStarted { kernel, .. } => panic!("{kernel:?} started after the flag"),
+                Event::Preempted(r) => break r,
+            }
+        };
+        assert_eq!(
+            completed,
+            completed_before + 1,
+            "the running kernel completes"
+        );
+        assert_eq!(report.evicted as usize, evicted_at.len());
+        assert_eq!(evicted_at.len(), before.device + before.hardware);
+        assert_eq!(report.killed, 0);
+        // The device-queue kernels leave one fetch apart.
+        let dq = &evicted_at[evicted_at.len() - before.device..];
+        assert!(dq.windows(2).all(|w| w[1] - w[0] == f), "{evicted_at:?}");
+        assert_eq!(report.idle_at, *evicted_at.last().unwrap());
+        assert_eq!(report.first_incomplete.unwrap().exec_index, completed);
+    }
+
+    #[test]
+    fn wait_based_holds_the_host_queue_and_resume_runs_it() {
+        let mut gpu = GpuSim::new(DeviceProfile::mi50());
+        let s = gpu.create_stream(0);
+        gpu.set_dq_capacity(s, 2).unwrap();
+        for i in 0..20 {
+            gpu.launch(s, uniform(60, 256, 0, 100_000, i)).unwrap();
+        }
+        gpu.run_until(500_000);
+        gpu.wait_based_preempt(s).unwrap();
+        let r = run_until_preempted(&mut gpu);
+        assert_eq!((r.dropped_host, r.evicted, r.killed), (0, 0, 0));
+        let first = r.first_incomplete.unwrap();
+        assert_eq!(r.held_host as u64, 20 - first.exec_index);
+        assert!(gpu.resume(s).is_ok());
+        let ev = drain_all(&mut gpu);
+        let done = ev
+            .iter()
+            .filter(|e| {
+                matches!(
+                    e,
+                    Event::KernelFinished {
+                        outcome: Outcome::Completed,
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(done as u64, 20 - first.exec_index);
+    }
+
+    #[test]
+    fn restore_from_the_execution_index_completes_every_kernel_once() {
+        let reg = ModelRegistry::builtin();
+        let (_, m) = reg.lookup("vgg19").unwrap();
+        let kernels = &m.manifest.kernels;
+        let mut gpu = GpuSim::new(DeviceProfile::mi50());
+        let s = gpu.create_stream(0);
+        gpu.set_dq_capacity(s, 4).unwrap();
+        for (i, k) in kernels.iter().enumerate() {
+            gpu.launch(s, KernelLaunch::from_model(k, i as u64))
+                .unwrap();
+        }
+        gpu.run_until(1_500_000);
+        gpu.preempt_reset(s).unwrap();
+        let mut completed = vec![0u32; kernels.len()];
+        let mut tally = |ev: &[Event]| {
+            for e in ev {
+                if let Event::KernelFinished {
+                    kernel,
+                    outcome: Outcome::Completed,
+                    ..
+                } = e
+                {
+                    completed[kernel.tag as usize] += 1;
+                }
+            }
+        };
+        let mut ev: Vec<Event> = gpu.drain_events().collect();
+        let r = loop {
+            match gpu.step().unwrap() {
+                Event::Preempted(r) => break r,
+                e => ev.push(e),
+            }
+        };
+        tally(&ev);
+        let from = r.first_incomplete.unwrap().tag as usize;
+        assert!(from > 0 && from < kernels.len(), "{r:?}");
+        gpu.resume(s).unwrap();
+        for (i, k) in kernels.iter().enumerate().skip(from) {
+            gpu.launch(s, KernelLaunch::from_model(k, i as u64))
+                .unwrap();
+        }
+        tally(&drain_all(&mut gpu));
+        assert!(completed.iter().all(|&c| c == 1), "{completed:?}");
+    }
+
+    #[test]
+    fn co_running_memory_bound_kernels_slow_each_other_down() {
+        let run = |intensity: f64, streams: u32| {
+            let mut gpu = GpuSim::new(DeviceProfile::mi50());
+            for i in 0..streams {
+                let s = gpu.create_stream(0);
+                let mut k = uniform(20, 256, 0, 100_000, u64::from(i));
+                k.mem_intensity = Some(intensity);
+                gpu.launch(s, k).unwrap();
+            }
+            drain_all(&mut gpu);
+            gpu.now()
+        };
+        let alone = run(0.9, 1);
+        assert_eq!(run(0.9, 1), run(0.0, 1), "no slowdown alone");
+        assert_eq!(run(0.0, 2), alone, "compute-bound kernels do not interfere");
+        let both = run(0.9, 2);
+        assert!(both > alone + 50_000, "{both} vs {alone}");
+        assert!(run(0.9, 3) > both);
+    }
+
+    #[test]
+    fn higher_priority_heads_dispatch_first() {
+        let mut gpu = GpuSim::new(tiny(4));
+        let lo = gpu.create_stream(0);
+        let hi = gpu.create_stream(5);
+        let filler = gpu.create_stream(0);
+        gpu.launch(filler, uniform(2, 1024, 0, 100_000, 0)).unwrap();
+        gpu.run_until(10_000);
+        gpu.launch(lo, uniform(2, 1024, 0, 100_000, 1)).unwrap();
+        gpu.launch(hi, uniform(2, 1024, 0, 100_000, 2)).unwrap();
+        let ev = drain_all(&mut gpu);
+        assert!(started(&ev, hi, 2).unwrap() < started(&ev, lo, 1).unwrap());
+    }
+
+    #[test]
+    fn the_same_inputs_give_the_same_trace() {
+        let trace = || {
+            let reg = ModelRegistry::builtin();
+            let mut gpu = GpuSim::new(DeviceProfile::gv100());
+            let rt = gpu.create_stream(1);
+            let be: Vec<StreamId> = (0..3).map(|_| gpu.create_stream(0)).collect();
+            for (j, name) in ["resnet152", "bert_base", "yolov3"].iter().enumerate() {
+                let (_, m) = reg.lookup(name).unwrap();
+                for (i, k) in m.manifest.kernels.iter().enumerate() {
+                    gpu.launch(be[j], KernelLaunch::from_model(k, i as u64))
+                        .unwrap();
+                }
+            }
+            gpu.run_until(2_000_000);
+            gpu.preempt_reset(be[0]).unwrap();
+            gpu.wait_based_preempt(be[1]).unwrap();
+            let (_, vgg) = reg.lookup("vgg19").unwrap();
+            for (i, k) in vgg.manifest.kernels.iter().enumerate() {
+                gpu.launch(rt, KernelLaunch::from_model(k, i as u64))
+                    .unwrap();
+            }
+            let mut ev: Vec<Event> = gpu.drain_events().collect();
+            ev.extend(drain_all(&mut gpu));
+            (ev, gpu.now(), gpu.busy_cu_ns())
+        };
+        let a = trace();
+        assert!(a.0.len() > 500);
+        assert_eq!(a, trace());
+    }
+
+    #[test]
+    fn bad_launches_are_refused_with_the_reason() {
+        let mut gpu = GpuSim::new(DeviceProfile::mi50());
+        let s = gpu.create_stream(0);
+        let e = gpu
+            .launch(s, uniform(1, 64, 128 * 1024, 1, 3))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("131072 shared-memory bytes") && e.contains("65536"),
+            "{e}"
+        );
+        let e = gpu
+            .launch(s, uniform(0, 64, 0, 1, 4))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("`4`") && e.contains("0 blocks"), "{e}");
+        let e = gpu
+            .launch(StreamId(9), uniform(1, 64, 0, 1, 5))
+            .unwrap_err();
+        assert_eq!(e, OpError::NoSuchStream(9));
+        let mut k = uniform(1, 64, 0, 1, 6);
+        k.mem_intensity = Some(2.0);
+        assert!(matches!(
+            gpu.launch(s, k),
+            Err(OpError::BadIntensity { .. })
+        ));
+        assert!(gpu.set_dq_capacity(s, 0).is_err());
+        gpu.launch(s, uniform(1, 64, 0, 1_000_000, 7)).unwrap();
+        gpu.wait_based_preempt(s).unwrap();
+        assert!(matches!(
+            gpu.resume(s),
+            Err(OpError::PreemptInProgress { .. })
+        ));
+    }
+
+    /// Prints the figures quoted in docs/gpu-model.md. Not a check (it
+    /// asserts nothing); run it with
+    /// `cargo test -p sluice-gpusim --release --lib tests::print_model_figures -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "prints the figures of docs/gpu-model.md"]
+    fn print_model_figures() {
+        println!(
+            "REEF Fig. 19 set-up on mi50 (latency, us): wait-based (DQ 1024) / reset-based (DQ 4)"
+        );
+        for n in [10u64, 100, 1000] {
+            let (w, r) = (fig19(n, 100_000, false), fig19(n, 100_000, true));
+            println!(
+                "  {n:>4} kernels x 100 us: {:>8.1} / {:>5.1}",
+                w.latency_ns() as f64 / 1e3,
+                r.latency_ns() as f64 / 1e3
+            );
+        }
+        for l in [10_000u64, 100_000, 1_000_000] {
+            let (w, r) = (fig19(100, l, false), fig19(100, l, true));
+            println!(
+                "  100 kernels x {:>4} us: {:>8.1} / {:>5.1}",
+                l / 1000,
+                w.latency_ns() as f64 / 1e3,
+                r.latency_ns() as f64 / 1e3
+            );
+        }
+        println!(
+            "REEF Fig. 21 set-up, resnet152 on mi50: DQ capacity, standalone ms, reset latency us"
+        );
+        for c in [1u32, 2, 4, 16, 64, 256] {
+            let (exec, pre) = fig21(c);
+            println!(
+                "  {c:>4}: {:>7.3} ms {:>7.1} us",
+                exec as f64 / 1e6,
+                pre as f64 / 1e3
+            );
+        }
+        println!("Standalone time / manifest total (CU utilisation)");
+        let reg = ModelRegistry::builtin();
+        let t0 = std::time::Instant::now();
+        let mut events = 0u64;
+        for name in ["resnet152", "vgg19", "yolov3", "bert_base", "gpt2"] {
+            let (_, m) = reg.lookup(name).unwrap();
+            let mut line = format!("  {name:>10}:");
+            for prof in ["mi50", "gv100", "h100"] {
+                let mut gpu = GpuSim::new(DeviceProfile::builtin(prof).unwrap());
+                let s = gpu.create_stream(0);
+                for (i, k) in m.manifest.kernels.iter().enumerate() {
+                    gpu.launch(s, KernelLaunch::from_model(k, i as u64))
+                        .unwrap();
+                }
+                drain_all(&mut gpu);
+                events += gpu.seq;
+                let ratio = gpu.now() as f64 / m.total_time_ns as f64;
+                line += &format!(" {prof} {ratio:.3} ({:.2})", gpu.utilisation());
+            }
+            println!("{line}");
+        }
+        let mut gpu = GpuSim::new(DeviceProfile::mi50());
+        let streams: Vec<StreamId> = (0..8).map(|i| gpu.create_stream(i % 2)).collect();
+        for round in 0..20 {
+            for (j, &s) in streams.iter().enumerate() {
+                let name = ["vgg19", "resnet152", "bert_base", "gpt2", "yolov3"][(j + round) % 5];
+                let (_, m) = reg.lookup(name).unwrap();
+                for (i, k) in m.manifest.kernels.iter().enumerate() {
+                    gpu.launch(s, KernelLaunch::from_model(k, i as u64))
+                        .unwrap();
+                }
+            }
+        }
+        drain_all(&mut gpu);
+        events += gpu.seq;
+        let secs = t0.elapsed().as_secs_f64();
+        println!(
+            "{events} internal events in {secs:.2} s of wall time: {:.2} M events/s",
+            events as f64 / secs / 1e6
+        );
+    }
+
+    #[test]
+    fn packed_placement_fills_the_first_cus_and_spreading_uses_all() {
+        for packed in [false, true] {
+            let p = DeviceProfile::mi50();
+            let ncu = p.compute_units as usize;
+            let fp = Footprint::new(&p, 256, 32, 0);
+            let per_cu = blocks_per_cu(&p, &fp).0;
+            let mut gpu = GpuSim::new(p);
+            let s = gpu.create_stream(0);
+            gpu.set_packed_placement(s, packed).unwrap();
+            // Two and a half CUs' worth of blocks.
+            let grid = per_cu * 5 / 2;
+            let k = KernelLaunch {
+                grid_blocks: grid,
+                threads_per_block: 256,
+                regs_per_thread: 32,
+                shared_mem: 0,
+                block_time_ns: 1_000,
+                idempotent: true,
+                mem_intensity: None,
+                tag: 0,
+            };
+            gpu.launch(s, k).unwrap();
+            while !matches!(gpu.step(), Some(Event::KernelStarted { .. })) {}
+            let resident: Vec<u32> = (0..ncu).map(|c| gpu.resident_blocks(c)).collect();
+            assert_eq!(resident.iter().sum::<u32>(), grid);
+            if packed {
+                assert_eq!(&resident[..3], &[per_cu, per_cu, grid - 2 * per_cu]);
+                assert!(resident[3..].iter().all(|&r| r == 0), "{resident:?}");
+                assert_eq!(gpu.occupied_cus(), 3);
+            } else {
+                assert!(resident.iter().all(|&r| r <= 1), "{resident:?}");
+            }
+            // Same time either way: one wave.
+            let mut end = 0;
+            while let Some(e) = gpu.step() {
+                if let Event::KernelFinished { t, work_ns, .. } = e {
+                    end = t;
+                    assert_eq!(work_ns, u64::from(grid) * 1_000);
+                }
+            }
+            assert!(end > 0);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        #[test]
+        fn placed_blocks_respect_occupancy(
+            threads in 1u32..=1024,
+            regs in 0u32..=128,
+            smem in prop::sample::select(vec![0u32, 2048, 8192, 16384, 32768]),
+            name in prop::sample::select(vec!["mi50", "gv100", "h100"]),
+        ) {
+            let p = DeviceProfile::builtin(name).unwrap();
+            let fp = Footprint::new(&p, threads, regs, smem);
+            let per_cu = blocks_per_cu(&p, &fp).0;
+            prop_assume!(per_cu > 0);
+            let ncu = p.compute_units as usize;
+            let mut gpu = GpuSim::new(p);
+            let s = gpu.create_stream(0);
+            let k = KernelLaunch {
+                grid_blocks: per_cu * ncu as u32 * 2,
+                threads_per_block: threads,
+                regs_per_thread: regs,
+                shared_mem: smem,
+                block_time_ns: 1_000,
+                idempotent: true,
+                mem_intensity: None,
+                tag: 0,
+            };
+            gpu.launch(s, k).unwrap();
+            while !matches!(gpu.step(), Some(Event::KernelStarted { .. })) {}
+            let resident: Vec<u32> = (0..ncu).map(|c| gpu.resident_blocks(c)).collect();
+            prop_assert!(resident.iter().all(|&r| r == per_cu), "{resident:?} vs {per_cu}");
+            prop_assert_eq!(gpu.occupied_cus() as usize, ncu);
+        }
+    }
+}

@@ -1,0 +1,1621 @@
+//! Model manifests and the model registry.
+//!
+//! A model is a JSON manifest (`daemon/model/manifests/*.json`, format in
+//! `docs/models.md`) that lists its GPU kernels in launch order with their
+//! launch configuration, resource use and execution times. The simulated GPU
+//! runs a model for the sum of its kernel times; later steps use the
+//! per-kernel detail to model preemption and kernel padding.
+//!
+//! The registry gives every model a `u32` id, assigned by sorted name so that
+//! the same set of manifests always yields the same ids. Clients look a model
+//! up by name once and then send its id in every request.
+//!
+//! A manifest may also give each kernel's device-memory accesses (`reads`,
+//! `writes`) and the start of its minimal idempotent group (`group_start`,
+//! REEF §4.4), kept beside the manifest as [`KernelMemory`]; validation
+//! recomputes the groups with [`idempotent::minimal_groups`] and refuses a
+//! stale value. [`Model::group_start`] is the restore point a reset-based
+//! policy relaunches from.
+//!
+//! [`ModelRegistry::builtin`] embeds the shipped manifests in the binary, so
+//! the daemon works from a fresh clone with no files installed;
+//! [`ModelRegistry::load_dir`] reads a directory of manifests instead.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Deserializer, Serialize};
+
+use crate::idempotent::{self, ByteRange, KernelAccess, NoIdempotentGroup};
+
+/// Longest model name in bytes.
+pub const MAX_NAME_LEN: usize = 31;
+/// Largest input or output tensor a manifest may declare (64 MiB).
+pub const MAX_TENSOR_BYTES: u64 = 64 << 20;
+/// Most threads in one block (CUDA and HIP limit).
+pub const MAX_BLOCK_THREADS: u64 = 1024;
+
+/// One GPU kernel of a model, in launch order.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Kernel {
+    /// Kernel name, for logs and traces.
+    pub name: String,
+    /// Grid dimensions in blocks (x, y, z); each at least 1.
+    pub grid: [u32; 3],
+    /// Block dimensions in threads (x, y, z); each at least 1, product at most 1024.
+    pub block: [u32; 3],
+    /// Registers per thread.
+    pub regs_per_thread: u32,
+    /// Static shared memory (LDS) per block in bytes.
+    pub shared_mem_bytes: u32,
+    /// Time to run the whole kernel alone on the GPU, in µs.
+    pub kernel_time_us: f64,
+    /// Time one block takes, in µs.
+    pub block_time_us: f64,
+    /// Whether re-running the kernel after a kill gives the same result.
+    pub idempotent: bool,
+}
+
+impl Kernel {
+    /// Number of blocks in the grid.
+    pub fn blocks(&self) -> u64 {
+        self.grid.iter().map(|&d| u64::from(d)).product()
+    }
+
+    /// Threads per block.
+    pub fn threads_per_block(&self) -> u64 {
+        self.block.iter().map(|&d| u64::from(d)).product()
+    }
+
+    /// [`Self::kernel_time_us`] in whole nanoseconds (0 for a negative or NaN
+    /// time, which [`Manifest::validate`] rejects).
+    pub fn kernel_time_ns(&self) -> u64 {
+        us_to_ns(self.kernel_time_us)
+    }
+}
+
+/// A kernel's device-memory accesses and idempotent group: the manifest
+/// fields `reads`, `writes` and `group_start` (format in `docs/models.md`).
+///
+/// Kept beside [`Manifest`] (in [`Model::memory`]) rather than in [`Kernel`],
+/// so that code building kernels by hand needs no change.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KernelMemory {
+    /// Bytes the kernel may read (`"reads": [[start, end], ...]`, half-open).
+    pub reads: Vec<ByteRange>,
+    /// Bytes the kernel writes on every complete run.
+    pub writes: Vec<ByteRange>,
+    /// Start of the minimal idempotent group ending at this kernel; required
+    /// when the manifest declares ranges, and must equal
+    /// [`idempotent::minimal_groups`] of the model's accesses.
+    pub group_start: Option<u32>,
+}
+
+impl KernelMemory {
+    /// The accesses in the form [`idempotent`] works on.
+    pub fn access(&self) -> KernelAccess {
+        KernelAccess {
+            reads: self.reads.clone(),
+            writes: self.writes.clone(),
+        }
+    }
+}
+
+/// `[[start, end], ...]` as byte ranges.
+fn de_ranges<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<ByteRange>, D::Error> {
+    let pairs = Vec::<(u64, u64)>::deserialize(d)?;
+    Ok(pairs
+        .into_iter()
+        .map(|(s, e)| ByteRange::new(s, e))
+        .collect())
+}
+
+/// A kernel line of a manifest file, with the memory fields.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKernel {
+    name: String,
+    grid: [u32; 3],
+    block: [u32; 3],
+    regs_per_thread: u32,
+    shared_mem_bytes: u32,
+    kernel_time_us: f64,
+    block_time_us: f64,
+    idempotent: bool,
+    #[serde(default, deserialize_with = "de_ranges")]
+    reads: Vec<ByteRange>,
+    #[serde(default, deserialize_with = "de_ranges")]
+    writes: Vec<ByteRange>,
+    #[serde(default)]
+    group_start: Option<u32>,
+}
+
+/// A manifest file before it is split into [`Manifest`] and [`KernelMemory`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawManifest {
+    name: String,
+    display_name: String,
+    provenance: String,
+    input_bytes: u64,
+    output_bytes: u64,
+    total_time_us: f64,
+    kernels: Vec<RawKernel>,
+}
+
+impl RawManifest {
+    /// Splits off the memory fields; the memory is empty when no kernel
+    /// declares a range or a group.
+    fn split(self) -> (Manifest, Vec<KernelMemory>) {
+        let mut kernels = Vec::with_capacity(self.kernels.len());
+        let mut memory = Vec::with_capacity(self.kernels.len());
+        for k in self.kernels {
+            kernels.push(Kernel {
+                name: k.name,
+                grid: k.grid,
+                block: k.block,
+                regs_per_thread: k.regs_per_thread,
+                shared_mem_bytes: k.shared_mem_bytes,
+                kernel_time_us: k.kernel_time_us,
+                block_time_us: k.block_time_us,
+                idempotent: k.idempotent,
+            });
+            memory.push(KernelMemory {
+                reads: k.reads,
+                writes: k.writes,
+                group_start: k.group_start,
+            });
+        }
+        if memory == vec![KernelMemory::default(); memory.len()] {
+            memory.clear();
+        }
+        let manifest = Manifest {
+            name: self.name,
+            display_name: self.display_name,
+            provenance: self.provenance,
+            input_bytes: self.input_bytes,
+            output_bytes: self.output_bytes,
+            total_time_us: self.total_time_us,
+            kernels,
+        };
+        (manifest, memory)
+    }
+}
+
+/// A model manifest as stored in `daemon/model/manifests/<name>.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Lookup name: 1 to 31 bytes of `[a-z0-9_]`.
+    pub name: String,
+    /// Human-readable name, e.g. `"ResNet-152"`.
+    pub display_name: String,
+    /// Where the numbers come from: what is measured and what is synthetic.
+    pub provenance: String,
+    /// Input tensor size in bytes; requests must send exactly this much.
+    pub input_bytes: u64,
+    /// Output tensor size in bytes; the device writes exactly this much.
+    pub output_bytes: u64,
+    /// Total GPU time of the model in µs (the sum of the kernel times).
+    pub total_time_us: f64,
+    /// The kernels in launch order.
+    pub kernels: Vec<Kernel>,
+}
+
+impl Manifest {
+    /// Parses and validates a manifest, memory fields included, and drops
+    /// the memory fields. `file` names it in errors.
+    pub fn parse(file: &str, json: &str) -> Result<Self, ModelError> {
+        Self::parse_with_memory(file, json).map(|(manifest, _)| manifest)
+    }
+
+    /// Parses and validates a manifest and its per-kernel memory fields
+    /// (empty when the manifest declares none). `file` names it in errors.
+    pub fn parse_with_memory(
+        file: &str,
+        json: &str,
+    ) -> Result<(Self, Vec<KernelMemory>), ModelError> {
+        let (manifest, memory) = parse_unchecked(file, json)?;
+        let invalid = |source| ModelError::Invalid {
+            file: file.to_owned(),
+            source,
+        };
+        manifest.validate().map_err(invalid)?;
+        manifest.validate_memory(&memory).map_err(invalid)?;
+        Ok((manifest, memory))
+    }
+
+    /// Sum of the kernel times in nanoseconds (each kernel rounded to 1 ns).
+    pub fn total_time_ns(&self) -> u64 {
+        self.kernels
+            .iter()
+            .fold(0u64, |sum, k| sum.saturating_add(k.kernel_time_ns()))
+    }
+
+    /// Checks every constraint in `docs/models.md`.
+    pub fn validate(&self) -> Result<(), ManifestError> {
+        let model = &self.name;
+        let name_ok = !model.is_empty()
+            && model.len() <= MAX_NAME_LEN
+            && model
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !name_ok {
+            return Err(ManifestError::BadName {
+                name: model.clone(),
+            });
+        }
+        for (field, value) in [
+            ("input_bytes", self.input_bytes),
+            ("output_bytes", self.output_bytes),
+        ] {
+            if value > MAX_TENSOR_BYTES {
+                return Err(ManifestError::TensorTooLarge {
+                    model: model.clone(),
+                    field,
+                    value,
+                });
+            }
+        }
+        if !(self.total_time_us.is_finite() && self.total_time_us >= 0.0) {
+            return Err(ManifestError::BadTotal {
+                model: model.clone(),
+                value: self.total_time_us,
+            });
+        }
+        for (index, k) in self.kernels.iter().enumerate() {
+            let at = || (model.clone(), index, k.name.clone());
+            for (field, value) in [
+                ("kernel_time_us", k.kernel_time_us),
+                ("block_time_us", k.block_time_us),
+            ] {
+                if !(value.is_finite() && value >= 0.0) {
+                    let (model, index, kernel) = at();
+                    return Err(ManifestError::BadTime {
+                        model,
+                        index,
+                        kernel,
+                        field,
+                        value,
+                    });
+                }
+            }
+            for (field, value) in [("grid", k.grid), ("block", k.block)] {
+                if value.contains(&0) {
+                    let (model, index, kernel) = at();
+                    return Err(ManifestError::ZeroDim {
+                        model,
+                        index,
+                        kernel,
+                        field,
+                        value,
+                    });
+                }
+            }
+            let threads = k.threads_per_block();
+            if threads > MAX_BLOCK_THREADS {
+                let (model, index, kernel) = at();
+                return Err(ManifestError::TooManyThreads {
+                    model,
+                    index,
+                    kernel,
+                    block: k.block,
+                    threads,
+                });
+            }
+            // Both are rounded to 1 ns in the manifests; allow that much.
+            if k.block_time_us > k.kernel_time_us + 0.001 {
+                let (model, index, kernel) = at();
+                return Err(ManifestError::BlockOutlastsKernel {
+                    model,
+                    index,
+                    kernel,
+                    block_time_us: k.block_time_us,
+                    kernel_time_us: k.kernel_time_us,
+                });
+            }
+        }
+        let sum_ns = self.total_time_ns();
+        let total_ns = us_to_ns(self.total_time_us);
+        let tolerance_ns = (total_ns / 1000).max(1000);
+        if sum_ns.abs_diff(total_ns) > tolerance_ns {
+            return Err(ManifestError::TotalMismatch {
+                model: model.clone(),
+                sum_us: sum_ns as f64 / 1000.0,
+                total_us: self.total_time_us,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Manifest {
+    /// Checks the memory fields against the kernels (`docs/models.md`,
+    /// "Memory accesses and idempotent groups"). `memory` is empty, or has one
+    /// entry per kernel.
+    ///
+    /// Without ranges no kernel may have a `group_start`. With ranges, every
+    /// kernel needs one, equal to [`idempotent::minimal_groups`] of the
+    /// model's accesses (hence at most its index), and a kernel is flagged
+    /// `idempotent` exactly when its own accesses are idempotent (its group
+    /// is itself).
+    pub fn validate_memory(&self, memory: &[KernelMemory]) -> Result<(), ManifestError> {
+        let model = &self.name;
+        let at = |index: usize| (model.clone(), index, self.kernels[index].name.clone());
+        if memory.is_empty() {
+            return Ok(());
+        }
+        if memory.len() != self.kernels.len() {
+            return Err(ManifestError::MemoryLength {
+                model: model.clone(),
+                entries: memory.len(),
+                kernels: self.kernels.len(),
+            });
+        }
+        if memory
+            .iter()
+            .all(|m| m.reads.is_empty() && m.writes.is_empty())
+        {
+            let index = memory
+                .iter()
+                .position(|m| m.group_start.is_some())
+                .unwrap_or(0);
+            let (model, index, kernel) = at(index);
+            return Err(ManifestError::GroupWithoutRanges {
+                model,
+                index,
+                kernel,
+            });
+        }
+        let accesses: Vec<KernelAccess> = memory.iter().map(KernelMemory::access).collect();
+        let groups = idempotent::minimal_groups(&accesses).map_err(|source| {
+            let (model, index, kernel) = at(source.kernel);
+            ManifestError::NoGroup {
+                model,
+                index,
+                kernel,
+                source,
+            }
+        })?;
+        for (index, (m, &computed)) in memory.iter().zip(&groups).enumerate() {
+            let stored = m.group_start.map(|g| g as usize);
+            if stored != Some(computed) {
+                let (model, index, kernel) = at(index);
+                return Err(ManifestError::StaleGroupStart {
+                    model,
+                    index,
+                    kernel,
+                    stored: m.group_start,
+                    computed,
+                });
+            }
+            let flag = self.kernels[index].idempotent;
+            if flag != (computed == index) {
+                let (model, index, kernel) = at(index);
+                return Err(ManifestError::FlagDisagrees {
+                    model,
+                    index,
+                    kernel,
+                    flag,
+                    computed,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Parses a manifest file without validating it.
+fn parse_unchecked(file: &str, json: &str) -> Result<(Manifest, Vec<KernelMemory>), ModelError> {
+    let raw: RawManifest = serde_json::from_str(json).map_err(|source| ModelError::Parse {
+        file: file.to_owned(),
+        source,
+    })?;
+    Ok(raw.split())
+}
+
+/// Restore point of `kernel` from the `idempotent` flags alone, for
+/// manifests without memory ranges: the kernel itself if flagged idempotent
+/// (or past the end), else the nearest earlier kernel flagged idempotent, else
+/// 0. Right when an in-place kernel's input was written by the last
+/// idempotent kernel before it, as in the generated manifests; a manifest
+/// with ranges gets the exact group instead.
+pub fn flag_group_start(kernels: &[Kernel], kernel: usize) -> usize {
+    if kernels.get(kernel).is_none_or(|k| k.idempotent) {
+        return kernel;
+    }
+    (0..kernel)
+        .rev()
+        .find(|&i| kernels[i].idempotent)
+        .unwrap_or(0)
+}
+
+/// The command that rewrites the shipped manifests' `group_start` fields.
+pub const BLESS_COMMAND: &str =
+    "SLUICE_BLESS=1 cargo test -p sluice-model --lib manifest::tests::group_starts_are_current";
+
+/// Converts µs to whole ns, rounding; negative and NaN become 0, huge values
+/// saturate.
+fn us_to_ns(us: f64) -> u64 {
+    // `as` saturates and maps NaN to 0.
+    (us * 1000.0).round() as u64
+}
+
+/// A manifest that parsed but breaks a rule of `docs/models.md`.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ManifestError {
+    /// The model name is empty, too long or has a character outside `[a-z0-9_]`.
+    #[error(
+        "model name {name:?} is not 1 to {MAX_NAME_LEN} bytes of [a-z0-9_]; \
+         rename it (clients look models up by this name)"
+    )]
+    BadName {
+        /// The offending name.
+        name: String,
+    },
+    /// `input_bytes` or `output_bytes` is over [`MAX_TENSOR_BYTES`].
+    #[error(
+        "model `{model}`: {field} is {value} bytes, more than the limit of {MAX_TENSOR_BYTES} \
+         (64 MiB); use a smaller tensor"
+    )]
+    TensorTooLarge {
+        /// Model name.
+        model: String,
+        /// `"input_bytes"` or `"output_bytes"`.
+        field: &'static str,
+        /// The declared size.
+        value: u64,
+    },
+    /// `total_time_us` is negative, infinite or NaN.
+    #[error(
+        "model `{model}`: total_time_us is {value}; it must be a finite number >= 0 \
+         (the sum of the kernel times in µs)"
+    )]
+    BadTotal {
+        /// Model name.
+        model: String,
+        /// The offending value.
+        value: f64,
+    },
+    /// A kernel time is negative, infinite or NaN.
+    #[error(
+        "model `{model}`: kernel {index} (`{kernel}`): {field} is {value}; \
+         it must be a finite number of µs >= 0"
+    )]
+    BadTime {
+        /// Model name.
+        model: String,
+        /// Index of the kernel in `kernels`.
+        index: usize,
+        /// Kernel name.
+        kernel: String,
+        /// `"kernel_time_us"` or `"block_time_us"`.
+        field: &'static str,
+        /// The offending value.
+        value: f64,
+    },
+    /// A grid or block dimension is 0.
+    #[error(
+        "model `{model}`: kernel {index} (`{kernel}`): {field} is {value:?}; \
+         every dimension must be at least 1"
+    )]
+    ZeroDim {
+        /// Model name.
+        model: String,
+        /// Index of the kernel in `kernels`.
+        index: usize,
+        /// Kernel name.
+        kernel: String,
+        /// `"grid"` or `"block"`.
+        field: &'static str,
+        /// The offending dimensions.
+        value: [u32; 3],
+    },
+    /// A block has more than [`MAX_BLOCK_THREADS`] threads.
+    #[error(
+        "model `{model}`: kernel {index} (`{kernel}`): block {block:?} has {threads} threads, \
+         more than {MAX_BLOCK_THREADS}; make x*y*z at most {MAX_BLOCK_THREADS}"
+    )]
+    TooManyThreads {
+        /// Model name.
+        model: String,
+        /// Index of the kernel in `kernels`.
+        index: usize,
+        /// Kernel name.
+        kernel: String,
+        /// The offending block dimensions.
+        block: [u32; 3],
+        /// Their product.
+        threads: u64,
+    },
+    /// `block_time_us` is longer than `kernel_time_us`.
+    #[error(
+        "model `{model}`: kernel {index} (`{kernel}`): block_time_us {block_time_us} is longer \
+         than kernel_time_us {kernel_time_us}; a block cannot outlast its kernel \
+         (block_time_us = kernel_time_us / rounds, see docs/models.md)"
+    )]
+    BlockOutlastsKernel {
+        /// Model name.
+        model: String,
+        /// Index of the kernel in `kernels`.
+        index: usize,
+        /// Kernel name.
+        kernel: String,
+        /// The block time.
+        block_time_us: f64,
+        /// The kernel time.
+        kernel_time_us: f64,
+    },
+    /// The memory fields do not have one entry per kernel.
+    #[error(
+        "model `{model}`: {entries} memory entries for {kernels} kernels; give every kernel \
+         its reads, writes and group_start, or none of them"
+    )]
+    MemoryLength {
+        /// Model name.
+        model: String,
+        /// Entries given.
+        entries: usize,
+        /// Kernels in the manifest.
+        kernels: usize,
+    },
+    /// A kernel has a `group_start` but no kernel declares memory ranges.
+    #[error(
+        "model `{model}`: kernel {index} (`{kernel}`) has a group_start but the manifest declares \
+         no reads/writes ranges to check it against; add the ranges or remove group_start"
+    )]
+    GroupWithoutRanges {
+        /// Model name.
+        model: String,
+        /// Index of the kernel in `kernels`.
+        index: usize,
+        /// Kernel name.
+        kernel: String,
+    },
+    /// Even the kernels from 0 to this one are not idempotent together.
+    #[error("model `{model}`: kernel {index} (`{kernel}`) has no idempotent group")]
+    NoGroup {
+        /// Model name.
+        model: String,
+        /// Index of the kernel in `kernels`.
+        index: usize,
+        /// Kernel name.
+        kernel: String,
+        /// The clobbered bytes.
+        #[source]
+        source: NoIdempotentGroup,
+    },
+    /// A kernel's `group_start` is missing or differs from the group its
+    /// ranges give.
+    #[error(
+        "model `{model}`: kernel {index} (`{kernel}`): group_start is {}, but its reads/writes \
+         ranges give {computed}; set it to {computed} (`python3 scripts/gen-models.py` regenerates \
+         the shipped manifests, `{BLESS_COMMAND}` rewrites their group_start fields)",
+        stored.map_or_else(|| "missing".to_owned(), |g| g.to_string())
+    )]
+    StaleGroupStart {
+        /// Model name.
+        model: String,
+        /// Index of the kernel in `kernels`.
+        index: usize,
+        /// Kernel name.
+        kernel: String,
+        /// The manifest's value, if any.
+        stored: Option<u32>,
+        /// The start [`idempotent::minimal_groups`] computes.
+        computed: usize,
+    },
+    /// A kernel's `idempotent` flag disagrees with its own ranges.
+    #[error(
+        "model `{model}`: kernel {index} (`{kernel}`) is flagged idempotent: {flag}, but its \
+         reads/writes ranges {} (its group starts at {computed}); fix the flag or the ranges",
+        if *flag { "overlap, so re-running it alone is not safe" } else { "are disjoint" }
+    )]
+    FlagDisagrees {
+        /// Model name.
+        model: String,
+        /// Index of the kernel in `kernels`.
+        index: usize,
+        /// Kernel name.
+        kernel: String,
+        /// The manifest's flag.
+        flag: bool,
+        /// The group start the ranges give.
+        computed: usize,
+    },
+    /// The kernel times do not add up to `total_time_us`.
+    #[error(
+        "model `{model}`: the kernel times sum to {sum_us} µs but total_time_us is {total_us}; \
+         make them agree within 0.1% or 1 µs (regenerate with scripts/gen-models.py)"
+    )]
+    TotalMismatch {
+        /// Model name.
+        model: String,
+        /// Sum of `kernel_time_us` over the kernels.
+        sum_us: f64,
+        /// The declared total.
+        total_us: f64,
+    },
+}
+
+/// Loading manifests into a registry failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The models directory could not be listed.
+    #[error(
+        "cannot list model directory {dir}; check the path (or leave it unset to use the built-in models)"
+    )]
+    ReadDir {
+        /// The directory.
+        dir: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A manifest file could not be read.
+    #[error("cannot read model manifest {file}")]
+    Read {
+        /// The file.
+        file: PathBuf,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A manifest is not valid JSON or does not match the schema.
+    #[error(
+        "{file}: not a valid model manifest; fix the JSON against the format in docs/models.md"
+    )]
+    Parse {
+        /// The file.
+        file: String,
+        /// What the JSON parser said (names the key, line and column).
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A manifest breaks a rule.
+    #[error("{file}: invalid model manifest")]
+    Invalid {
+        /// The file.
+        file: String,
+        /// The broken rule, with the model, kernel and value.
+        #[source]
+        source: ManifestError,
+    },
+    /// Two manifests use the same model name.
+    #[error("model `{name}` is defined twice, in {first} and in {second}; remove or rename one")]
+    Duplicate {
+        /// The shared name.
+        name: String,
+        /// The first file (in sorted path order).
+        first: String,
+        /// The second file.
+        second: String,
+    },
+    /// The directory holds no `*.json` file.
+    #[error(
+        "no *.json model manifest in {dir}; add one (see docs/models.md) or use the built-in models"
+    )]
+    Empty {
+        /// The directory.
+        dir: PathBuf,
+    },
+}
+
+/// A model in the registry.
+#[derive(Debug, Clone)]
+pub struct Model {
+    /// The model's id: its index in name order.
+    pub id: u32,
+    /// The manifest as loaded.
+    pub manifest: Manifest,
+    /// Where the manifest came from (a path, or `builtin:<file>`).
+    pub file: String,
+    /// [`Manifest::total_time_ns`], precomputed.
+    pub total_time_ns: u64,
+    /// Input size in bytes.
+    pub input_bytes: u64,
+    /// Output size in bytes.
+    pub output_bytes: u64,
+    /// Per-kernel memory accesses and groups, validated; empty when the
+    /// manifest declares none.
+    pub memory: Vec<KernelMemory>,
+}
+
+impl Model {
+    /// The model's lookup name.
+    pub fn name(&self) -> &str {
+        &self.manifest.name
+    }
+
+    /// Restore point of `kernel` (REEF §4.4): the first kernel of its minimal
+    /// idempotent group, which a task killed while `kernel` was the first
+    /// unfinished one re-launches from. `kernel` itself when it is idempotent
+    /// alone or past the end.
+    ///
+    /// From the manifest's `group_start` when it declares memory ranges
+    /// (validated against [`idempotent::minimal_groups`]); otherwise the
+    /// flag-based approximation [`flag_group_start`].
+    pub fn group_start(&self, kernel: usize) -> usize {
+        match self.memory.get(kernel).and_then(|m| m.group_start) {
+            Some(g) => g as usize,
+            None => flag_group_start(&self.manifest.kernels, kernel),
+        }
+    }
+}
+
+/// The manifests compiled into the binary: (file name, contents).
+const BUILTIN: &[(&str, &str)] = &[
+    (
+        "bert_base.json",
+        include_str!("../manifests/bert_base.json"),
+    ),
+    (
+        "echo_small.json",
+        include_str!("../manifests/echo_small.json"),
+    ),
+    ("gpt2.json", include_str!("../manifests/gpt2.json")),
+    ("null.json", include_str!("../manifests/null.json")),
+    (
+        "resnet152.json",
+        include_str!("../manifests/resnet152.json"),
+    ),
+    ("vgg19.json", include_str!("../manifests/vgg19.json")),
+    ("yolov3.json", include_str!("../manifests/yolov3.json")),
+];
+
+/// Every model the daemon can run, by id and by name. Immutable once built.
+#[derive(Debug, Clone)]
+pub struct ModelRegistry {
+    /// Sorted by name; a model's id is its index.
+    models: Vec<Model>,
+}
+
+impl ModelRegistry {
+    /// The manifests shipped in `daemon/model/manifests/`, embedded at build time.
+    ///
+    /// # Panics
+    ///
+    /// If an embedded manifest is invalid, which the unit tests rule out.
+    pub fn builtin() -> Self {
+        let manifests = BUILTIN.iter().map(|(file, json)| {
+            let file = format!("builtin:{file}");
+            let (manifest, memory) = Manifest::parse_with_memory(&file, json)
+                .unwrap_or_else(|e| panic!("embedded model manifest is broken: {e:?}"));
+            (file, manifest, memory)
+        });
+        Self::from_parts(manifests)
+            .unwrap_or_else(|e| panic!("embedded model manifests clash: {e}"))
+    }
+
+    /// Loads every `*.json` file in `dir` (not recursing).
+    pub fn load_dir(dir: impl AsRef<Path>) -> Result<Self, ModelError> {
+        let dir = dir.as_ref();
+        let read_dir_err = |source| ModelError::ReadDir {
+            dir: dir.to_owned(),
+            source,
+        };
+        let mut files = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(read_dir_err)? {
+            let path = entry.map_err(read_dir_err)?.path();
+            if path.extension().is_some_and(|e| e == "json") && path.is_file() {
+                files.push(path);
+            }
+        }
+        if files.is_empty() {
+            return Err(ModelError::Empty {
+                dir: dir.to_owned(),
+            });
+        }
+        files.sort();
+        let mut manifests = Vec::with_capacity(files.len());
+        for path in files {
+            let json = std::fs::read_to_string(&path).map_err(|source| ModelError::Read {
+                file: path.clone(),
+                source,
+            })?;
+            let file = path.display().to_string();
+            let (manifest, memory) = Manifest::parse_with_memory(&file, &json)?;
+            manifests.push((file, manifest, memory));
+        }
+        Self::from_parts(manifests)
+    }
+
+    /// Builds a registry from `(file, manifest)` pairs, validating each.
+    /// `file` only names the source in errors and in [`Model::file`].
+    /// Such models have no memory ranges ([`Model::group_start`] falls back
+    /// to the flags).
+    pub fn from_manifests(
+        manifests: impl IntoIterator<Item = (String, Manifest)>,
+    ) -> Result<Self, ModelError> {
+        Self::from_parts(manifests.into_iter().map(|(f, m)| (f, m, Vec::new())))
+    }
+
+    /// Builds a registry from `(file, manifest, memory)` triples, validating
+    /// each; `memory` is empty or has one entry per kernel.
+    pub fn from_parts(
+        manifests: impl IntoIterator<Item = (String, Manifest, Vec<KernelMemory>)>,
+    ) -> Result<Self, ModelError> {
+        let mut all: Vec<(String, Manifest, Vec<KernelMemory>)> = manifests.into_iter().collect();
+        for (file, manifest, memory) in &all {
+            let invalid = |source| ModelError::Invalid {
+                file: file.clone(),
+                source,
+            };
+            manifest.validate().map_err(invalid)?;
+            manifest.validate_memory(memory).map_err(invalid)?;
+        }
+        // Stable: of two duplicates, the first given is reported first.
+        all.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+        for pair in all.windows(2) {
+            if pair[0].1.name == pair[1].1.name {
+                return Err(ModelError::Duplicate {
+                    name: pair[0].1.name.clone(),
+                    first: pair[0].0.clone(),
+                    second: pair[1].0.clone(),
+                });
+            }
+        }
+        let models = all
+            .into_iter()
+            .zip(0u32..)
+            .map(|((file, manifest, memory), id)| Model {
+                id,
+                total_time_ns: manifest.total_time_ns(),
+                input_bytes: manifest.input_bytes,
+                output_bytes: manifest.output_bytes,
+                manifest,
+                file,
+                memory,
+            })
+            .collect();
+        Ok(Self { models })
+    }
+
+    /// This registry with `overrides`' models added, each replacing the
+    /// model of the same name (e.g. manifests measured by `sluice profile`
+    /// over the built-in ones). Ids are reassigned in name order.
+    pub fn with_overrides(self, overrides: ModelRegistry) -> Result<Self, ModelError> {
+        let names: Vec<String> = overrides
+            .models
+            .iter()
+            .map(|m| m.manifest.name.clone())
+            .collect();
+        let parts = self
+            .models
+            .into_iter()
+            .filter(|m| !names.contains(&m.manifest.name))
+            .chain(overrides.models)
+            .map(|m| (m.file, m.manifest, m.memory));
+        Self::from_parts(parts)
+    }
+
+    /// The model with id `id`.
+    pub fn get(&self, id: u32) -> Option<&Model> {
+        self.models.get(usize::try_from(id).ok()?)
+    }
+
+    /// The id and model called `name`.
+    pub fn lookup(&self, name: &str) -> Option<(u32, &Model)> {
+        let index = self
+            .models
+            .binary_search_by(|m| m.manifest.name.as_str().cmp(name))
+            .ok()?;
+        let model = &self.models[index];
+        Some((model.id, model))
+    }
+
+    /// Number of models.
+    pub fn len(&self) -> usize {
+        self.models.len()
+    }
+
+    /// Whether the registry has no model.
+    pub fn is_empty(&self) -> bool {
+        self.models.is_empty()
+    }
+
+    /// Every model with its id, in id (= name) order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (u32, &Model)> + '_ {
+        self.models.iter().map(|m| (m.id, m))
+    }
+}
+
+/// `text` (a manifest file, one kernel per line) with each kernel's
+/// `group_start` set to `groups[kernel]`, replacing the field or appending it
+/// at the end of the kernel's line; every other byte is kept.
+#[cfg(test)]
+fn rewrite_group_starts(text: &str, groups: &[usize]) -> String {
+    let mut kernel = 0;
+    let lines: Vec<String> = text
+        .split('\n')
+        .map(|line| {
+            if !line.trim_start().starts_with("{\"name\":") {
+                return line.to_owned();
+            }
+            let Some(&g) = groups.get(kernel) else {
+                return line.to_owned();
+            };
+            kernel += 1;
+            const KEY: &str = "\"group_start\": ";
+            if let Some(at) = line.find(KEY) {
+                let from = at + KEY.len();
+                let digits = line[from..].bytes().take_while(u8::is_ascii_digit).count();
+                format!("{}{g}{}", &line[..from], &line[from + digits..])
+            } else if let Some(close) = line.rfind('}') {
+                format!("{}, {KEY}{g}{}", &line[..close], &line[close..])
+            } else {
+                line.to_owned()
+            }
+        })
+        .collect();
+    lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The error and all its sources, as a reporter would print them.
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut s = e.to_string();
+        let mut cur = e.source();
+        while let Some(inner) = cur {
+            s.push_str(": ");
+            s.push_str(&inner.to_string());
+            cur = inner.source();
+        }
+        s
+    }
+
+    fn echo() -> Manifest {
+        Manifest::parse(
+            "echo_small.json",
+            include_str!("../manifests/echo_small.json"),
+        )
+        .unwrap()
+    }
+
+    fn parse_err(json: &str) -> String {
+        chain(&Manifest::parse("bad.json", json).unwrap_err())
+    }
+
+    /// `echo_small` as JSON with `f` applied to the parsed value.
+    fn edited(f: impl FnOnce(&mut serde_json::Value)) -> String {
+        let mut v: serde_json::Value =
+            serde_json::from_str(include_str!("../manifests/echo_small.json")).unwrap();
+        f(&mut v);
+        v.to_string()
+    }
+
+    /// A temporary directory removed on drop (no tempfile dependency).
+    struct TempDir(PathBuf);
+
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            use std::sync::atomic::{AtomicU32, Ordering};
+            static N: AtomicU32 = AtomicU32::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            let dir = std::env::temp_dir().join(format!(
+                "sluice-model-test-{}-{tag}-{n}",
+                std::process::id()
+            ));
+            let _ = std::fs::remove_dir_all(&dir);
+            std::fs::create_dir_all(&dir).unwrap();
+            Self(dir)
+        }
+    }
+
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn shipped_models_match_reef_table1() {
+        let reg = ModelRegistry::builtin();
+        // REEF (TOCS'25) Table 1: TVM kernel counts, MI50 execution times.
+        for (name, kernels, ms) in [
+            ("resnet152", 207, 9.1),
+            ("vgg19", 71, 3.7),
+            ("yolov3", 144, 10.0),
+            ("bert_base", 393, 8.1),
+            ("gpt2", 440, 13.2),
+        ] {
+            let (_, m) = reg.lookup(name).unwrap();
+            assert_eq!(m.manifest.kernels.len(), kernels, "{name}");
+            let want_ns = (ms * 1e6_f64).round() as u64;
+            assert_eq!(m.total_time_ns, want_ns, "{name}");
+            assert_eq!(us_to_ns(m.manifest.total_time_us), want_ns, "{name}");
+            assert!(m.input_bytes > 0 && m.input_bytes < 1 << 20, "{name}");
+            assert!(m.output_bytes > 0 && m.output_bytes < 1 << 20, "{name}");
+            assert!(m.manifest.provenance.contains("synthetic"), "{name}");
+            assert!(m.manifest.provenance.contains("Table 1"), "{name}");
+        }
+    }
+
+    #[test]
+    fn special_models() {
+        let reg = ModelRegistry::builtin();
+        let (_, null) = reg.lookup("null").unwrap();
+        assert_eq!(null.manifest.kernels.len(), 0);
+        assert_eq!(
+            (null.total_time_ns, null.input_bytes, null.output_bytes),
+            (0, 0, 0)
+        );
+        let (_, echo) = reg.lookup("echo_small").unwrap();
+        assert_eq!(echo.manifest.kernels.len(), 1);
+        assert_eq!(
+            (echo.total_time_ns, echo.input_bytes, echo.output_bytes),
+            (50_000, 64, 64)
+        );
+    }
+
+    #[test]
+    fn builtin_ids_are_sorted_names_and_stable() {
+        let reg = ModelRegistry::builtin();
+        let names: Vec<&str> = reg.iter().map(|(_, m)| m.name()).collect();
+        assert_eq!(
+            names,
+            [
+                "bert_base",
+                "echo_small",
+                "gpt2",
+                "null",
+                "resnet152",
+                "vgg19",
+                "yolov3"
+            ]
+        );
+        for (id, m) in reg.iter() {
+            assert_eq!(m.id, id);
+            assert_eq!(reg.get(id).unwrap().name(), m.name());
+            assert_eq!(reg.lookup(m.name()).unwrap().0, id);
+        }
+        assert_eq!(reg.len(), 7);
+        assert!(!reg.is_empty());
+        assert!(reg.get(7).is_none());
+        assert!(reg.lookup("resnet").is_none());
+        // Ids are a function of the name set, not of the input order.
+        let mut shuffled: Vec<_> = reg
+            .iter()
+            .map(|(_, m)| (m.file.clone(), m.manifest.clone()))
+            .collect();
+        shuffled.reverse();
+        let again = ModelRegistry::from_manifests(shuffled).unwrap();
+        for (id, m) in again.iter() {
+            assert_eq!(reg.get(id).unwrap().name(), m.name());
+        }
+    }
+
+    #[test]
+    fn builtin_matches_models_directory() {
+        // Catches a manifest added to daemon/model/manifests/ but not to BUILTIN.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+        let on_disk = ModelRegistry::load_dir(&dir).unwrap();
+        let builtin = ModelRegistry::builtin();
+        assert_eq!(on_disk.len(), builtin.len());
+        for ((a_id, a), (b_id, b)) in on_disk.iter().zip(builtin.iter()) {
+            assert_eq!(a_id, b_id);
+            assert_eq!(a.manifest, b.manifest);
+        }
+    }
+
+    /// The simplified MI50 occupancy model of scripts/gen-models.py.
+    fn mi50_rounds(k: &Kernel) -> u64 {
+        let waves = k.threads_per_block().div_ceil(64);
+        let by_slots = 40 / waves;
+        let by_regs = 4 * (256 / u64::from(k.regs_per_thread)).min(10) / waves;
+        let by_lds = match k.shared_mem_bytes {
+            0 => by_slots,
+            s => 65536 / u64::from(s),
+        };
+        let per_cu = by_slots.min(by_regs).min(by_lds);
+        assert!(per_cu >= 1, "{k:?}");
+        k.blocks().div_ceil(60 * per_cu)
+    }
+
+    #[test]
+    fn shipped_block_times_follow_the_occupancy_formula() {
+        for (_, m) in ModelRegistry::builtin().iter() {
+            for k in &m.manifest.kernels {
+                let rounds = mi50_rounds(k) as f64;
+                let err = (k.block_time_us * rounds - k.kernel_time_us).abs();
+                // block_time_us is rounded to 1 ns.
+                assert!(err <= 0.0005 * rounds + 1e-9, "{}: {k:?}", m.name());
+            }
+        }
+    }
+
+    #[test]
+    fn shipped_models_have_some_non_idempotent_kernels() {
+        let reg = ModelRegistry::builtin();
+        for name in ["resnet152", "vgg19", "yolov3", "bert_base", "gpt2"] {
+            let ks = &reg.lookup(name).unwrap().1.manifest.kernels;
+            let non = ks.iter().filter(|k| !k.idempotent).count();
+            assert!(non >= 1 && non * 10 <= ks.len(), "{name}: {non}");
+        }
+    }
+
+    #[test]
+    fn unknown_field_is_rejected_by_name() {
+        let e = parse_err(&edited(|v| v["colour"] = "blue".into()));
+        assert!(e.contains("bad.json") && e.contains("colour"), "{e}");
+        let e = parse_err(&edited(|v| v["kernels"][0]["warps"] = 4.into()));
+        assert!(e.contains("warps"), "{e}");
+        let e = parse_err(&edited(|v| {
+            v.as_object_mut().unwrap().remove("output_bytes");
+        }));
+        assert!(e.contains("output_bytes"), "{e}");
+    }
+
+    #[test]
+    fn bad_dims_are_rejected() {
+        let e = parse_err(&edited(|v| {
+            v["kernels"][0]["grid"] = serde_json::json!([4, 0, 1])
+        }));
+        assert!(
+            e.contains("bad.json") && e.contains("echo_small") && e.contains("kernel 0"),
+            "{e}"
+        );
+        assert!(e.contains("grid") && e.contains("[4, 0, 1]"), "{e}");
+        let e = parse_err(&edited(|v| {
+            v["kernels"][0]["block"] = serde_json::json!([64, 32, 1])
+        }));
+        assert!(
+            e.contains("2048 threads") && e.contains("[64, 32, 1]"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn bad_times_are_rejected() {
+        let e = parse_err(&edited(|v| v["total_time_us"] = 60.0.into()));
+        assert!(
+            e.contains("sum to 50 µs") && e.contains("total_time_us is 60"),
+            "{e}"
+        );
+        let e = parse_err(&edited(|v| {
+            v["kernels"][0]["kernel_time_us"] = (-1.0).into()
+        }));
+        assert!(e.contains("kernel_time_us is -1"), "{e}");
+        let e = parse_err(&edited(|v| v["kernels"][0]["block_time_us"] = 51.0.into()));
+        assert!(e.contains("block_time_us 51"), "{e}");
+        // Within 1 µs is accepted.
+        assert!(Manifest::parse("ok.json", &edited(|v| v["total_time_us"] = 50.9.into())).is_ok());
+    }
+
+    #[test]
+    fn bad_names_and_sizes_are_rejected() {
+        for name in ["", "ResNet", "a-b", "x".repeat(32).as_str()] {
+            let e = parse_err(&edited(|v| v["name"] = name.into()));
+            assert!(e.contains(&format!("{name:?}")), "{e}");
+        }
+        assert!(Manifest::parse("ok.json", &edited(|v| v["name"] = "x".repeat(31).into())).is_ok());
+        let e = parse_err(&edited(|v| {
+            v["input_bytes"] = (MAX_TENSOR_BYTES + 1).into()
+        }));
+        assert!(e.contains("input_bytes is 67108865"), "{e}");
+    }
+
+    #[test]
+    fn total_time_ns_sums_rounded_kernel_times() {
+        let mut m = echo();
+        m.kernels.push(Kernel {
+            kernel_time_us: 0.0015,
+            ..m.kernels[0].clone()
+        });
+        assert_eq!(m.total_time_ns(), 50_002);
+    }
+
+    #[test]
+    fn load_dir_rejects_duplicate_names() {
+        let dir = TempDir::new("dup");
+        let json = include_str!("../manifests/echo_small.json");
+        std::fs::write(dir.0.join("a.json"), json).unwrap();
+        std::fs::write(dir.0.join("b.json"), json).unwrap();
+        std::fs::write(dir.0.join("notes.txt"), "not a manifest").unwrap();
+        let e = ModelRegistry::load_dir(&dir.0).unwrap_err();
+        assert!(matches!(e, ModelError::Duplicate { .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("echo_small") && msg.contains("a.json") && msg.contains("b.json"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn load_dir_loads_and_reports_errors() {
+        let dir = TempDir::new("ok");
+        std::fs::write(
+            dir.0.join("echo_small.json"),
+            include_str!("../manifests/echo_small.json"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.0.join("null.json"),
+            include_str!("../manifests/null.json"),
+        )
+        .unwrap();
+        let reg = ModelRegistry::load_dir(&dir.0).unwrap();
+        assert_eq!(reg.len(), 2);
+        assert_eq!(reg.lookup("null").unwrap().0, 1);
+        assert!(reg.get(0).unwrap().file.ends_with("echo_small.json"));
+
+        std::fs::write(dir.0.join("broken.json"), "{").unwrap();
+        let e = ModelRegistry::load_dir(&dir.0).unwrap_err();
+        assert!(chain(&e).contains("broken.json"), "{e}");
+
+        let empty = TempDir::new("empty");
+        let e = ModelRegistry::load_dir(&empty.0).unwrap_err();
+        assert!(matches!(e, ModelError::Empty { .. }), "{e:?}");
+        let e = ModelRegistry::load_dir(empty.0.join("missing")).unwrap_err();
+        assert!(matches!(e, ModelError::ReadDir { .. }), "{e:?}");
+    }
+
+    // ---- memory accesses and idempotent groups ----
+
+    /// `echo_small` extended to three kernels: K0 reads the input and writes
+    /// A, K1 adds into A in place (reads and writes A), K2 reads A, writes B.
+    fn three_kernels(group_start_1: u32) -> String {
+        edited(|v| {
+            let k0 = v["kernels"][0].clone();
+            let k = |i: usize, r: serde_json::Value, w: serde_json::Value, g: u32, idem: bool| {
+                let mut x = k0.clone();
+                x["name"] = format!("k{i}").into();
+                x["kernel_time_us"] = 50.0.into();
+                x["reads"] = r;
+                x["writes"] = w;
+                x["group_start"] = g.into();
+                x["idempotent"] = idem.into();
+                x
+            };
+            use serde_json::json;
+            v["kernels"] = json!([
+                k(0, json!([[0, 64]]), json!([[256, 320]]), 0, true),
+                k(
+                    1,
+                    json!([[256, 320], [512, 576]]),
+                    json!([[256, 320]]),
+                    group_start_1,
+                    false
+                ),
+                k(2, json!([[256, 320]]), json!([[1024, 1088]]), 2, true),
+            ]);
+            v["total_time_us"] = 150.0.into();
+        })
+    }
+
+    #[test]
+    fn manifest_with_ranges_parses_and_gives_groups() {
+        let (m, memory) = Manifest::parse_with_memory("ok.json", &three_kernels(0)).unwrap();
+        assert_eq!(memory.len(), 3);
+        assert_eq!(
+            memory[1].reads,
+            [ByteRange::new(256, 320), ByteRange::new(512, 576)]
+        );
+        let reg = ModelRegistry::from_parts([("ok.json".to_owned(), m.clone(), memory)]).unwrap();
+        let model = reg.get(0).unwrap();
+        assert_eq!(
+            (0..4).map(|k| model.group_start(k)).collect::<Vec<_>>(),
+            [0, 0, 2, 3]
+        );
+        // The plain manifest is the same; memory fields are kept beside it.
+        assert_eq!(Manifest::parse("ok.json", &three_kernels(0)).unwrap(), m);
+    }
+
+    #[test]
+    fn wrong_group_start_is_refused_with_both_values() {
+        let e = parse_err(&three_kernels(1));
+        assert!(
+            e.contains("bad.json") && e.contains("kernel 1 (`k1`)"),
+            "{e}"
+        );
+        assert!(
+            e.contains("group_start is 1") && e.contains("give 0"),
+            "{e}"
+        );
+        assert!(
+            e.contains("scripts/gen-models.py") && e.contains(BLESS_COMMAND),
+            "{e}"
+        );
+        // Missing, and after the kernel.
+        let e = parse_err(&edited(|v| {
+            let mut x: serde_json::Value = serde_json::from_str(&three_kernels(0)).unwrap();
+            x["kernels"][2]
+                .as_object_mut()
+                .unwrap()
+                .remove("group_start");
+            *v = x;
+        }));
+        assert!(
+            e.contains("kernel 2 (`k2`)") && e.contains("group_start is missing"),
+            "{e}"
+        );
+        let e = parse_err(&edited(|v| {
+            let mut x: serde_json::Value = serde_json::from_str(&three_kernels(0)).unwrap();
+            x["kernels"][0]["group_start"] = 2.into();
+            *v = x;
+        }));
+        assert!(
+            e.contains("kernel 0") && e.contains("group_start is 2, but"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn flag_that_disagrees_with_ranges_is_refused() {
+        let e = parse_err(&edited(|v| {
+            let mut x: serde_json::Value = serde_json::from_str(&three_kernels(0)).unwrap();
+            x["kernels"][2]["idempotent"] = false.into();
+            *v = x;
+        }));
+        assert!(
+            e.contains("kernel 2 (`k2`) is flagged idempotent: false"),
+            "{e}"
+        );
+        assert!(e.contains("are disjoint"), "{e}");
+    }
+
+    #[test]
+    fn group_without_ranges_and_ungroupable_kernels_are_refused() {
+        let e = parse_err(&edited(|v| {
+            let k = v["kernels"][0].as_object_mut().unwrap();
+            k.remove("reads");
+            k.remove("writes");
+        }));
+        assert!(
+            e.contains("kernel 0 (`echo_0`)") && e.contains("no reads/writes"),
+            "{e}"
+        );
+        // An in-place kernel with nothing before it has no group.
+        let e = parse_err(&edited(|v| {
+            v["kernels"][0]["reads"] = serde_json::json!([[0, 64]]);
+            v["kernels"][0]["writes"] = serde_json::json!([[0, 64]]);
+            v["kernels"][0]["group_start"] = 0.into();
+        }));
+        assert!(
+            e.contains("kernel 0 (`echo_0`) has no idempotent group"),
+            "{e}"
+        );
+        assert!(e.contains("0x0..0x40"), "{e}");
+    }
+
+    #[test]
+    fn without_ranges_group_start_follows_the_flags() {
+        let mut m = echo();
+        let k = k_flag;
+        m.kernels = vec![k(true), k(false), k(true), k(false), k(false), k(true)];
+        m.total_time_us = 300.0;
+        let reg = ModelRegistry::from_manifests([("t".to_owned(), m)]).unwrap();
+        let model = reg.get(0).unwrap();
+        assert!(model.memory.is_empty());
+        let got: Vec<usize> = (0..7).map(|k| model.group_start(k)).collect();
+        assert_eq!(got, [0, 0, 2, 2, 2, 5, 6]);
+        let ks = [k_flag(false), k_flag(false)];
+        assert_eq!(flag_group_start(&ks, 1), 0);
+    }
+
+    fn k_flag(idempotent: bool) -> Kernel {
+        Kernel {
+            idempotent,
+            ..echo().kernels[0].clone()
+        }
+    }
+
+    #[test]
+    fn shipped_groups_are_non_trivial_exactly_for_in_place_kernels() {
+        for (_, m) in ModelRegistry::builtin().iter() {
+            let ks = &m.manifest.kernels;
+            if ks.is_empty() {
+                assert!(m.memory.is_empty());
+                continue;
+            }
+            assert_eq!(m.memory.len(), ks.len(), "{} has ranges", m.name());
+            for (i, k) in ks.iter().enumerate() {
+                let g = m.group_start(i);
+                if k.idempotent {
+                    assert_eq!(g, i, "{} {}", m.name(), k.name);
+                } else {
+                    assert!(g < i, "{} {}: group {g}", m.name(), k.name);
+                    assert!(k.name.contains("_inplace_"), "{}", k.name);
+                    // In place: it reads and writes the same bytes.
+                    let mem = &m.memory[i];
+                    let r: idempotent::RangeSet = mem.reads.iter().collect();
+                    let w: idempotent::RangeSet = mem.writes.iter().collect();
+                    assert!(r.intersects(&w), "{}", k.name);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn group_starts_are_current() {
+        // Recomputes the groups of every shipped manifest from its ranges,
+        // from the files on disk. With SLUICE_BLESS=1, rewrites stale
+        // group_start fields in place.
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests");
+        let bless = std::env::var_os("SLUICE_BLESS").is_some_and(|v| v == "1");
+        let mut stale = Vec::new();
+        for (file, _) in BUILTIN {
+            let path = dir.join(file);
+            let text = std::fs::read_to_string(&path).unwrap();
+            let (_, memory) = parse_unchecked(file, &text).unwrap();
+            if memory.is_empty() {
+                continue;
+            }
+            let accesses: Vec<KernelAccess> = memory.iter().map(KernelMemory::access).collect();
+            let groups = idempotent::minimal_groups(&accesses)
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let blessed = rewrite_group_starts(&text, &groups);
+            if blessed == text {
+                continue;
+            }
+            if bless {
+                std::fs::write(&path, &blessed).unwrap();
+            }
+            let bad = memory
+                .iter()
+                .zip(&groups)
+                .position(|(m, &g)| m.group_start.map(|s| s as usize) != Some(g));
+            stale.push(format!("{} (first stale kernel: {bad:?})", path.display()));
+        }
+        assert!(
+            bless || stale.is_empty(),
+            "stale group_start in {stale:?}; run `{BLESS_COMMAND}` (and, for generated \
+             manifests, fix the Python port in scripts/gen-models.py so that \
+             `python3 scripts/gen-models.py --check` agrees)"
+        );
+    }
+
+    #[test]
+    fn rewrite_group_starts_replaces_or_appends() {
+        let text = " \"kernels\": [\n  {\"name\": \"a\", \"group_start\": 17},\n  {\"name\": \"b\"}\n ]\n}\n";
+        let want = " \"kernels\": [\n  {\"name\": \"a\", \"group_start\": 0},\n  {\"name\": \"b\", \"group_start\": 1}\n ]\n}\n";
+        assert_eq!(rewrite_group_starts(text, &[0, 1]), want);
+        assert_eq!(rewrite_group_starts(want, &[0, 1]), want);
+    }
+
+    // ---- restoring on the shipped ranges ----
+
+    /// A deterministic machine over the *cells* of a model's layout: the
+    /// pieces between consecutive range endpoints, so a buffer of megabytes
+    /// is one cell (every range is a union of cells, and which cells a
+    /// kernel touches is all that matters for idempotence).
+    struct Machine {
+        /// Per kernel: cells read, cells written.
+        ks: Vec<(Vec<usize>, Vec<usize>)>,
+        cells: usize,
+    }
+
+    impl Machine {
+        fn new(memory: &[KernelMemory]) -> Self {
+            let mut ends: Vec<u64> = memory
+                .iter()
+                .flat_map(|m| m.reads.iter().chain(&m.writes))
+                .flat_map(|r| [r.start, r.end])
+                .collect();
+            ends.sort_unstable();
+            ends.dedup();
+            let cells_of = |rs: &[ByteRange]| -> Vec<usize> {
+                let mut v: Vec<usize> = rs
+                    .iter()
+                    .flat_map(|r| {
+                        let a = ends.binary_search(&r.start).unwrap();
+                        let b = ends.binary_search(&r.end).unwrap();
+                        a..b
+                    })
+                    .collect();
+                v.sort_unstable();
+                v.dedup();
+                v
+            };
+            let ks = memory
+                .iter()
+                .map(|m| (cells_of(&m.reads), cells_of(&m.writes)))
+                .collect();
+            Self {
+                ks,
+                cells: ends.len(),
+            }
+        }
+
+        fn mix(mut h: u64, v: u64) -> u64 {
+            h ^= v;
+            h = h.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            h ^ (h >> 29)
+        }
+
+        /// What kernel `i` writes to each of its cells, given memory.
+        fn output(&self, mem: &[u64], i: usize) -> Vec<(usize, u64)> {
+            let (reads, writes) = &self.ks[i];
+            let seed = reads.iter().fold(Self::mix(0, i as u64), |h, &c| {
+                Self::mix(Self::mix(h, c as u64), mem[c])
+            });
+            writes
+                .iter()
+                .map(|&c| (c, Self::mix(seed, c as u64)))
+                .collect()
+        }
+
+        fn run(&self, mem: &mut [u64], from: usize, to: usize) {
+            for i in from..to {
+                for (c, v) in self.output(mem, i) {
+                    mem[c] = v;
+                }
+            }
+        }
+
+        /// Runs to `cut`, lets kernel `cut` write its cells (`garbage`: a
+        /// wrong value, else its right value, as if it finished just before
+        /// the kill), restarts from `restart` and returns the final memory.
+        fn interrupted(&self, cut: usize, garbage: bool, restart: usize) -> Vec<u64> {
+            let mut mem: Vec<u64> = (0..self.cells as u64).map(|c| c * 7 + 1).collect();
+            self.run(&mut mem, 0, cut);
+            for (c, v) in self.output(&mem, cut) {
+                mem[c] = if garbage { !v } else { v };
+            }
+            self.run(&mut mem, restart, self.ks.len());
+            mem
+        }
+    }
+
+    #[test]
+    fn restarting_from_group_start_reproduces_an_uninterrupted_run() {
+        let mut checked = 0;
+        for (_, m) in ModelRegistry::builtin().iter() {
+            if m.memory.is_empty() {
+                continue;
+            }
+            let machine = Machine::new(&m.memory);
+            let n = m.manifest.kernels.len();
+            let mut want: Vec<u64> = (0..machine.cells as u64).map(|c| c * 7 + 1).collect();
+            machine.run(&mut want, 0, n);
+            for k in 0..n {
+                // Every in-place kernel, and every 16th kernel besides.
+                if m.manifest.kernels[k].idempotent && k % 16 != 0 {
+                    continue;
+                }
+                let g = m.group_start(k);
+                for garbage in [false, true] {
+                    let got = machine.interrupted(k, garbage, g);
+                    assert!(got == want, "{} kernel {k}: restart from {g}", m.name());
+                }
+                if g < k {
+                    // The machine can tell: re-running the in-place kernel
+                    // alone applies it twice.
+                    assert!(machine.interrupted(k, false, k) != want, "{} {k}", m.name());
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 50, "{checked}");
+    }
+
+    #[test]
+    fn overrides_replace_models_of_the_same_name_and_keep_the_rest() {
+        let base = ModelRegistry::builtin();
+        let n = base.len();
+        let vgg = base.lookup("vgg19").unwrap().1.clone();
+        let mut fast = vgg.manifest.clone();
+        for k in &mut fast.kernels {
+            k.kernel_time_us /= 2.0;
+            k.block_time_us /= 2.0;
+        }
+        fast.total_time_us /= 2.0;
+        let over =
+            ModelRegistry::from_manifests([("measured/vgg19.json".to_owned(), fast)]).unwrap();
+        let r = base.with_overrides(over).unwrap();
+        assert_eq!(r.len(), n);
+        let (id, m) = r.lookup("vgg19").unwrap();
+        assert_eq!(m.file, "measured/vgg19.json");
+        assert_eq!(r.get(id).unwrap().total_time_ns, vgg.total_time_ns / 2);
+        assert!(
+            r.lookup("resnet152")
+                .unwrap()
+                .1
+                .file
+                .starts_with("builtin:")
+        );
+    }
+}

@@ -1,0 +1,296 @@
+//! Runs a workload through a policy on the GPU model, in virtual time.
+//!
+//! Clients issue tasks: real-time clients at uniform or Poisson intervals or
+//! from a trace, best-effort clients in a closed loop (the next task as soon
+//! as the last one finishes). The driver merges arrivals with the model's
+//! events in time order, hands both to the policy, and records every
+//! finished task. Arrivals stop at `duration_ns`; tasks in flight then may
+//! finish for up to [`DRAIN_NS`] more.
+//!
+//! It also times every policy callback (wall clock, on this machine): the
+//! whole callback, and the scheduler's decision cost, which leaves out the
+//! GPU model's own dispatch work done inside the policy's launch and
+//! preemption calls (on a GPU, hardware and driver work).
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use shm_proto::Priority;
+
+use super::{Ctx, Policy, PolicyStats, Task, TaskDone};
+#[cfg(test)]
+use sluice_gpu::DeviceProfile;
+use sluice_gpu::{Clocked, Event, Ns};
+use sluice_model::ModelRegistry;
+
+/// How long after the last arrival the driver lets tasks finish.
+pub const DRAIN_NS: Ns = 2_000_000_000;
+
+/// When a client issues its tasks.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arrival {
+    /// Every `period_ns`, starting at `offset_ns`.
+    Uniform {
+        /// Interval.
+        period_ns: Ns,
+        /// First arrival.
+        offset_ns: Ns,
+    },
+    /// Poisson process of `rate_per_s`, seeded.
+    Poisson {
+        /// Mean arrivals per second.
+        rate_per_s: f64,
+        /// Seed of the generator.
+        seed: u64,
+    },
+    /// The next task when the previous one finishes (first at 0).
+    ClosedLoop,
+    /// Arrival times given explicitly (sorted).
+    Trace(Vec<Ns>),
+}
+
+/// One client of a workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientSpec {
+    /// Real-time or best-effort.
+    pub priority: Priority,
+    /// Model id in the registry.
+    pub model: u32,
+    /// Arrival process.
+    pub arrival: Arrival,
+}
+
+/// A workload.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// Clients.
+    pub clients: Vec<ClientSpec>,
+    /// Arrivals stop after this much virtual time.
+    pub duration_ns: Ns,
+}
+
+/// What a run produced.
+#[derive(Debug, Clone)]
+pub struct RunResult {
+    /// Every finished task.
+    pub done: Vec<TaskDone>,
+    /// Tasks that arrived and had not finished when the run stopped.
+    pub unfinished: u64,
+    /// The policy's statistics (preemption latencies, relaunches).
+    pub stats: PolicyStats,
+    /// Virtual time at the end.
+    pub end_ns: Ns,
+    /// Fraction of CU-time busy over the run (0 on a device that does not
+    /// report it).
+    pub utilisation: f64,
+    /// Wall-clock cost of each policy callback's decision, ns: the
+    /// callback's time less the GPU model's dispatch work it caused.
+    pub decision_ns: hdrhistogram::Histogram<u64>,
+    /// Wall-clock ns of each policy callback, whole: the decision plus the
+    /// GPU model's dispatch work inside the policy's launch and preemption
+    /// calls ([`GpuSim::model_work_ns`]), which `decision_ns` leaves out.
+    pub callback_ns: hdrhistogram::Histogram<u64>,
+}
+
+/// A uniform sample in [0, 1) from a splitmix64 stream.
+fn unit(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    (shm_proto::sim::splitmix64(*state) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+struct ClientState {
+    spec: ClientSpec,
+    rng: u64,
+    trace_pos: usize,
+}
+
+impl ClientState {
+    /// The arrival after one at `t` (None: no more).
+    fn next_after(&mut self, t: Ns, first: bool) -> Option<Ns> {
+        match &self.spec.arrival {
+            Arrival::Uniform {
+                period_ns,
+                offset_ns,
+            } => Some(if first {
+                *offset_ns
+            } else {
+                t + (*period_ns).max(1)
+            }),
+            Arrival::Poisson { rate_per_s, .. } => {
+                let u = unit(&mut self.rng);
+                let gap = -(1.0 - u).ln() / rate_per_s.max(1e-9) * 1e9;
+                Some(if first { 0 } else { t } + gap as Ns)
+            }
+            Arrival::ClosedLoop => first.then_some(0),
+            Arrival::Trace(times) => {
+                let v = times.get(self.trace_pos).copied();
+                self.trace_pos += 1;
+                v
+            }
+        }
+    }
+}
+
+/// Runs `workload` through `policy` on a fresh GPU model of `profile`
+/// (the tests' shorthand; callers outside use [`run_on`] with a
+/// `sluice_gpusim::GpuSim`).
+#[cfg(test)]
+pub(crate) fn run(
+    profile: &DeviceProfile,
+    models: &Arc<ModelRegistry>,
+    policy: &mut dyn Policy,
+    workload: &Workload,
+) -> RunResult {
+    run_on(
+        &mut sluice_gpusim::GpuSim::new(profile.clone()),
+        models,
+        policy,
+        workload,
+    )
+}
+
+/// Runs `workload` through `policy` on `gpu`, from the device's current
+/// time; the result's times are relative to that start.
+pub fn run_on(
+    gpu: &mut dyn Clocked,
+    models: &Arc<ModelRegistry>,
+    policy: &mut dyn Policy,
+    workload: &Workload,
+) -> RunResult {
+    let t0 = gpu.now();
+    let mut clients: Vec<ClientState> = workload
+        .clients
+        .iter()
+        .enumerate()
+        .map(|(i, c)| ClientState {
+            spec: c.clone(),
+            rng: match c.arrival {
+                Arrival::Poisson { seed, .. } => seed,
+                _ => i as u64,
+            },
+            trace_pos: 0,
+        })
+        .collect();
+    // Arrival times are relative to the start; the device's are absolute.
+    let mut arrivals: BinaryHeap<Reverse<(Ns, u32)>> = BinaryHeap::new();
+    for (i, c) in clients.iter_mut().enumerate() {
+        if let Some(t) = c.next_after(0, true)
+            && t < workload.duration_ns
+        {
+            arrivals.push(Reverse((t, i as u32)));
+        }
+    }
+    let mut done = Vec::new();
+    let mut fresh = Vec::new();
+    let mut stats = PolicyStats::default();
+    let mut decision = sluice_stats::histogram();
+    let mut callback = sluice_stats::histogram();
+    gpu.time_model_work();
+    let mut events: Vec<Event> = Vec::new();
+    let mut next_id = 0u64;
+    let mut arrived = 0u64;
+    let stop = workload.duration_ns.saturating_add(DRAIN_NS);
+    loop {
+        let t_arr = arrivals.peek().map(|Reverse((t, _))| t0 + *t);
+        let Some(t_abs) = gpu.advance(t_arr.map(|a| a.min(t0 + stop)), &mut events) else {
+            break;
+        };
+        let t = t_abs.saturating_sub(t0);
+        if t > stop {
+            break;
+        }
+        // Times one policy callback: the scheduler's decision cost.
+        let mut decide =
+            |gpu: &mut dyn Clocked,
+             fresh: &mut Vec<TaskDone>,
+             f: &mut dyn FnMut(&mut dyn Policy, &mut Ctx<'_>)| {
+                let mut cx = Ctx {
+                    gpu,
+                    models,
+                    done: fresh,
+                    stats: &mut stats,
+                };
+                let m0 = cx.gpu.model_work_ns();
+                let t0 = Instant::now();
+                f(&mut *policy, &mut cx);
+                let total = t0.elapsed().as_nanos() as u64;
+                let model = cx.gpu.model_work_ns() - m0;
+                callback.saturating_record(total);
+                decision.saturating_record(total.saturating_sub(model));
+            };
+        for ev in events.drain(..) {
+            decide(&mut *gpu, &mut fresh, &mut |p, cx| p.on_event(cx, &ev));
+        }
+        while let Some(&Reverse((ta, ci))) = arrivals.peek() {
+            if ta > t {
+                break;
+            }
+            arrivals.pop();
+            let c = &mut clients[ci as usize];
+            let task = Task {
+                id: next_id,
+                client: ci,
+                priority: c.spec.priority,
+                model: c.spec.model,
+                arrival: t0 + ta,
+            };
+            next_id += 1;
+            arrived += 1;
+            if let Some(tn) = c.next_after(ta, false)
+                && tn < workload.duration_ns
+            {
+                arrivals.push(Reverse((tn, ci)));
+            }
+            decide(&mut *gpu, &mut fresh, &mut |p, cx| p.on_arrival(cx, task));
+        }
+        for mut d in fresh.drain(..) {
+            d.task.arrival -= t0;
+            d.finished = d.finished.saturating_sub(t0);
+            let c = &mut clients[d.task.client as usize];
+            if c.spec.arrival == Arrival::ClosedLoop && d.finished < workload.duration_ns {
+                arrivals.push(Reverse((d.finished, d.task.client)));
+            }
+            done.push(d);
+        }
+    }
+    RunResult {
+        unfinished: arrived - done.len() as u64,
+        done,
+        stats,
+        end_ns: gpu.now() - t0,
+        utilisation: gpu.utilisation().unwrap_or(0.0),
+        decision_ns: decision,
+        callback_ns: callback,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poisson_gaps_have_the_right_mean() {
+        let mut c = ClientState {
+            spec: ClientSpec {
+                priority: Priority::RealTime,
+                model: 0,
+                arrival: Arrival::Poisson {
+                    rate_per_s: 1000.0,
+                    seed: 7,
+                },
+            },
+            rng: 7,
+            trace_pos: 0,
+        };
+        let mut t = c.next_after(0, true).unwrap();
+        let n = 20_000;
+        let start = t;
+        for _ in 0..n {
+            t = c.next_after(t, false).unwrap();
+        }
+        let mean_ms = (t - start) as f64 / n as f64 / 1e6;
+        assert!((mean_ms - 1.0).abs() < 0.05, "mean gap {mean_ms} ms");
+    }
+}

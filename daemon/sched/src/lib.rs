@@ -1,0 +1,204 @@
+//! # sluice-sched
+//!
+//! Per-GPU scheduling policies over the device interface of `sluice-gpu`,
+//! and a driver ([`driver`]) that runs a workload through one on any
+//! [`Clocked`](sluice_gpu::Clocked) device. This crate depends on the
+//! interface only; its tests run the policies on the GPU model
+//! (`sluice-gpusim`, a dev-dependency).
+//!
+//! A [`Policy`] sees task arrivals and GPU events and decides what to
+//! launch on which stream, and when to preempt. Policies drive the device
+//! through the [`Gpu`](sluice_gpu::Gpu) trait: in benchmarks and the
+//! simulated daemon the same GPU model (`sluice_gpusim::GpuSim`), so their
+//! results compare like for like; on hardware a real backend. The policies
+//! are the ones of issue 3: `seq`, `streams`, `rt-only`, `wait-preempt`,
+//! `reef`, `paella` (see [`PolicyKind`]); each lives in its own module.
+//!
+//! Kernel tags encode the task and the kernel's index in its model
+//! ([`tag`], [`untag`]), so a policy can map GPU events back to tasks.
+
+pub mod driver;
+pub mod paella;
+pub mod reef;
+pub mod rt_only;
+pub mod seq;
+pub mod streams;
+pub mod wait_preempt;
+
+use std::sync::Arc;
+
+use shm_proto::Priority;
+
+use sluice_gpu::{Event, Gpu, Ns};
+use sluice_model::ModelRegistry;
+
+/// Identifies a task (one inference request) within a run.
+pub type TaskId = u64;
+
+/// One inference request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Task {
+    /// Unique within the run.
+    pub id: TaskId,
+    /// The client that issued it.
+    pub client: u32,
+    /// Real-time or best-effort.
+    pub priority: Priority,
+    /// Model id in the registry.
+    pub model: u32,
+    /// Arrival time (virtual ns).
+    pub arrival: Ns,
+}
+
+/// A finished task.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskDone {
+    /// Which.
+    pub task: Task,
+    /// When its last kernel completed.
+    pub finished: Ns,
+}
+
+/// What a policy reports besides completions.
+#[derive(Debug, Clone, Default)]
+pub struct PolicyStats {
+    /// Latency of each preemption (request to BE streams idle), ns.
+    pub preempt_latency_ns: Vec<Ns>,
+    /// Kernels launched more than once because of restores.
+    pub relaunched_kernels: u64,
+}
+
+/// Everything a policy works with during one callback.
+pub struct Ctx<'a> {
+    /// The GPU.
+    pub gpu: &'a mut dyn Gpu,
+    /// Models (kernels, times).
+    pub models: &'a ModelRegistry,
+    /// Append finished tasks here.
+    pub done: &'a mut Vec<TaskDone>,
+    /// Append statistics here.
+    pub stats: &'a mut PolicyStats,
+}
+
+impl std::fmt::Debug for Ctx<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ctx")
+            .field("now", &self.gpu.now())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A scheduling policy.
+pub trait Policy: Send {
+    /// Its name as the config and the CLI spell it.
+    fn name(&self) -> &'static str;
+    /// A task arrives at `cx.gpu.now()`.
+    fn on_arrival(&mut self, cx: &mut Ctx<'_>, task: Task);
+    /// The GPU reported `ev`.
+    fn on_event(&mut self, cx: &mut Ctx<'_>, ev: &Event);
+}
+
+/// The policies, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyKind {
+    /// One task at a time, real-time first, no preemption (Clockwork-like).
+    Seq,
+    /// One stream per client, the GPU decides (Triton-like).
+    Streams,
+    /// Reference: real-time tasks alone (best-effort tasks are dropped).
+    RtOnly,
+    /// Wait-based preemption of best-effort work.
+    WaitPreempt,
+    /// REEF: reset-based preemption and dynamic kernel padding.
+    Reef,
+    /// Paella: software-defined, occupancy-aware kernel dispatch.
+    Paella,
+}
+
+impl PolicyKind {
+    /// Every policy, in the order reports list them.
+    pub const ALL: [Self; 6] = [
+        Self::RtOnly,
+        Self::Seq,
+        Self::Streams,
+        Self::WaitPreempt,
+        Self::Reef,
+        Self::Paella,
+    ];
+
+    /// The name as the config and the CLI spell it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Seq => "seq",
+            Self::Streams => "streams",
+            Self::RtOnly => "rt-only",
+            Self::WaitPreempt => "wait-preempt",
+            Self::Reef => "reef",
+            Self::Paella => "paella",
+        }
+    }
+
+    /// Parses a name.
+    pub fn from_name(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Bits of a kernel tag that hold the kernel's index in its model.
+pub const KERNEL_BITS: u32 = 16;
+
+/// The tag of kernel `kernel` of task `task`.
+pub const fn tag(task: TaskId, kernel: usize) -> u64 {
+    (task << KERNEL_BITS) | (kernel as u64 & ((1 << KERNEL_BITS) - 1))
+}
+
+/// The (task, kernel index) of a tag.
+pub const fn untag(tag: u64) -> (TaskId, usize) {
+    (
+        tag >> KERNEL_BITS,
+        (tag & ((1 << KERNEL_BITS) - 1)) as usize,
+    )
+}
+
+/// Builds a policy. `models` is the registry the tasks refer to.
+///
+/// Each policy module adds its arm here.
+pub fn make_policy(kind: PolicyKind, models: &Arc<ModelRegistry>) -> Option<Box<dyn Policy>> {
+    match kind {
+        PolicyKind::Seq => Some(Box::new(seq::Seq::new())),
+        PolicyKind::Streams => Some(Box::new(streams::Streams::new())),
+        PolicyKind::RtOnly => Some(Box::new(rt_only::RtOnly::new())),
+        PolicyKind::WaitPreempt => Some(Box::new(wait_preempt::wait_preempt(Arc::clone(models)))),
+        PolicyKind::Reef => Some(Box::new(reef::Reef::new(
+            Arc::clone(models),
+            reef::ReefConfig::reef(),
+        ))),
+        PolicyKind::Paella => Some(Box::new(paella::Paella::new(models))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_round_trip() {
+        assert_eq!(untag(tag(12345, 439)), (12345, 439));
+        assert_eq!(untag(tag(0, 0)), (0, 0));
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for k in PolicyKind::ALL {
+            assert_eq!(PolicyKind::from_name(k.as_str()), Some(k));
+        }
+        assert_eq!(PolicyKind::from_name("fifo"), None);
+    }
+}

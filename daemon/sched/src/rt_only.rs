@@ -1,0 +1,175 @@
+//! `rt-only`: the reference for real-time latency.
+//!
+//! Real-time tasks run alone, in arrival order, on one stream; best-effort
+//! tasks are dropped at arrival and never complete. REEF §6.2 normalises
+//! real-time latency to a model's standalone time; this policy gives that
+//! reference under the same arrival process, queueing included.
+//!
+//! The module also holds the small launch helpers the other policies share.
+
+use std::collections::VecDeque;
+
+use shm_proto::Priority;
+
+use super::{Ctx, Policy, Task, TaskDone, tag, untag};
+use sluice_gpu::{Event, KernelLaunch, Outcome, StreamId};
+use sluice_model::ModelRegistry;
+
+/// Kernels in `model` (0 for an unknown model id).
+pub(super) fn kernel_count(models: &ModelRegistry, model: u32) -> usize {
+    models.get(model).map_or(0, |m| m.manifest.kernels.len())
+}
+
+/// Launches kernels `range` of `task` on `stream`, tagged with [`tag`].
+/// Returns how many were launched; a refused launch is logged and stops the
+/// rest (the task then never completes).
+pub(super) fn launch_kernels(
+    cx: &mut Ctx<'_>,
+    stream: StreamId,
+    task: &Task,
+    range: std::ops::Range<usize>,
+) -> usize {
+    let Some(model) = cx.models.get(task.model) else {
+        tracing::error!(model = task.model, task = task.id, "unknown model id");
+        return 0;
+    };
+    let mut n = 0;
+    for i in range {
+        let Some(k) = model.manifest.kernels.get(i) else {
+            break;
+        };
+        if let Err(e) = cx
+            .gpu
+            .launch(stream, KernelLaunch::from_model(k, tag(task.id, i)))
+        {
+            tracing::error!(task = task.id, kernel = i, "launch refused: {e}");
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
+/// If `ev` is the completion of a task's last kernel on `stream`, the task
+/// id and the completion time. Stream order makes the last kernel's
+/// completion the task's.
+pub(super) fn last_kernel_done(
+    models: &ModelRegistry,
+    ev: &Event,
+    stream: StreamId,
+    front: Option<&Task>,
+) -> Option<(Task, u64)> {
+    let Event::KernelFinished {
+        t,
+        stream: s,
+        kernel,
+        outcome: Outcome::Completed,
+        ..
+    } = ev
+    else {
+        return None;
+    };
+    let task = front?;
+    let (id, k) = untag(kernel.tag);
+    (*s == stream && id == task.id && k + 1 == kernel_count(models, task.model))
+        .then_some((*task, *t))
+}
+
+/// Real-time tasks alone, FIFO, on one stream.
+#[derive(Debug, Default)]
+pub struct RtOnly {
+    stream: Option<StreamId>,
+    inflight: VecDeque<Task>,
+    /// Best-effort tasks dropped at arrival.
+    dropped: u64,
+}
+
+impl RtOnly {
+    /// A fresh policy.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Best-effort tasks dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}
+
+impl Policy for RtOnly {
+    fn name(&self) -> &'static str {
+        "rt-only"
+    }
+
+    fn on_arrival(&mut self, cx: &mut Ctx<'_>, task: Task) {
+        if task.priority != Priority::RealTime {
+            self.dropped += 1;
+            return;
+        }
+        let stream = *self.stream.get_or_insert_with(|| cx.gpu.create_stream(1));
+        let n = kernel_count(cx.models, task.model);
+        if n == 0 {
+            cx.done.push(TaskDone {
+                task,
+                finished: cx.gpu.now(),
+            });
+            return;
+        }
+        launch_kernels(cx, stream, &task, 0..n);
+        self.inflight.push_back(task);
+    }
+
+    fn on_event(&mut self, cx: &mut Ctx<'_>, ev: &Event) {
+        let Some(stream) = self.stream else { return };
+        if let Some((task, t)) = last_kernel_done(cx.models, ev, stream, self.inflight.front()) {
+            self.inflight.pop_front();
+            cx.done.push(TaskDone { task, finished: t });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::driver::{Arrival, ClientSpec, Workload, run};
+    use sluice_gpu::DeviceProfile;
+
+    #[test]
+    fn rt_latency_is_the_standalone_time_and_be_tasks_are_dropped() {
+        let models = Arc::new(ModelRegistry::builtin());
+        let (rn, m) = models.lookup("resnet152").unwrap();
+        let (vgg, _) = models.lookup("vgg19").unwrap();
+        let w = Workload {
+            clients: vec![
+                ClientSpec {
+                    priority: Priority::RealTime,
+                    model: rn,
+                    arrival: Arrival::Uniform {
+                        period_ns: 20_000_000,
+                        offset_ns: 1_000_000,
+                    },
+                },
+                ClientSpec {
+                    priority: Priority::BestEffort,
+                    model: vgg,
+                    arrival: Arrival::ClosedLoop,
+                },
+            ],
+            duration_ns: 60_000_000,
+        };
+        let mut p = RtOnly::new();
+        let r = run(&DeviceProfile::mi50(), &models, &mut p, &w);
+        assert_eq!(r.done.len(), 3);
+        assert_eq!(p.dropped(), 1);
+        assert_eq!(r.unfinished, 1);
+        let lat: Vec<u64> = r.done.iter().map(|d| d.finished - d.task.arrival).collect();
+        // Identical runs on an idle device, no slower than the manifest
+        // total plus one fetch per kernel.
+        assert!(lat.iter().all(|&l| l == lat[0]), "{lat:?}");
+        let fetch = DeviceProfile::mi50().queues.cp_fetch_ns;
+        let bound = m.total_time_ns + fetch * m.manifest.kernels.len() as u64;
+        assert!(lat[0] >= m.total_time_ns && lat[0] <= bound, "{lat:?}");
+    }
+}

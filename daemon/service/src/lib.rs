@@ -1,0 +1,27 @@
+//! # sluice-service
+//!
+//! `sluiced`, the privileged side of sluice, as a library (so that tests
+//! and the `sluice` command's embedded daemon drive it directly) and the
+//! `sluiced` binary on top.
+//!
+//! - [`config`]: the TOML configuration and its validation.
+//! - [`startup`]: from a configuration to a running daemon: tracing, the
+//!   model registry, the device backend.
+//! - [`backend`]: the backends that need no GPU: the FIFO simulated device
+//!   and a policy on the GPU model in real time (the CUDA one is
+//!   `sluice-cuda`).
+//! - [`sys`]: CPU pinning, `SCHED_FIFO`, `mlockall`, systemd notification.
+//! - [`region`]: a client's sealed shared-memory region, daemon side.
+//! - [`dispatch`]: the dispatcher thread (rings → backend → completions).
+//! - [`server`]: the control socket and the [`Daemon`] handle.
+//! - [`kill_capability`]: which kill mechanism the patched drivers offer.
+pub mod backend;
+pub mod config;
+pub mod dispatch;
+pub mod kill_capability;
+pub mod region;
+pub mod server;
+pub mod startup;
+pub mod sys;
+
+pub use server::{Daemon, StartError, Status};
