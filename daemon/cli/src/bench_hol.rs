@@ -34,8 +34,8 @@ use shm_proto::Priority;
 use sluice_gpu::{DeviceProfile, Event, Footprint, KernelLaunch, Ns, StreamId, blocks_per_cu};
 use sluice_gpusim::GpuSim;
 use sluice_model::{Kernel, Manifest, ModelRegistry};
-use sluice_sched::driver::{self, Arrival, ClientSpec, Workload};
 use sluice_sched::paella::{Paella, PaellaConfig};
+use sluice_sched::workload::{self, Arrival, ClientSpec, Workload};
 use sluice_sched::{Ctx, Policy, Task, TaskDone, TaskId, tag, untag};
 use sluice_stats::Summary;
 
@@ -293,7 +293,7 @@ fn point(
         started: HashMap::new(),
         busy_slot_ns: 0,
     };
-    let r = driver::run_on(&mut GpuSim::new(p.clone()), models, &mut metered, &workload);
+    let r = workload::run_on(&mut GpuSim::new(p.clone()), models, &mut metered, &workload);
     let mut h = sluice_stats::histogram();
     for d in &r.done {
         h.saturating_record(d.finished - d.task.arrival);
@@ -439,7 +439,7 @@ mod tests {
         };
         let mut pa = Paella::new(&models);
         let d = Summary::of(
-            &driver::run_on(&mut GpuSim::new(p.clone()), &models, &mut pa, &w).decision_ns,
+            &workload::run_on(&mut GpuSim::new(p.clone()), &models, &mut pa, &w).decision_ns,
         );
         println!("paella callback cost: p50 {} ns, p99 {} ns", d.p50, d.p99);
     }

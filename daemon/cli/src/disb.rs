@@ -64,7 +64,7 @@
 //!   callback on this machine, less the GPU model's own dispatch work
 //!   (host pushes, fetches, block placement) that the policy's launch and
 //!   preemption calls ran inside it
-//!   ([`sluice_sched::driver::RunResult::decision_ns`]); and the whole
+//!   ([`sluice_sched::workload::RunResult::decision_ns`]); and the whole
 //!   callbacks, that work included (`callback_ns`).
 //!
 //! Every policy [`make_policy`] builds runs on every workload. A policy it
@@ -84,7 +84,7 @@ use shm_proto::Priority;
 use sluice_gpu::{DeviceProfile, KernelLaunch, Ns, OpError, ProfileError};
 use sluice_gpusim::GpuSim;
 use sluice_model::{Model, ModelRegistry};
-use sluice_sched::driver::{self, Arrival, ClientSpec, RunResult, Workload};
+use sluice_sched::workload::{self, Arrival, ClientSpec, RunResult, Workload};
 use sluice_sched::{Policy, PolicyKind, make_policy};
 use sluice_stats::quantile;
 
@@ -1083,12 +1083,14 @@ impl Backend {
         models: &Arc<ModelRegistry>,
         policy: &mut dyn Policy,
         workload: &Workload,
-    ) -> driver::RunResult {
+    ) -> workload::RunResult {
         match self {
-            Self::Model(p) => driver::run_on(&mut GpuSim::new(p.clone()), models, policy, workload),
+            Self::Model(p) => {
+                workload::run_on(&mut GpuSim::new(p.clone()), models, policy, workload)
+            }
             Self::Device { gpu, .. } => {
                 let mut g = gpu.lock().unwrap_or_else(|e| e.into_inner());
-                driver::run_on(g.as_mut(), models, policy, workload)
+                workload::run_on(g.as_mut(), models, policy, workload)
             }
         }
     }

@@ -778,7 +778,7 @@ mod tests {
     /// not show the difference here; a GPU does.)
     #[test]
     fn the_benchmark_driver_runs_on_the_adapter() {
-        use sluice_sched::driver::{self, Arrival, ClientSpec, Workload};
+        use sluice_sched::workload::{self, Arrival, ClientSpec, Workload};
         let models = Arc::new(ModelRegistry::builtin());
         let rt_model = models.lookup("vgg19").unwrap().0;
         let be_model = models.lookup("resnet152").unwrap().0;
@@ -809,7 +809,7 @@ mod tests {
         ] {
             let (mut g, _) = gpu(Kill::Cooperative);
             let mut p = make_policy(kind, &models).unwrap();
-            let r = driver::run_on(&mut g, &models, p.as_mut(), &w);
+            let r = workload::run_on(&mut g, &models, p.as_mut(), &w);
             let rt: Vec<u64> = r
                 .done
                 .iter()

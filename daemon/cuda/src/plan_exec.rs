@@ -35,7 +35,7 @@
 //! [`fake_abi`] defines the ABI kernels on a
 //! [`FakeDriver`](super::fake::FakeDriver): each one reads its arguments at
 //! the offsets the compiled kernel would (from the kernel's C signature in
-//! `daemon/cuda/kernels/*.cu`) and runs the matching [`sluice_nn::ops`]
+//! `daemon/cuda/kernels/*.cu`) and runs the matching [`sluice_nn::reference`]
 //! function on fake device memory, so a fake run equals
 //! [`run_cpu`](sluice_nn::builders::run_cpu) bit for bit when the
 //! marshalling, offsets and order are right.
@@ -934,7 +934,7 @@ pub mod fake_abi {
     //! declaration order), independently of [`KernelArgs`]. At the end of a
     //! full run the kernel reads its pointer and integer arguments at those
     //! offsets, loads its input tensors from fake device memory, runs the
-    //! matching [`sluice_nn::ops`] function, and stores the result at its
+    //! matching [`sluice_nn::reference`] function, and stores the result at its
     //! output pointer. A kernel cut short ([`Run::Partial`]) stores
     //! [`GARBAGE`] over its whole output instead, as a real kernel killed
     //! part way may have written any part of it. A kernel evicted at entry
@@ -948,7 +948,7 @@ pub mod fake_abi {
     use crate::fake::{FakeDriver, FakeKernel, FakeMemory, Run};
     use crate::kernels::{self, SOURCES};
     use sluice_nn::builders::Kernel;
-    use sluice_nn::ops::{
+    use sluice_nn::reference::{
         self, Act, AttentionShape, Conv2dShape, EltwiseOp, GemmShape, GlobalPoolShape, Pool2dShape,
         PoolMode, RowsShape,
     };
@@ -1120,7 +1120,7 @@ pub mod fake_abi {
         }
     }
 
-    fn ok(kernel: &str, r: Result<(), ops::ShapeError>) {
+    fn ok(kernel: &str, r: Result<(), reference::ShapeError>) {
         if let Err(e) = r {
             panic!("{kernel}: {e}");
         }
@@ -1143,7 +1143,7 @@ pub mod fake_abi {
                 let mut c = vec![0.0; s.m * s.n];
                 ok(
                     name,
-                    ops::gemm(&s, &x, &w, bias.as_deref(), &mut c, act(a.int("act"))),
+                    reference::gemm(&s, &x, &w, bias.as_deref(), &mut c, act(a.int("act"))),
                 );
                 store(mem, a.ptr("C"), &c, how);
             }
@@ -1165,7 +1165,7 @@ pub mod fake_abi {
                 let mut y = vec![0.0; s.cout * oh * ow];
                 ok(
                     name,
-                    ops::conv2d(&s, &x, &w, bias.as_deref(), &mut y, act(a.int("act"))),
+                    reference::conv2d(&s, &x, &w, bias.as_deref(), &mut y, act(a.int("act"))),
                 );
                 store(mem, a.ptr("y"), &y, how);
             }
@@ -1186,7 +1186,7 @@ pub mod fake_abi {
                 let (oh, ow) = s.out_hw().unwrap_or_else(|e| panic!("{name}: {e}"));
                 let x = load(mem, a.ptr("x"), s.c * s.h * s.w);
                 let mut y = vec![0.0; s.c * oh * ow];
-                ok(name, ops::pool2d(&s, &x, &mut y, mode));
+                ok(name, reference::pool2d(&s, &x, &mut y, mode));
                 store(mem, a.ptr("y"), &y, how);
             }
             Kernel::GlobalAvgPool => {
@@ -1196,7 +1196,7 @@ pub mod fake_abi {
                 };
                 let x = load(mem, a.ptr("x"), s.c * s.hw);
                 let mut y = vec![0.0; s.c];
-                ok(name, ops::global_avgpool(&s, &x, &mut y));
+                ok(name, reference::global_avgpool(&s, &x, &mut y));
                 store(mem, a.ptr("y"), &y, how);
             }
             Kernel::Eltwise => {
@@ -1211,7 +1211,7 @@ pub mod fake_abi {
                 let x = load(mem, a.ptr("a"), n);
                 let b = load_opt(mem, a.ptr("b"), n);
                 let mut y = vec![0.0; n];
-                ok(name, ops::eltwise(op, n, &x, b.as_deref(), &mut y));
+                ok(name, reference::eltwise(op, n, &x, b.as_deref(), &mut y));
                 store(mem, a.ptr("y"), &y, how);
             }
             Kernel::Softmax => {
@@ -1221,7 +1221,7 @@ pub mod fake_abi {
                 };
                 let x = load(mem, a.ptr("x"), s.rows * s.cols);
                 let mut y = vec![0.0; s.rows * s.cols];
-                ok(name, ops::softmax(&s, &x, &mut y));
+                ok(name, reference::softmax(&s, &x, &mut y));
                 store(mem, a.ptr("y"), &y, how);
             }
             Kernel::Layernorm => {
@@ -1233,7 +1233,10 @@ pub mod fake_abi {
                 let g = load(mem, a.ptr("gamma"), s.cols);
                 let b = load(mem, a.ptr("beta"), s.cols);
                 let mut y = vec![0.0; s.rows * s.cols];
-                ok(name, ops::layernorm(&s, &x, &g, &b, &mut y, a.float("eps")));
+                ok(
+                    name,
+                    reference::layernorm(&s, &x, &g, &b, &mut y, a.float("eps")),
+                );
                 store(mem, a.ptr("y"), &y, how);
             }
             Kernel::Attention => {
@@ -1245,7 +1248,7 @@ pub mod fake_abi {
                 };
                 let qkv = load(mem, a.ptr("qkv"), s.t * 3 * s.h * s.d);
                 let mut out = vec![0.0; s.t * s.h * s.d];
-                ok(name, ops::attention(&s, &qkv, &mut out));
+                ok(name, reference::attention(&s, &qkv, &mut out));
                 store(mem, a.ptr("out"), &out, how);
             }
         }

@@ -203,7 +203,7 @@ pub fn builder_of(name: &str, scale: Scale) -> Option<&'static str> {
 }
 
 /// A [`CudaServer`] on the fake driver, whose kernels run the
-/// [`sluice_nn::ops`] CPU functions on fake device memory
+/// [`sluice_nn::reference`] CPU functions on fake device memory
 /// ([`fake_abi`](super::plan_exec::fake_abi), default timings): the whole
 /// job path (policy, virtual queues, preemption flag, copies, pinned
 /// buffers) without a GPU. Every kernel's virtual time passes as the

@@ -2,7 +2,7 @@
 //!
 //! The device interface a scheduling policy drives, and nothing behind it:
 //!
-//! - [`Gpu`] ([`ops`]): streams, kernel launches, dynamic kernel padding and
+//! - [`Gpu`] ([`interface`]): streams, kernel launches, dynamic kernel padding and
 //!   REEF's preemption mechanisms as device operations; [`Clocked`] adds
 //!   the clock and event stream the workload driver needs.
 //! - [`launch`]: the vocabulary of that interface ([`KernelLaunch`],
@@ -46,15 +46,15 @@
 //! assert_eq!(done, Some(p.queues.host_launch_ns + p.queues.cp_fetch_ns + 10_000));
 //! ```
 
+pub mod interface;
 pub mod launch;
 pub mod occupancy;
-pub mod ops;
 pub mod profile;
 
+pub use interface::{Clocked, Gpu, GpuError};
 pub use launch::{
     Event, HostReset, KernelLaunch, KernelRef, Ns, OpError, Outcome, PreemptReport, QueueLens,
     StreamId,
 };
 pub use occupancy::{Footprint, Limit, blocks_per_cu};
-pub use ops::{Clocked, Gpu, GpuError};
 pub use profile::{DeviceProfile, ProfileError, Vendor};

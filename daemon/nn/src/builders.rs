@@ -28,7 +28,7 @@
 
 use std::fmt::Write as _;
 
-use super::ops::{
+use super::reference::{
     self, Act, AttentionShape, Conv2dShape, EltwiseOp, GemmShape, GlobalPoolShape, Pool2dShape,
     PoolMode, RowsShape, ShapeError,
 };
@@ -1799,7 +1799,7 @@ impl<'a> CpuExec<'a> {
                 shape,
                 act,
                 ..
-            } => ops::gemm(shape, s(a), s(b), bias.as_ref().map(s), out, *act),
+            } => reference::gemm(shape, s(a), s(b), bias.as_ref().map(s), out, *act),
             Op::Conv2d {
                 x,
                 w,
@@ -1807,11 +1807,13 @@ impl<'a> CpuExec<'a> {
                 shape,
                 act,
                 ..
-            } => ops::conv2d(shape, s(x), s(w), bias.as_ref().map(s), out, *act),
-            Op::Pool2d { x, shape, mode, .. } => ops::pool2d(shape, s(x), out, *mode),
-            Op::GlobalAvgPool { x, shape, .. } => ops::global_avgpool(shape, s(x), out),
-            Op::Eltwise { a, b, n, op, .. } => ops::eltwise(*op, *n, s(a), b.as_ref().map(s), out),
-            Op::Softmax { x, shape, .. } => ops::softmax(shape, s(x), out),
+            } => reference::conv2d(shape, s(x), s(w), bias.as_ref().map(s), out, *act),
+            Op::Pool2d { x, shape, mode, .. } => reference::pool2d(shape, s(x), out, *mode),
+            Op::GlobalAvgPool { x, shape, .. } => reference::global_avgpool(shape, s(x), out),
+            Op::Eltwise { a, b, n, op, .. } => {
+                reference::eltwise(*op, *n, s(a), b.as_ref().map(s), out)
+            }
+            Op::Softmax { x, shape, .. } => reference::softmax(shape, s(x), out),
             Op::Layernorm {
                 x,
                 gamma,
@@ -1819,8 +1821,8 @@ impl<'a> CpuExec<'a> {
                 shape,
                 eps,
                 ..
-            } => ops::layernorm(shape, s(x), s(gamma), s(beta), out, *eps),
-            Op::Attention { qkv, shape, .. } => ops::attention(shape, s(qkv), out),
+            } => reference::layernorm(shape, s(x), s(gamma), s(beta), out, *eps),
+            Op::Attention { qkv, shape, .. } => reference::attention(shape, s(qkv), out),
         };
         self.mem[w.buf.0] = out_buf;
         res.map_err(|source| RunError::Shape {

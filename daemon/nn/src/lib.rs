@@ -1,8 +1,8 @@
 //! # sluice-nn
 //!
 //! Neural-network layers for the real backends: CPU reference operators
-//! ([`ops`]) that check GPU results, and builders ([`builders`]) that turn the
+//! ([`reference`]) that check GPU results, and builders ([`builders`]) that turn the
 //! DISB models' real layer shapes into kernel plans and model manifests.
 
 pub mod builders;
-pub mod ops;
+pub mod reference;

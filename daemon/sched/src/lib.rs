@@ -1,7 +1,7 @@
 //! # sluice-sched
 //!
 //! Per-GPU scheduling policies over the device interface of `sluice-gpu`,
-//! and a driver ([`driver`]) that runs a workload through one on any
+//! and a driver ([`workload`]) that runs a workload through one on any
 //! [`Clocked`](sluice_gpu::Clocked) device. This crate depends on the
 //! interface only; its tests run the policies on the GPU model
 //! (`sluice-gpusim`, a dev-dependency).
@@ -17,13 +17,13 @@
 //! Kernel tags encode the task and the kernel's index in its model
 //! ([`tag`], [`untag`]), so a policy can map GPU events back to tasks.
 
-pub mod driver;
 pub mod paella;
 pub mod reef;
 pub mod rt_only;
 pub mod seq;
 pub mod streams;
 pub mod wait_preempt;
+pub mod workload;
 
 use std::sync::Arc;
 

@@ -1709,7 +1709,7 @@ mod tests {
 
     use super::*;
     use crate::TaskId;
-    use crate::driver::{self, Arrival, ClientSpec, RunResult, Workload};
+    use crate::workload::{self, Arrival, ClientSpec, RunResult, Workload};
     use sluice_model::{Kernel, Manifest};
 
     /// A kernel of `grid` blocks of `threads` threads taking `us` per block.
@@ -1795,7 +1795,7 @@ mod tests {
             ..PaellaConfig::default()
         };
         let mut p = Paella::with_config(&models, cfg);
-        let r = driver::run(&small_device(), &models, &mut p, &w);
+        let r = workload::run(&small_device(), &models, &mut p, &w);
         assert_eq!(r.unfinished, 0);
         let by_client = |c: u32| {
             r.done
@@ -1844,7 +1844,7 @@ mod tests {
             ..PaellaConfig::default()
         };
         let mut p = Paella::with_config(&models, cfg);
-        let r = driver::run(&small_device(), &models, &mut p, &w);
+        let r = workload::run(&small_device(), &models, &mut p, &w);
         assert_eq!(r.unfinished, 0);
         let id = r
             .done
@@ -1894,7 +1894,7 @@ mod tests {
             ..PaellaConfig::default()
         };
         let mut p = Paella::with_config(&models, cfg);
-        let r = driver::run(&small_device(), &models, &mut p, &w);
+        let r = workload::run(&small_device(), &models, &mut p, &w);
         assert_eq!(r.unfinished, 0);
         let rt = r
             .done
@@ -1919,7 +1919,7 @@ mod tests {
             duration_ns: 100,
         };
         let mut p = Paella::new(&models);
-        let r = driver::run(&small_device(), &models, &mut p, &w);
+        let r = workload::run(&small_device(), &models, &mut p, &w);
         assert_eq!(r.unfinished, 0);
         assert_eq!(r.done.len(), 4);
         for d in r.done.iter().filter(|d| d.task.model != 1) {
@@ -1987,7 +1987,7 @@ mod tests {
             let w = Workload { clients, duration_ns: 3_000_000 };
             let cfg = PaellaConfig { extra_blocks: b, deficit_threshold: threshold };
             let mut p = Paella::with_config(&reg, cfg);
-            let r = driver::run(&DeviceProfile::gv100(), &reg, &mut p, &w);
+            let r = workload::run(&DeviceProfile::gv100(), &reg, &mut p, &w);
             prop_assert_eq!(r.unfinished, 0);
             let mut ids: Vec<TaskId> = r.done.iter().map(|d| d.task.id).collect();
             ids.sort_unstable();

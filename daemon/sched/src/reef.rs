@@ -880,7 +880,7 @@ mod tests {
     use std::sync::OnceLock;
 
     use super::*;
-    use crate::driver::{Arrival, ClientSpec, RunResult, Workload, run};
+    use crate::workload::{Arrival, ClientSpec, RunResult, Workload, run};
     use crate::{PolicyKind, make_policy};
 
     const DURATION_NS: Ns = 300_000_000;

@@ -77,7 +77,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::driver::{Arrival, ClientSpec, Workload, run};
+    use crate::workload::{Arrival, ClientSpec, Workload, run};
     use sluice_gpu::DeviceProfile;
     use sluice_model::ModelRegistry;
 

@@ -30,7 +30,6 @@ use shm_proto::ring::{Consumer, Producer, PushError};
 use shm_proto::{Completion, Priority, Request, status};
 
 use crate::region::Region;
-use crate::server::Shared;
 use sluice_backend::{Backend, Finished, Job};
 use sluice_model::ModelRegistry;
 
@@ -126,8 +125,46 @@ pub fn validate(
     Ok(priority)
 }
 
+/// Daemon-wide counters.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Requests taken off rings.
+    pub submitted: AtomicU64,
+    /// OK completions.
+    pub completed: AtomicU64,
+    /// Error completions.
+    pub errors: AtomicU64,
+    /// Sessions refused at the handshake.
+    pub refused: AtomicU64,
+    /// Clients dropped for corrupting their region.
+    pub dropped_clients: AtomicU64,
+    /// Futex wakes sent to sleeping clients.
+    pub wakes: AtomicU64,
+    /// Times the dispatcher parked.
+    pub parks: AtomicU64,
+}
+
+/// What the dispatcher needs from the rest of the daemon: the models, its
+/// idle-spin setting, and the counters and client list it updates. The
+/// server's shared state implements it; the dispatcher depends on this
+/// trait, not on the server, so imports point one way (server → dispatch).
+pub trait Host: Send + Sync {
+    /// The models served.
+    fn registry(&self) -> &ModelRegistry;
+    /// `daemon.idle_spin_us`: how long the dispatcher spins before parking.
+    fn idle_spin_us(&self) -> u32;
+    /// The daemon's counters.
+    fn counters(&self) -> &Counters;
+    /// Incremented by every dispatcher loop (the watchdog reads it).
+    fn heartbeat(&self) -> &AtomicU64;
+    /// Jobs on the device, as last seen by the dispatcher.
+    fn device_queued(&self) -> &AtomicU64;
+    /// The dispatcher dropped client `id` (it left or corrupted its region).
+    fn client_gone(&self, id: u32);
+}
+
 pub(crate) struct Dispatcher {
-    shared: Arc<Shared>,
+    shared: Arc<dyn Host>,
     device: Box<dyn Backend>,
     rx: Receiver<Command>,
     control: Arc<OwnedFd>,
@@ -148,7 +185,7 @@ pub fn now_ns() -> u64 {
 
 impl Dispatcher {
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        shared: Arc<dyn Host>,
         device: Box<dyn Backend>,
         rx: Receiver<Command>,
         control: Arc<OwnedFd>,
@@ -186,12 +223,12 @@ impl Dispatcher {
 
     /// Runs until `Command::Shutdown`.
     pub(crate) fn run(mut self) {
-        let idle_spin_ns = u64::from(self.shared.config.daemon.idle_spin_us) * 1000;
+        let idle_spin_ns = u64::from(self.shared.idle_spin_us()) * 1000;
         let mut last_work = now_ns();
         // Built here: epoll events hold a pointer-sized union, not `Send`.
         let mut events: Vec<epoll::Event> = Vec::with_capacity(64);
         loop {
-            self.shared.heartbeat.fetch_add(1, Ordering::Relaxed);
+            self.shared.heartbeat().fetch_add(1, Ordering::Relaxed);
             if !self.apply_commands() {
                 break;
             }
@@ -265,7 +302,7 @@ impl Dispatcher {
         let _ = epoll::delete(&self.epoll, gone.wake.as_fd());
         gone.region.close();
         let _ = gone.sock.shutdown(std::net::Shutdown::Both);
-        self.shared.unregister(id);
+        self.shared.client_gone(id);
         tracing::info!(client = id, dropped, "{why}; region reclaimed");
     }
 
@@ -287,7 +324,7 @@ impl Dispatcher {
         }
         for (id, why) in bad {
             self.shared
-                .counters
+                .counters()
                 .dropped_clients
                 .fetch_add(1, Ordering::Relaxed);
             self.remove(id, why);
@@ -296,7 +333,7 @@ impl Dispatcher {
     }
 
     fn poll_one(&mut self, i: usize) -> Result<bool, &'static str> {
-        let registry = &self.shared.registry;
+        let registry = self.shared.registry();
         let c = &mut self.clients[i];
         if !c.region.magic_intact() {
             return Err("client corrupted its region header (magic)");
@@ -319,7 +356,7 @@ impl Dispatcher {
             let now = now_ns();
             c.stats.submitted.fetch_add(1, Ordering::Relaxed);
             self.shared
-                .counters
+                .counters()
                 .submitted
                 .fetch_add(1, Ordering::Relaxed);
             match validate(&req, registry, c.region.geometry()) {
@@ -352,7 +389,10 @@ impl Dispatcher {
                         ..Completion::default()
                     };
                     c.stats.errors.fetch_add(1, Ordering::Relaxed);
-                    self.shared.counters.errors.fetch_add(1, Ordering::Relaxed);
+                    self.shared
+                        .counters()
+                        .errors
+                        .fetch_add(1, Ordering::Relaxed);
                     match c.cq.push(completion) {
                         Ok(()) => woke = true,
                         Err(PushError::Full) => {
@@ -377,7 +417,7 @@ impl Dispatcher {
     fn poll_device(&mut self) -> bool {
         self.device.poll(now_ns(), &mut self.done);
         self.shared
-            .device_queued
+            .device_queued()
             .store(self.device.queued() as u64, Ordering::Relaxed);
         if self.done.is_empty() {
             return false;
@@ -392,9 +432,9 @@ impl Dispatcher {
             c.stats.on_device.fetch_sub(1, Ordering::Relaxed);
             let ok = f.status == status::OK;
             let (mine, all) = if ok {
-                (&c.stats.completed, &self.shared.counters.completed)
+                (&c.stats.completed, &self.shared.counters().completed)
             } else {
-                (&c.stats.errors, &self.shared.counters.errors)
+                (&c.stats.errors, &self.shared.counters().errors)
             };
             mine.fetch_add(1, Ordering::Relaxed);
             all.fetch_add(1, Ordering::Relaxed);
@@ -411,7 +451,7 @@ impl Dispatcher {
                 Ok(()) => {
                     if c.cq.needs_wake() {
                         shm_proto::futex::wake_all(c.cq.wake_word());
-                        self.shared.counters.wakes.fetch_add(1, Ordering::Relaxed);
+                        self.shared.counters().wakes.fetch_add(1, Ordering::Relaxed);
                     }
                 }
                 Err(_) => bad.push(c.id),
@@ -420,7 +460,7 @@ impl Dispatcher {
         self.done = done;
         for id in bad {
             self.shared
-                .counters
+                .counters()
                 .dropped_clients
                 .fetch_add(1, Ordering::Relaxed);
             self.remove(id, "client corrupted its completion ring");
@@ -457,7 +497,7 @@ impl Dispatcher {
             }
             for id in bad {
                 self.shared
-                    .counters
+                    .counters()
                     .dropped_clients
                     .fetch_add(1, Ordering::Relaxed);
                 self.remove(id, "client corrupted its rings");
@@ -475,7 +515,7 @@ impl Dispatcher {
             }));
         let wait_ns = until.saturating_sub(now);
         if wait_ns > 0 {
-            self.shared.counters.parks.fetch_add(1, Ordering::Relaxed);
+            self.shared.counters().parks.fetch_add(1, Ordering::Relaxed);
             // Wake at `until` to the nanosecond: an absolute timerfd.
             let spec = rustix::time::Itimerspec {
                 it_interval: rustix::time::Timespec {

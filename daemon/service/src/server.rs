@@ -25,29 +25,11 @@ use serde::Serialize;
 use shm_proto::control::{self, Msg, refused};
 
 use crate::config::Config;
-use crate::dispatch::{ClientStats, Command, Dispatcher, NewClient};
+pub use crate::dispatch::Counters;
+use crate::dispatch::{ClientStats, Command, Dispatcher, Host, NewClient};
 use crate::region::Region;
 use sluice_backend::Backend;
 use sluice_model::ModelRegistry;
-
-/// Daemon-wide counters.
-#[derive(Debug, Default)]
-pub struct Counters {
-    /// Requests taken off rings.
-    pub submitted: AtomicU64,
-    /// OK completions.
-    pub completed: AtomicU64,
-    /// Error completions.
-    pub errors: AtomicU64,
-    /// Sessions refused at the handshake.
-    pub refused: AtomicU64,
-    /// Clients dropped for corrupting their region.
-    pub dropped_clients: AtomicU64,
-    /// Futex wakes sent to sleeping clients.
-    pub wakes: AtomicU64,
-    /// Times the dispatcher parked.
-    pub parks: AtomicU64,
-}
 
 #[derive(Debug, Clone)]
 struct ClientInfo {
@@ -81,6 +63,27 @@ pub struct Shared {
     started: Instant,
     tx: Mutex<Sender<Command>>,
     control: Arc<OwnedFd>,
+}
+
+impl Host for Shared {
+    fn registry(&self) -> &ModelRegistry {
+        &self.registry
+    }
+    fn idle_spin_us(&self) -> u32 {
+        self.config.daemon.idle_spin_us
+    }
+    fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    fn heartbeat(&self) -> &AtomicU64 {
+        &self.heartbeat
+    }
+    fn device_queued(&self) -> &AtomicU64 {
+        &self.device_queued
+    }
+    fn client_gone(&self, id: u32) {
+        self.unregister(id);
+    }
 }
 
 impl Shared {

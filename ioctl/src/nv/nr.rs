@@ -21,10 +21,10 @@ pub const SLUICE_NV_MAGIC: u32 = 0x564e_4c53;
 pub const SLUICE_NV_ABI_MAJOR: u16 = 1;
 /// `SLUICE_NV_ABI_MINOR`: additions within a major come with caps bits.
 pub const SLUICE_NV_ABI_MINOR: u16 = 0;
-/// `SLUICE_NV_MAX_GPUS`: GPUs listed in a query answer.
-pub const SLUICE_NV_MAX_GPUS: usize = 16;
-/// `SLUICE_NV_VERSION_LEN`: bytes of the driver version string.
-pub const SLUICE_NV_VERSION_LEN: usize = 32;
+// The header's array sizes live with the structs they size (`uapi`), so
+// that `uapi` needs nothing from here; the request numbers below need the
+// structs' sizes from there.
+pub use super::uapi::{SLUICE_NV_MAX_GPUS, SLUICE_NV_VERSION_LEN};
 
 /// `SLUICE_NV_CAP_TRAP`: the trap escape's operations are implemented.
 pub const SLUICE_NV_CAP_TRAP: u32 = 1 << 0;

@@ -4,7 +4,10 @@
 
 use std::mem::offset_of;
 
-use super::nr::{SLUICE_NV_MAX_GPUS, SLUICE_NV_VERSION_LEN};
+/// `SLUICE_NV_MAX_GPUS`: GPUs listed in a query answer.
+pub const SLUICE_NV_MAX_GPUS: usize = 16;
+/// `SLUICE_NV_VERSION_LEN`: bytes of the driver version string.
+pub const SLUICE_NV_VERSION_LEN: usize = 32;
 
 /// `struct sluice_nv_gpu`: one GPU the driver handles, filled in by the
 /// driver.
