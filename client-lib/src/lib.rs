@@ -39,6 +39,10 @@ use shm_proto::layout::{RegionHeader, STATE_CLOSED};
 use shm_proto::ring::{Consumer, Producer, PushError};
 use shm_proto::{Geometry, control::Msg, futex};
 
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of every timestamp and
+/// deadline in sluice (vDSO, no syscall). Defined in [`shm_proto::clock`],
+/// so the daemon and this library read the same clock.
+pub use shm_proto::now_ns;
 pub use shm_proto::{Completion, Priority, Request, control::refused, status};
 
 /// Everything that can go wrong, one to one with the C `SLUICE_E*` codes.
@@ -163,14 +167,6 @@ pub fn default_socket_path() -> PathBuf {
         Some(dir) if dir.is_absolute() => dir.join("sluice/sluiced.sock"),
         _ => PathBuf::from(format!("/tmp/sluice-{}/sluiced.sock", euid.as_raw())),
     }
-}
-
-/// `CLOCK_MONOTONIC` in nanoseconds: the clock of every timestamp and
-/// deadline in sluice (vDSO, no syscall).
-#[inline]
-pub fn now_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (t.tv_sec as u64).wrapping_mul(1_000_000_000) + t.tv_nsec as u64
 }
 
 /// A byte range in the client's arena.

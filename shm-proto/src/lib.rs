@@ -19,9 +19,15 @@
 //!
 //! Only fixed-width integers and atomics cross the process boundary: no
 //! `bool`, no Rust enum, no pointer. The crate makes no syscall except the
-//! futex calls of [`futex`] (feature `futex`, on by default).
+//! futex calls of [`futex`] (feature `futex`, on by default) and reads the
+//! clock with [`now_ns`] (feature `clock`, on by default, vDSO).
 #![cfg_attr(not(test), no_std)]
 
+#[cfg(feature = "alloc")]
+extern crate alloc;
+
+#[cfg(feature = "clock")]
+pub mod clock;
 pub mod control;
 pub mod layout;
 pub mod ring;
@@ -32,6 +38,8 @@ pub mod wake;
 #[cfg(all(feature = "futex", not(loom)))]
 pub mod futex;
 
+#[cfg(feature = "clock")]
+pub use clock::now_ns;
 pub use layout::{
     Completion, Geometry, LAYOUT_HASH, LayoutError, MAGIC, PROTOCOL_VERSION, RegionHeader, Request,
     RingHeader,
