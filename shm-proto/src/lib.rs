@@ -30,6 +30,8 @@ extern crate alloc;
 pub mod clock;
 pub mod control;
 pub mod layout;
+pub mod pod;
+pub mod region;
 pub mod ring;
 pub mod sim;
 pub mod sync;
@@ -44,6 +46,7 @@ pub use layout::{
     Completion, Geometry, LAYOUT_HASH, LayoutError, MAGIC, PROTOCOL_VERSION, RegionHeader, Request,
     RingHeader,
 };
+pub use pod::Pod;
 
 /// Priority class of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
