@@ -23,6 +23,22 @@
 //! The connection (control socket, region memfd, eventfd) is the only state;
 //! when the daemon goes away every call returns [`Error::Disconnected`], and
 //! a new [`Client::connect`] starts over.
+//!
+//! ## From C
+//!
+//! The same library is built as `libsluice_client.a` and
+//! `libsluice_client.so`, with the C ABI of [`ffi`] and the header
+//! `client-lib/include/sluice.h`. Every `cargo build` of this crate also
+//! writes a pkg-config file, `sluice.pc`, next to the libraries in the
+//! profile directory (`target/release/sluice.pc` for `cargo build
+//! --release`; `build.rs` fills `sluice.pc.in`), so a C build needs only
+//!
+//! ```sh
+//! PKG_CONFIG_PATH=target/release cc app.c $(pkg-config --cflags --libs sluice) \
+//!     -Wl,-rpath,$(PKG_CONFIG_PATH=target/release pkg-config --variable=libdir sluice)
+//! ```
+//!
+//! See `docs/c-api.md`.
 
 mod conn;
 pub mod ffi;

@@ -3,7 +3,7 @@
 //! A consumer that finds its ring empty first *spins* for a while (the next
 //! entry is usually near); only then does it *park*. Parking must not lose a
 //! wake-up, and a producer must not pay for a syscall when nobody sleeps.
-//! Each ring therefore carries a wake word, [`RingHeader::parked`], whose
+//! Each ring therefore carries a wake word, [`RingHeader::parked`](crate::RingHeader::parked), whose
 //! encoding is:
 //!
 //! ```text
