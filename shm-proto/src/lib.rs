@@ -11,11 +11,17 @@
 //! ```
 //!
 //! - [`layout`]: the `#[repr(C)]` records with compile-time layout asserts.
+//! - [`pod`]: [`Pod`], the sealed bound on what a ring may carry (every
+//!   bit pattern valid, no padding).
 //! - [`ring`]: the single-producer/single-consumer lock-free rings.
+//! - [`region`]: [`region::Mapping`], the ring ends that own their mapping
+//!   ([`region::ClientRings`], [`region::DaemonRings`]), and the byte copies
+//!   to and from shared memory with the race they accept.
 //! - [`wake`]: the hybrid notify/poll protocol ("waiter parked" words).
 //! - [`control`]: the versioned handshake spoken on the daemon's Unix socket.
 //! - [`sim`]: the reference function the simulated GPU computes, so clients
 //!   can check their outputs.
+//! - [`clock`]: [`now_ns`], the `CLOCK_MONOTONIC` clock of every timestamp.
 //!
 //! Only fixed-width integers and atomics cross the process boundary: no
 //! `bool`, no Rust enum, no pointer. The crate makes no syscall except the
