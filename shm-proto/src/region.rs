@@ -3,10 +3,10 @@
 //! [`Mapping`] is what a process's mapping of a region promises (the daemon's
 //! `Region`, the client library's mapping). [`ClientRings::new`] and
 //! [`DaemonRings::new`] take one **by value**, check it against the region's
-//! [`Geometry`], and return the two ring ends that side owns, each holding an
-//! `Arc` of the mapping: the mapping is unmapped when the last end (or the
-//! last clone of [`ClientRings::mapping`]) drops, so no struct field order
-//! and no drop order matters any more.
+//! geometry ([`crate::Geometry`]), and return the two ring ends that side
+//! owns, each holding an `Arc` of the mapping: the mapping is unmapped when
+//! the last end (or the last clone of [`ClientRings::mapping`]) drops, so no
+//! struct field order and no drop order matters any more.
 //!
 //! Because the constructors consume the mapping, one mapping makes one set of
 //! ends: there cannot be two producers of one ring in this process (the
@@ -57,9 +57,9 @@
 #[cfg(feature = "alloc")]
 use alloc::sync::Arc;
 
+use crate::layout::LayoutError;
 #[cfg(feature = "alloc")]
-use crate::layout::{Completion, Request};
-use crate::layout::{Geometry, LayoutError, RegionHeader};
+use crate::layout::{Completion, Geometry, Request};
 #[cfg(feature = "alloc")]
 use crate::ring::{Consumer, Producer};
 
@@ -103,11 +103,11 @@ pub enum MapError {
     TooSmall {
         /// Bytes mapped.
         len: usize,
-        /// [`Geometry::region_size`].
+        /// [`crate::Geometry::region_size`].
         need: u64,
     },
     /// The mapping does not start on a 128-byte boundary (the alignment of
-    /// [`RegionHeader`] and [`crate::RingHeader`]).
+    /// [`crate::RegionHeader`] and [`crate::RingHeader`]).
     Misaligned {
         /// The mapping's address.
         base: usize,
@@ -131,10 +131,11 @@ impl core::fmt::Display for MapError {
 }
 
 /// Checks that a mapping can hold `g`'s region.
+#[cfg(feature = "alloc")]
 fn check<M: Mapping>(map: &M, g: &Geometry) -> Result<(), MapError> {
     g.validate().map_err(MapError::Geometry)?;
     let base = map.base() as usize;
-    if base % core::mem::align_of::<RegionHeader>() != 0 {
+    if base % core::mem::align_of::<crate::RegionHeader>() != 0 {
         return Err(MapError::Misaligned { base });
     }
     let need = g.region_size();
