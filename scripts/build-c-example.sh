@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds the C client example twice, against the static and the shared
 # sluice client library:
-#   1. cargo build --release -p sluice-client
-#   2. writes <target>/release/sluice.pc from client-lib/sluice.pc.in
+#   1. cargo build --release -p sluice-client, which also writes
+#      <target>/release/sluice.pc from client-lib/sluice.pc.in (build.rs)
+#   2. checks that the libraries and sluice.pc are there
 #   3. cc client-lib/examples/hello.c -> target/c-example/hello-static
 #                                      -> target/c-example/hello-shared (rpath)
 # using pkg-config when it is installed (installed with apt-get when missing
@@ -27,11 +28,9 @@ for f in libsluice_client.a libsluice_client.so; do
   [[ -f $libdir/$f ]] || { echo "build-c-example: $libdir/$f is missing after the build" >&2; exit 1; }
 done
 
-version=$(cargo pkgid -p sluice-client)
-version=${version##*[#@]}
-sed -e "s|@PREFIX@|$root|" -e "s|@LIBDIR@|$libdir|" -e "s|@INCLUDEDIR@|$includedir|" \
-    -e "s|@VERSION@|$version|" client-lib/sluice.pc.in > "$libdir/sluice.pc"
-echo "==> wrote $libdir/sluice.pc (version $version)"
+# client-lib/build.rs writes sluice.pc next to the libraries on every build.
+[[ -f $libdir/sluice.pc ]] || { echo "build-c-example: $libdir/sluice.pc is missing after the build (client-lib/build.rs writes it)" >&2; exit 1; }
+echo "==> using $libdir/sluice.pc (written by client-lib/build.rs)"
 
 use_pkg_config=1
 [[ ${SLUICE_NO_PKG_CONFIG:-0} == 1 ]] && use_pkg_config=0

@@ -23,6 +23,22 @@
 //! The connection (control socket, region memfd, eventfd) is the only state;
 //! when the daemon goes away every call returns [`Error::Disconnected`], and
 //! a new [`Client::connect`] starts over.
+//!
+//! ## From C
+//!
+//! The same library is built as `libsluice_client.a` and
+//! `libsluice_client.so`, with the C ABI of [`ffi`] and the header
+//! `client-lib/include/sluice.h`. Every `cargo build` of this crate also
+//! writes a pkg-config file, `sluice.pc`, next to the libraries in the
+//! profile directory (`target/release/sluice.pc` for `cargo build
+//! --release`; `build.rs` fills `sluice.pc.in`), so a C build needs only
+//!
+//! ```sh
+//! PKG_CONFIG_PATH=target/release cc app.c $(pkg-config --cflags --libs sluice) \
+//!     -Wl,-rpath,$(PKG_CONFIG_PATH=target/release pkg-config --variable=libdir sluice)
+//! ```
+//!
+//! See `docs/c-api.md`.
 
 mod conn;
 pub mod ffi;
@@ -33,12 +49,18 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
+use std::sync::Arc;
 use std::time::Duration;
 
 use shm_proto::layout::{RegionHeader, STATE_CLOSED};
+use shm_proto::region::{self, ClientRings, Mapping};
 use shm_proto::ring::{Consumer, Producer, PushError};
 use shm_proto::{Geometry, control::Msg, futex};
 
+/// `CLOCK_MONOTONIC` in nanoseconds: the clock of every timestamp and
+/// deadline in sluice (vDSO, no syscall). Defined in [`shm_proto::clock`],
+/// so the daemon and this library read the same clock.
+pub use shm_proto::now_ns;
 pub use shm_proto::{Completion, Priority, Request, control::refused, status};
 
 /// Everything that can go wrong, one to one with the C `SLUICE_E*` codes.
@@ -165,14 +187,6 @@ pub fn default_socket_path() -> PathBuf {
     }
 }
 
-/// `CLOCK_MONOTONIC` in nanoseconds: the clock of every timestamp and
-/// deadline in sluice (vDSO, no syscall).
-#[inline]
-pub fn now_ns() -> u64 {
-    let t = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
-    (t.tv_sec as u64).wrapping_mul(1_000_000_000) + t.tv_nsec as u64
-}
-
 /// A byte range in the client's arena.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[repr(C)]
@@ -230,19 +244,54 @@ struct TicketSlot {
     completion: Completion,
 }
 
-/// A `MAP_SHARED` mapping of the region, unmapped on drop.
+/// A `MAP_SHARED` mapping of the region, unmapped on drop. The ring ends
+/// hold it in an `Arc`, so it outlives them whatever the field order.
 #[derive(Debug)]
-struct Mapping {
+struct RegionMap {
     ptr: NonNull<u8>,
     len: usize,
 }
 
-impl Drop for Mapping {
+// SAFETY: the mapping is shared memory accessed only through atomics,
+// by-value ring copies and `shm_proto::region` byte copies; no `&T` to
+// plain data in it is formed, so the pointer may move and be shared
+// between threads.
+unsafe impl Send for RegionMap {}
+// SAFETY: as above.
+unsafe impl Sync for RegionMap {}
+
+// SAFETY: `ptr`/`len` are fixed at construction and are exactly what mmap
+// returned for a MAP_SHARED, read-write mapping of the region memfd, which
+// the daemon sealed against shrinking (so no access faults); it is unmapped
+// only in `drop`. `Client::connect` makes one `RegionMap` per mapping and
+// hands it straight to `ClientRings::new`, so one value makes the client's
+// ends.
+unsafe impl Mapping for RegionMap {
+    fn base(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+    fn len(&self) -> usize {
+        self.len
+    }
+}
+
+impl Drop for RegionMap {
     fn drop(&mut self) {
-        // SAFETY: `ptr`/`len` are exactly what mmap returned; nothing
-        // borrows the mapping any more (the rings are dropped first).
+        // SAFETY: `ptr`/`len` are exactly what mmap returned; this runs when
+        // the last `Arc` (held by the ring ends and the client) goes, so
+        // nothing points into the mapping any more.
         let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
+}
+
+/// The region header at the start of a live mapping.
+fn region_header(map: &RegionMap) -> &RegionHeader {
+    // SAFETY: offset 0 of a mapping at least `region_size` (> 256) bytes
+    // long and page aligned (`ClientRings::new` checked both), alive while
+    // `map` is borrowed. `RegionHeader` is made of atomics only, so the
+    // daemon (or a hostile thread) writing it concurrently cannot make this
+    // shared reference unsound.
+    unsafe { &*(map.base() as *const RegionHeader) }
 }
 
 /// How often, in spin iterations, a spinning waiter checks that the daemon
@@ -254,8 +303,9 @@ const PARK_SLICE: Duration = Duration::from_millis(20);
 /// A session with sluiced.
 #[derive(Debug)]
 pub struct Client {
-    sq: Producer<Request>,
-    cq: Consumer<Completion>,
+    sq: Producer<Request, Arc<RegionMap>>,
+    cq: Consumer<Completion, Arc<RegionMap>>,
+    map: Arc<RegionMap>,
     slots: Box<[TicketSlot]>,
     free: Vec<u32>,
     spin: Duration,
@@ -267,13 +317,14 @@ pub struct Client {
     wake: OwnedFd,
     scratch: Vec<u8>,
     _region_fd: OwnedFd,
-    // Last: the rings point into it.
-    map: Mapping,
 }
 
-// SAFETY: the raw pointers in the rings and the mapping belong to this
-// client alone; moving it to another thread moves all of them together.
-unsafe impl Send for Client {}
+// A client may move between threads (the C ABI promises it too): its ring
+// ends own their share of the mapping, so this holds without an `unsafe impl`.
+const _: () = {
+    const fn assert_send<T: Send>() {}
+    assert_send::<Client>();
+};
 
 impl Client {
     /// Connects to the daemon at [`default_socket_path`].
@@ -308,16 +359,20 @@ impl Client {
             )
         }
         .map_err(|e| Error::Io(e.raw_os_error()))?;
-        let map = Mapping {
+        let map = RegionMap {
             ptr: NonNull::new(ptr.cast()).ok_or(Error::Protocol)?,
             len,
         };
         let g = s.geometry;
-        let base = map.ptr.as_ptr();
-        // SAFETY: offset 0 of a mapping of at least 256 bytes, 128-aligned
-        // (page aligned); the header holds only atomics.
-        let hdr = unsafe { &*(base as *const RegionHeader) };
+        // Checks the geometry against the mapping (size, alignment) and
+        // takes the mapping: from here on the ring ends keep it alive.
+        let ClientRings { sq, cq } = ClientRings::new(map, &g).map_err(|e| {
+            set_last_error(format!("cannot use the region: {e}"));
+            Error::Protocol
+        })?;
+        let map = sq.owner().clone();
         use std::sync::atomic::Ordering::Acquire;
+        let hdr = region_header(&map);
         if hdr.magic.load(Acquire) != shm_proto::MAGIC
             || hdr.version.load(Acquire) != shm_proto::PROTOCOL_VERSION
             || hdr.layout_hash.load(Acquire) != shm_proto::LAYOUT_HASH
@@ -326,20 +381,11 @@ impl Client {
             set_last_error("region header does not match this library's layout".into());
             return Err(Error::Protocol);
         }
-        let r = g.ring_ptrs(base);
-        // SAFETY: the geometry was validated and matches the mapping's size,
-        // so both rings lie inside it; this client is the SQ's only producer
-        // and the CQ's only consumer.
-        let (sq, cq) = unsafe {
-            (
-                Producer::from_raw(r.sq_header, r.sq_slots, g.sq_entries),
-                Consumer::from_raw(r.cq_header, r.cq_slots, g.cq_entries),
-            )
-        };
         let n = g.cq_entries;
         Ok(Self {
             sq,
             cq,
+            map,
             slots: vec![TicketSlot::default(); n as usize].into_boxed_slice(),
             free: (0..n).rev().collect(),
             spin: Duration::from_micros(50),
@@ -351,7 +397,6 @@ impl Client {
             wake: s.wake,
             scratch: Vec::with_capacity(512),
             _region_fd: s.region,
-            map,
         })
     }
 
@@ -431,45 +476,46 @@ impl Client {
     }
 
     fn arena_base(&self) -> *mut u8 {
-        // SAFETY: arena_offset < region_size = mapping length (validated geometry).
-        unsafe {
-            self.map
-                .ptr
-                .as_ptr()
-                .add(self.geometry.arena_offset() as usize)
-        }
+        // SAFETY: arena_offset < region_size <= mapping length
+        // (`ClientRings::new` checked the validated geometry against it).
+        unsafe { self.map.base().add(self.geometry.arena_offset() as usize) }
     }
 
     /// Copies `data` into the arena at `off`.
+    ///
+    /// The daemon reads the arena concurrently (the input spans of requests
+    /// in flight); see `shm_proto::region::copy_to_shared` for the race
+    /// this accepts.
     pub fn write_arena(&mut self, off: u64, data: &[u8]) -> Result<(), Error> {
         if !self.geometry.span_in_arena(off, data.len() as u64) {
             return Err(Error::BadSpan);
         }
         // SAFETY: the span is inside the arena (checked above), which is
-        // inside our mapping; `data` is ordinary memory, so no overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.arena_base().add(off as usize),
-                data.len(),
-            )
-        };
+        // inside our mapping, kept alive by `self.map`; `data` is private
+        // memory, so no overlap. Accepted race: the daemon (or a buggy
+        // thread of ours through `arena_ptr`) may touch the same bytes
+        // while we copy; we copy bytes by value, form no reference into the
+        // arena and never read them back, so that can only garble the data
+        // of the request that span belongs to.
+        unsafe { region::copy_to_shared(data, self.arena_base().add(off as usize)) };
         Ok(())
     }
 
     /// Copies arena bytes at `off` into `buf`.
+    ///
+    /// The daemon writes output spans of requests in flight; see
+    /// `shm_proto::region::copy_from_shared` for the race this accepts.
     pub fn read_arena(&self, off: u64, buf: &mut [u8]) -> Result<(), Error> {
         if !self.geometry.span_in_arena(off, buf.len() as u64) {
             return Err(Error::BadSpan);
         }
-        // SAFETY: as in `write_arena`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.arena_base().add(off as usize),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
+        // SAFETY: the span is inside the arena (checked above), inside our
+        // live mapping; `buf` is private memory, so no overlap. Accepted
+        // race: the daemon may write these bytes concurrently (an output
+        // span of a request still in flight); we copy bytes into `buf`
+        // (every bit pattern is a valid `u8`) and keep no reference into the
+        // arena, so the worst case is a torn copy of that request's output.
+        unsafe { region::copy_from_shared(self.arena_base().add(off as usize), buf) };
         Ok(())
     }
 
@@ -678,8 +724,7 @@ impl Client {
         if self.disconnected {
             return Err(Error::Disconnected);
         }
-        // SAFETY: the header is at the start of our live mapping.
-        let hdr = unsafe { &*(self.map.ptr.as_ptr() as *const RegionHeader) };
+        let hdr = region_header(&self.map);
         let closed = hdr.daemon_state.load(std::sync::atomic::Ordering::Acquire) == STATE_CLOSED;
         let mut fds = [rustix::event::PollFd::new(
             &self.sock,
@@ -701,7 +746,7 @@ impl Client {
     /// The whole shared region, for tests that play a hostile client.
     #[doc(hidden)]
     pub fn raw_region(&mut self) -> (*mut u8, usize) {
-        (self.map.ptr.as_ptr(), self.map.len)
+        (self.map.base(), self.map.len())
     }
 
     /// The control socket, for tests.

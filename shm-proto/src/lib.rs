@@ -11,21 +11,33 @@
 //! ```
 //!
 //! - [`layout`]: the `#[repr(C)]` records with compile-time layout asserts.
+//! - [`pod`]: [`Pod`], the sealed bound on what a ring may carry (every
+//!   bit pattern valid, no padding).
 //! - [`ring`]: the single-producer/single-consumer lock-free rings.
+//! - [`region`]: [`region::Mapping`], the ring ends that own their mapping
+//!   ([`region::ClientRings`], [`region::DaemonRings`]), and the byte copies
+//!   to and from shared memory with the race they accept.
 //! - [`wake`]: the hybrid notify/poll protocol ("waiter parked" words).
 //! - [`control`]: the versioned handshake spoken on the daemon's Unix socket.
 //! - [`sim`]: the reference function the simulated GPU computes, so clients
 //!   can check their outputs.
+//! - [`clock`]: [`now_ns`], the `CLOCK_MONOTONIC` clock of every timestamp.
 //!
 //! Only fixed-width integers and atomics cross the process boundary: no
 //! `bool`, no Rust enum, no pointer. The crate makes no syscall except the
-//! futex calls of [`futex`] (feature `futex`, on by default).
+//! futex calls of [`futex`] (feature `futex`, on by default) and reads the
+//! clock with [`now_ns`] (feature `clock`, on by default, vDSO).
 #![cfg_attr(not(test), no_std)]
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
 
 #[cfg(feature = "clock")]
 pub mod clock;
 pub mod control;
 pub mod layout;
+pub mod pod;
+pub mod region;
 pub mod ring;
 pub mod sim;
 pub mod sync;
@@ -40,6 +52,7 @@ pub use layout::{
     Completion, Geometry, LAYOUT_HASH, LayoutError, MAGIC, PROTOCOL_VERSION, RegionHeader, Request,
     RingHeader,
 };
+pub use pod::Pod;
 
 /// Priority class of a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

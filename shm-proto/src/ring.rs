@@ -24,13 +24,38 @@
 //! - check that the peer's counter is within `entries` of their own and
 //!   report [`RingError::Corrupt`] otherwise;
 //! - copy records in and out by value (`read_volatile`/`write_volatile`)
-//!   and never keep a reference into a slot.
+//!   and never keep a reference into a slot;
+//! - carry only [`Pod`] records, so whatever bytes the peer leaves in a
+//!   slot, the copy is a valid value (which the daemon then validates field
+//!   by field).
+//!
+//! ## Who keeps the memory alive
+//!
+//! A ring end holds raw pointers into the mapping; its second type
+//! parameter `O` is what keeps that mapping alive:
+//!
+//! - `O = Arc<M>` for an `M:` [`Mapping`]: the end owns a share of the
+//!   mapping, so no field order or drop order matters. Made safely by
+//!   [`crate::region::ClientRings::new`] and
+//!   [`crate::region::DaemonRings::new`]. **Use this.**
+//! - `O = `[`Unowned`] (the default): made by the `unsafe`
+//!   [`Producer::from_raw`] / [`Consumer::from_raw`], whose caller promises
+//!   to keep the memory mapped for as long as the end lives. Kept for code
+//!   that has not moved yet and for the heap rings of tests and models.
+//!
+//! [`Mapping`]: crate::region::Mapping
 
 use core::marker::PhantomData;
 use core::ptr;
 
 use crate::layout::{RingHeader, Slot};
+use crate::pod::Pod;
 use crate::sync::Ordering;
+
+/// The owner type of a ring end made with `from_raw`: nothing. The caller
+/// of `from_raw` keeps the memory mapped instead (see the module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unowned;
 
 /// The peer broke the ring's invariants.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,41 +97,47 @@ pub enum PushError {
     Corrupt(RingError),
 }
 
-/// The producing end of a ring.
+/// The producing end of a ring of `T` records; `O` keeps the memory alive
+/// (see the module docs).
 #[derive(Debug)]
-pub struct Producer<T: Copy> {
+pub struct Producer<T: Pod, O = Unowned> {
     hdr: *const RingHeader,
     slots: *const Slot<T>,
     mask: u32,
     entries: u32,
     tail: u32,
     head_cache: u32,
+    owner: O,
     _marker: PhantomData<T>,
 }
 
-/// The consuming end of a ring.
+/// The consuming end of a ring of `T` records; `O` keeps the memory alive
+/// (see the module docs).
 #[derive(Debug)]
-pub struct Consumer<T: Copy> {
+pub struct Consumer<T: Pod, O = Unowned> {
     hdr: *const RingHeader,
     slots: *const Slot<T>,
     mask: u32,
     entries: u32,
     head: u32,
     tail_cache: u32,
+    owner: O,
     _marker: PhantomData<T>,
 }
 
 // SAFETY: a Producer/Consumer is the unique handle to its end of the ring;
 // the memory it points to is shared by design and accessed only through
-// atomics and by-value slot copies, so moving the handle to another thread
-// is sound when the records themselves are `Send`.
-unsafe impl<T: Copy + Send> Send for Producer<T> {}
+// atomics and by-value slot copies of `Pod` records (which are `Send`), so
+// moving the handle to another thread is sound when its owner may move too.
+unsafe impl<T: Pod, O: Send> Send for Producer<T, O> {}
 // SAFETY: as for `Producer`.
-unsafe impl<T: Copy + Send> Send for Consumer<T> {}
+unsafe impl<T: Pod, O: Send> Send for Consumer<T, O> {}
 
-impl<T: Copy> Producer<T> {
+impl<T: Pod> Producer<T, Unowned> {
     /// Builds the producing end over a ring at `hdr` with `entries` slots at
-    /// `slots`. The local tail starts from the shared one.
+    /// `slots`. The local tail starts from the shared one. Prefer the safe,
+    /// owning [`crate::region::ClientRings::new`] /
+    /// [`crate::region::DaemonRings::new`].
     ///
     /// # Safety
     /// - `hdr` and `slots` point to a `RingHeader` and `entries` slots that
@@ -114,6 +145,23 @@ impl<T: Copy> Producer<T> {
     /// - `entries` is a power of two;
     /// - no other `Producer` exists for this ring anywhere (in any process).
     pub unsafe fn from_raw(hdr: *const RingHeader, slots: *const Slot<T>, entries: u32) -> Self {
+        // SAFETY: forwarded under the same contract; `Unowned` keeps nothing.
+        unsafe { Self::with_owner(Unowned, hdr, slots, entries) }
+    }
+}
+
+impl<T: Pod, O> Producer<T, O> {
+    /// [`Producer::from_raw`] with an owner that keeps the memory alive.
+    ///
+    /// # Safety
+    /// As for [`Producer::from_raw`], except that the memory need only stay
+    /// mapped while `owner` lives (the end keeps `owner` until it drops).
+    pub(crate) unsafe fn with_owner(
+        owner: O,
+        hdr: *const RingHeader,
+        slots: *const Slot<T>,
+        entries: u32,
+    ) -> Self {
         debug_assert!(entries.is_power_of_two());
         // SAFETY: the caller guarantees `hdr` is valid.
         let h = unsafe { &*hdr };
@@ -125,13 +173,20 @@ impl<T: Copy> Producer<T> {
             entries,
             tail,
             head_cache: tail,
+            owner,
             _marker: PhantomData,
         }
     }
 
+    /// What keeps the ring's memory alive ([`Unowned`] for `from_raw` ends).
+    pub fn owner(&self) -> &O {
+        &self.owner
+    }
+
     #[inline(always)]
     pub(crate) fn header(&self) -> &RingHeader {
-        // SAFETY: `from_raw`'s contract keeps the header mapped while `self` lives.
+        // SAFETY: the constructor's contract keeps the header mapped while
+        // `self` (and so its owner) lives.
         unsafe { &*self.hdr }
     }
 
@@ -178,11 +233,16 @@ impl<T: Copy> Producer<T> {
             }
         }
         let idx = (self.tail & self.mask) as usize;
-        // SAFETY: `idx <= mask < entries`, and `from_raw`'s contract makes
-        // `entries` slots valid; the slot is free (the consumer has moved past
-        // it), and a hostile consumer racing on it can only corrupt its own data.
+        // SAFETY: `idx <= mask < entries`, and the constructor's contract
+        // makes `entries` slots valid. The reference is to the `UnsafeCell`
+        // (`Slot`), never to the record inside it.
         let slot = unsafe { &*self.slots.add(idx) };
-        // SAFETY: the pointer comes from a valid slot; write by value.
+        // SAFETY: the pointer comes from a valid slot; we write the record by
+        // value and keep no reference. Accepted race: the slot is free (the
+        // consumer has moved past it), but a hostile consumer may write it
+        // concurrently; that can only garble the record it is about to read,
+        // its own problem. `T: Pod` has no padding, so no uninitialised byte
+        // of ours reaches the peer.
         slot.with_mut(|p| unsafe { ptr::write_volatile(p, value) });
         self.tail = self.tail.wrapping_add(1);
         // SYNC: Release pairs with the consumer's Acquire load of `tail` in
@@ -192,12 +252,30 @@ impl<T: Copy> Producer<T> {
     }
 }
 
-impl<T: Copy> Consumer<T> {
+impl<T: Pod> Consumer<T, Unowned> {
     /// Builds the consuming end; the local head starts from the shared one.
+    /// Prefer the safe, owning [`crate::region::ClientRings::new`] /
+    /// [`crate::region::DaemonRings::new`].
     ///
     /// # Safety
     /// As for [`Producer::from_raw`], with "no other `Consumer`".
     pub unsafe fn from_raw(hdr: *const RingHeader, slots: *const Slot<T>, entries: u32) -> Self {
+        // SAFETY: forwarded under the same contract; `Unowned` keeps nothing.
+        unsafe { Self::with_owner(Unowned, hdr, slots, entries) }
+    }
+}
+
+impl<T: Pod, O> Consumer<T, O> {
+    /// [`Consumer::from_raw`] with an owner that keeps the memory alive.
+    ///
+    /// # Safety
+    /// As for [`Producer::with_owner`], with "no other `Consumer`".
+    pub(crate) unsafe fn with_owner(
+        owner: O,
+        hdr: *const RingHeader,
+        slots: *const Slot<T>,
+        entries: u32,
+    ) -> Self {
         debug_assert!(entries.is_power_of_two());
         // SAFETY: the caller guarantees `hdr` is valid.
         let h = unsafe { &*hdr };
@@ -209,13 +287,20 @@ impl<T: Copy> Consumer<T> {
             entries,
             head,
             tail_cache: head,
+            owner,
             _marker: PhantomData,
         }
     }
 
+    /// What keeps the ring's memory alive ([`Unowned`] for `from_raw` ends).
+    pub fn owner(&self) -> &O {
+        &self.owner
+    }
+
     #[inline(always)]
     pub(crate) fn header(&self) -> &RingHeader {
-        // SAFETY: `from_raw`'s contract keeps the header mapped while `self` lives.
+        // SAFETY: the constructor's contract keeps the header mapped while
+        // `self` (and so its owner) lives.
         unsafe { &*self.hdr }
     }
 
@@ -248,10 +333,15 @@ impl<T: Copy> Consumer<T> {
             return Ok(None);
         }
         let idx = (self.head & self.mask) as usize;
-        // SAFETY: `idx <= mask < entries` slots, valid by `from_raw`'s contract.
+        // SAFETY: `idx <= mask < entries` slots, valid by the constructor's
+        // contract. The reference is to the `UnsafeCell`, never the record.
         let slot = unsafe { &*self.slots.add(idx) };
-        // SAFETY: copy the record out by value; we never keep a reference
-        // into memory the producer may write.
+        // SAFETY: the pointer comes from a valid slot; we copy the record out
+        // by value into private memory and keep no reference. Accepted race:
+        // a hostile producer may write the slot while we copy, so the copy
+        // may be torn; because `T: Pod`, every bit pattern is a valid `T`,
+        // so a torn copy is still a value, which the caller validates field
+        // by field. Garbage in the record is the producer's own problem.
         let value = slot.with(|p| unsafe { ptr::read_volatile(p) });
         self.head = self.head.wrapping_add(1);
         // SYNC: Release pairs with the producer's Acquire load of `head` in
@@ -275,18 +365,18 @@ pub mod heap {
 
     /// Owns a ring header and its slots.
     #[derive(Debug)]
-    pub struct HeapRing<T: Copy> {
+    pub struct HeapRing<T: Pod> {
         hdr: Box<RingHeader>,
         slots: Box<[Slot<T>]>,
     }
 
     // SAFETY: all shared state is atomics or cells accessed through the
     // SPSC protocol.
-    unsafe impl<T: Copy + Send> Sync for HeapRing<T> {}
+    unsafe impl<T: Pod> Sync for HeapRing<T> {}
     // SAFETY: as above.
-    unsafe impl<T: Copy + Send> Send for HeapRing<T> {}
+    unsafe impl<T: Pod> Send for HeapRing<T> {}
 
-    impl<T: Copy + Default> HeapRing<T> {
+    impl<T: Pod + Default> HeapRing<T> {
         /// A ring of `entries` (a power of two) default-filled slots.
         pub fn new(entries: u32) -> Self {
             assert!(entries.is_power_of_two());

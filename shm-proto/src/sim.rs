@@ -3,11 +3,29 @@
 //! The simulator has no real kernels, but clients must still be able to tell
 //! that *their* input produced *their* output in the right place. So the
 //! simulated device writes a deterministic function of `(model id, input
-//! bytes)` into the output span:
+//! bytes)` into the output span. Exactly (all arithmetic modulo 2⁶⁴):
 //!
-//! 1. `seed = FNV-1a-64(model_id as 4 LE bytes ++ input)`;
-//! 2. output byte `i` is byte `i % 8` (little-endian) of
-//!    `splitmix64(seed + i / 8)`.
+//! 1. `seed` = FNV-1a-64 over the 4 bytes of `model_id` in little-endian
+//!    order, then every input byte: start from `h = 0xcbf29ce484222325`;
+//!    for each byte `b`, `h = (h ^ b) * 0x100000001b3`.
+//! 2. Output byte `i` (for `i = 0, 1, …`) is byte `i % 8` of the `u64`
+//!    `splitmix64(seed + i / 8)` in little-endian order (byte 0 = bits 0–7),
+//!    where [`splitmix64`] is the standard finaliser with increment
+//!    `0x9e3779b97f4a7c15` and multipliers `0xbf58476d1ce4e5b9`,
+//!    `0x94d049bb133111eb` (shifts 30, 27, 31).
+//!
+//! Edge cases: an empty input hashes only the 4 model-id bytes; an output
+//! length that is not a multiple of 8 uses the first bytes of the last word;
+//! a shorter output is a prefix of a longer one (the length is not hashed).
+//! The daemon writes exactly the model's `output_bytes` at the start of the
+//! output span (more room in the span is left untouched) and reports that
+//! length in the completion.
+//!
+//! Known answer (the unit test `known_answer` checks it; docs/c-api.md
+//! quotes it): model 7, input `b"abc"`, 12 output bytes: `seed =
+//! 0x19cdef7527e410e6`, `splitmix64(seed) = 0x3487bf1e23c08a3a`,
+//! `splitmix64(seed + 1) = 0xbd7cc30c4b4d5803`, output
+//! `3a 8a c0 23 1e bf 87 34 03 58 4d 4b`.
 //!
 //! Both steps are streamable ([`Digest`], [`fill_output`]) so the daemon can
 //! work through a large tensor in chunks without a copy of the whole input.
@@ -86,6 +104,40 @@ mod tests {
             fill_output(seed, n as u64 * 10, c);
         }
         assert_eq!(whole, parts);
+    }
+
+    /// The vectors docs/c-api.md and the C reference
+    /// (client-lib/examples/expected_output.c) quote.
+    #[test]
+    fn known_answer() {
+        let mut d = Digest::new(7);
+        d.update(b"abc");
+        let seed = d.finish();
+        assert_eq!(seed, 0x19cd_ef75_27e4_10e6);
+        assert_eq!(splitmix64(seed), 0x3487_bf1e_23c0_8a3a);
+        assert_eq!(splitmix64(seed + 1), 0xbd7c_c30c_4b4d_5803);
+        let mut out = [0u8; 12];
+        expected_output(7, b"abc", &mut out);
+        assert_eq!(
+            out,
+            [
+                0x3a, 0x8a, 0xc0, 0x23, 0x1e, 0xbf, 0x87, 0x34, 0x03, 0x58, 0x4d, 0x4b
+            ]
+        );
+        // Empty input: only the model id is hashed.
+        assert_eq!(Digest::new(0).finish(), 0x4d25_767f_9dce_13f5);
+        let mut out = [0u8; 8];
+        expected_output(0, b"", &mut out);
+        assert_eq!(out, 0x6683_21fe_5c9f_6e52u64.to_le_bytes());
+        // Length 5: a prefix of the first word; and of any longer output.
+        let mut short = [0u8; 5];
+        expected_output(7, b"", &mut short);
+        assert_eq!(short, [0x75, 0x23, 0x81, 0xc6, 0xf1]);
+        let mut long = [0u8; 16];
+        expected_output(7, b"", &mut long);
+        assert_eq!(long[..5], short);
+        // Zero output bytes: nothing written, nothing to panic about.
+        expected_output(7, b"abc", &mut []);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! A consumer that finds its ring empty first *spins* for a while (the next
 //! entry is usually near); only then does it *park*. Parking must not lose a
 //! wake-up, and a producer must not pay for a syscall when nobody sleeps.
-//! Each ring therefore carries a wake word, [`RingHeader::parked`], whose
+//! Each ring therefore carries a wake word, [`RingHeader::parked`](crate::RingHeader::parked), whose
 //! encoding is:
 //!
 //! ```text
@@ -50,6 +50,7 @@
 //! submission rings, parks every ring before it sleeps in `epoll_wait` on one
 //! eventfd per client, which the client writes at P3.
 
+use crate::pod::Pod;
 use crate::ring::{Consumer, Producer, RingError};
 use crate::sync::{AtomicU32, Ordering};
 
@@ -58,7 +59,7 @@ pub const PARKED: u32 = 1;
 /// What a producer notification adds to the wake word.
 pub const NOTIFY: u32 = 2;
 
-impl<T: Copy> Consumer<T> {
+impl<T: Pod, O> Consumer<T, O> {
     /// Steps C1–C2: announces that we are about to sleep and re-checks the
     /// ring. Returns `Ok(Some(expected))` when it is safe to sleep —
     /// `futex_wait(word, expected)` — and `Ok(None)` when an entry arrived
@@ -91,7 +92,7 @@ impl<T: Copy> Consumer<T> {
     }
 }
 
-impl<T: Copy> Producer<T> {
+impl<T: Pod, O> Producer<T, O> {
     /// Steps P2–P3, called after one or more pushes: returns `true` exactly
     /// when the consumer has parked and this caller must wake it.
     #[inline]
