@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole sluice test suite: what CI runs and what the README tells you to run.
+# The whole sluice test suite: the README's test command (CI runs it, and more: see .ci/run).
 #
 #   1. every workspace test (unit, multi-process, C-ABI header check) with cargo-nextest
 #   2. the loom models of the rings and the wake protocol (--cfg loom)
@@ -27,14 +27,18 @@ else
 fi
 
 step "Miri (shm-proto heap-backed ring tests)"
+# Never prompts: rust-src is installed here first (cargo-miri otherwise asks
+# "Proceed? [Y/n]" before installing it), the sysroot is built by an explicit
+# `cargo miri setup`, and standard input is /dev/null throughout.
 if [ "${SLUICE_SKIP_MIRI:-0}" = 1 ]; then
   echo "skipped (SLUICE_SKIP_MIRI=1)"
-elif cargo +nightly miri --version >/dev/null 2>&1 \
-     || rustup component add --toolchain nightly miri >/dev/null 2>&1; then
+elif rustup component add --toolchain nightly miri rust-src </dev/null >/dev/null 2>&1 \
+     && cargo +nightly miri --version </dev/null >/dev/null 2>&1; then
+  CARGO_TARGET_DIR=target/miri cargo +nightly miri setup </dev/null
   MIRIFLAGS="-Zmiri-disable-isolation" CARGO_TARGET_DIR=target/miri \
-    cargo +nightly miri test -p shm-proto --lib
+    cargo +nightly miri test -p shm-proto --lib </dev/null
 else
-  echo "SKIPPED: no nightly toolchain with Miri here (rustup toolchain install nightly --component miri)"
+  echo "SKIPPED: no nightly toolchain with Miri here (rustup toolchain install nightly --component miri,rust-src)"
 fi
 
 step "C example against a live daemon"

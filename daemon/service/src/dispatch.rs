@@ -26,6 +26,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::Receiver;
 
 use rustix::event::epoll;
+use shm_proto::now_ns;
+use shm_proto::region::DaemonRings;
 use shm_proto::ring::{Consumer, Producer, PushError};
 use shm_proto::{Completion, Priority, Request, status};
 
@@ -51,8 +53,9 @@ pub struct ClientStats {
 pub struct NewClient {
     /// Daemon-assigned number.
     pub id: u32,
-    /// The region (shared with jobs on the device).
-    pub region: Arc<Region>,
+    /// The daemon's ring ends, which own the region (shared with jobs on
+    /// the device through [`DaemonRings::mapping`]).
+    pub rings: DaemonRings<Region>,
     /// The eventfd the client writes to wake us.
     pub wake: OwnedFd,
     /// A clone of the control socket, shut down when we drop the client.
@@ -73,9 +76,9 @@ pub enum Command {
 }
 
 struct Active {
-    // Ring ends first: they point into `region` and must drop before it.
-    sq: Consumer<Request>,
-    cq: Producer<Completion>,
+    // The ring ends hold the region too: field order does not matter.
+    sq: Consumer<Request, Arc<Region>>,
+    cq: Producer<Completion, Arc<Region>>,
     id: u32,
     region: Arc<Region>,
     wake: OwnedFd,
@@ -178,11 +181,6 @@ pub(crate) struct Dispatcher {
     rr: usize,
 }
 
-/// Current `CLOCK_MONOTONIC` ns.
-pub fn now_ns() -> u64 {
-    shm_proto::now_ns()
-}
-
 impl Dispatcher {
     pub(crate) fn new(
         shared: Arc<dyn Host>,
@@ -261,9 +259,8 @@ impl Dispatcher {
     }
 
     fn add(&mut self, c: NewClient) {
-        // SAFETY: one call per region; the ends live in `Active` next to the
-        // `Arc<Region>` and are declared before it, so they drop first.
-        let (sq, cq) = unsafe { c.region.ring_ends() };
+        let region = c.rings.mapping().clone();
+        let DaemonRings { sq, cq } = c.rings;
         if let Err(e) = epoll::add(
             &self.epoll,
             c.wake.as_fd(),
@@ -274,7 +271,7 @@ impl Dispatcher {
                 client = c.id,
                 "cannot watch the client's eventfd: {e}; dropping it"
             );
-            c.region.close();
+            region.close();
             let _ = c.sock.shutdown(std::net::Shutdown::Both);
             return;
         }
@@ -283,7 +280,7 @@ impl Dispatcher {
             sq,
             cq,
             id: c.id,
-            region: c.region,
+            region,
             wake: c.wake,
             sock: c.sock,
             stats: c.stats,

@@ -12,9 +12,9 @@ use std::sync::atomic::Ordering;
 
 use rustix::fs::{MemfdFlags, SealFlags};
 use rustix::mm::{MapFlags, ProtFlags};
+use shm_proto::Geometry;
 use shm_proto::layout::{RegionHeader, STATE_CLOSED, STATE_SERVING};
-use shm_proto::ring::{Consumer, Producer};
-use shm_proto::{Completion, Geometry, Request};
+use shm_proto::region::{Mapping, copy_from_shared, copy_to_shared};
 
 use sluice_backend::TensorMemory;
 
@@ -161,23 +161,6 @@ impl Region {
         shm_proto::futex::wake_all(&cq.parked);
     }
 
-    /// The daemon's ends of the two rings.
-    ///
-    /// # Safety
-    /// Call once per region (one consumer of the SQ, one producer of the CQ
-    /// in the daemon), and drop both ends before the region.
-    pub unsafe fn ring_ends(&self) -> (Consumer<Request>, Producer<Completion>) {
-        let r = self.geometry.ring_ptrs(self.ptr.as_ptr());
-        // SAFETY: the pointers come from our validated geometry and lie
-        // inside the mapping; the caller guarantees uniqueness and lifetime.
-        unsafe {
-            (
-                Consumer::from_raw(r.sq_header, r.sq_slots, self.geometry.sq_entries),
-                Producer::from_raw(r.cq_header, r.cq_slots, self.geometry.cq_entries),
-            )
-        }
-    }
-
     fn arena(&self) -> *mut u8 {
         // SAFETY: arena_offset < len for a validated geometry.
         unsafe { self.ptr.as_ptr().add(self.geometry.arena_offset() as usize) }
@@ -193,16 +176,13 @@ impl TensorMemory for Region {
         if !self.geometry.span_in_arena(offset, buf.len() as u64) {
             return false;
         }
-        // SAFETY: the span lies inside the arena (checked above); we copy
-        // bytes out by value and never keep a reference into client memory.
-        // A client writing the span concurrently only garbles its own input.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.arena().add(offset as usize),
-                buf.as_mut_ptr(),
-                buf.len(),
-            )
-        };
+        // SAFETY: the span lies inside the arena (checked above), which is
+        // inside our live mapping. The accepted race (see
+        // `shm_proto::region::copy_from_shared`): the client may write these
+        // bytes while we copy them; we copy them by value into private
+        // memory and never form a reference into client memory, so a torn
+        // copy only garbles that client's own input.
+        unsafe { copy_from_shared(self.arena().add(offset as usize), buf) };
         true
     }
 
@@ -210,22 +190,34 @@ impl TensorMemory for Region {
         if !self.geometry.span_in_arena(offset, data.len() as u64) {
             return false;
         }
-        // SAFETY: as in `read`, in the other direction.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                data.as_ptr(),
-                self.arena().add(offset as usize),
-                data.len(),
-            )
-        };
+        // SAFETY: the span lies inside the arena (checked above). The
+        // accepted race (`shm_proto::region::copy_to_shared`): the client
+        // may read or write these bytes while we write them; it sees its
+        // own output torn, and nothing of the daemon's depends on them.
+        unsafe { copy_to_shared(data, self.arena().add(offset as usize)) };
         true
+    }
+}
+
+// SAFETY: `ptr`/`len` are the region's own MAP_SHARED mapping of a memfd
+// sealed against shrinking and growing, made in `create` and unmapped only
+// in `drop`, so they are stable and every byte stays mapped (no fault); a
+// `Region` is never duplicated, and the daemon makes its ring ends only
+// through `DaemonRings::new`, which consumes the region (one consumer of
+// the SQ, one producer of the CQ).
+unsafe impl Mapping for Region {
+    fn base(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+    fn len(&self) -> usize {
+        self.len
     }
 }
 
 impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: exactly the mapping made in `create`; ring ends and
-        // arena users (jobs) hold `Arc<Region>` or are dropped first.
+        // arena users (jobs) hold an `Arc<Region>`, so none is left.
         let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
 }

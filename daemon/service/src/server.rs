@@ -28,6 +28,7 @@ use crate::config::Config;
 pub use crate::dispatch::Counters;
 use crate::dispatch::{ClientStats, Command, Dispatcher, Host, NewClient};
 use crate::region::Region;
+use shm_proto::region::DaemonRings;
 use sluice_backend::Backend;
 use sluice_model::ModelRegistry;
 
@@ -588,12 +589,13 @@ fn serve_connection(mut sock: UnixStream, shared: Arc<Shared>) {
     };
     let setup = Region::create(id, geometry)
         .map_err(|e| e.to_string())
+        .and_then(|r| DaemonRings::new(r, &geometry).map_err(|e| e.to_string()))
         .and_then(|r| {
             eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
                 .map(|e| (r, e))
                 .map_err(|e| format!("eventfd: {e}"))
         });
-    let (region, wake) = match setup {
+    let (rings, wake) = match setup {
         Ok(x) => x,
         Err(e) => {
             release(&shared);
@@ -614,7 +616,7 @@ fn serve_connection(mut sock: UnixStream, shared: Arc<Shared>) {
         release(&shared);
         return;
     };
-    let fds = [region.fd().as_fd(), wake.as_fd()];
+    let fds = [rings.mapping().fd().as_fd(), wake.as_fd()];
     let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
     let mut anc = SendAncillaryBuffer::new(&mut space);
     anc.push(SendAncillaryMessage::ScmRights(&fds));
@@ -644,7 +646,7 @@ fn serve_connection(mut sock: UnixStream, shared: Arc<Shared>) {
     tracing::info!(client = id, pid, uid, name = %name, "client connected");
     shared.send(Command::Add(NewClient {
         id,
-        region: Arc::new(region),
+        rings,
         wake,
         sock: sock_clone,
         stats,
