@@ -17,7 +17,7 @@ What is real and what is made up (see docs/models.md for the long form):
   unchanged by it): each kernel's device-memory `reads`/`writes` byte ranges
   over a made-up buffer layout (see `accesses`), and `group_start`, the start
   of its minimal idempotent group (REEF Section 4.4), computed by a port of
-  daemon/src/idempotent.rs that the Rust test
+  daemon/model/src/idempotent.rs that the Rust test
   model::tests::group_starts_are_current cross-checks.
 
 block_time_us follows a simplified GCN occupancy model of the 60-CU MI50
@@ -413,7 +413,7 @@ def rs_meets(x, y):
 def minimal_groups(acc):
     """Start of the minimal idempotent group ending at each kernel.
 
-    A port of `minimal_groups` in daemon/src/idempotent.rs (REEF §4.4):
+    A port of `minimal_groups` in daemon/model/src/idempotent.rs (REEF §4.4):
     grow the group backwards until its inputs and outputs are disjoint.
     The Rust test `model::tests::group_starts_are_current` recomputes every
     shipped manifest's groups with the Rust checker and fails if this port
@@ -556,7 +556,7 @@ def all_models():
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
-    default_out = os.path.join(here, "..", "daemon", "models")
+    default_out = os.path.join(here, "..", "daemon", "model", "manifests")
     ap = argparse.ArgumentParser(
         description="Generate sluice's model manifests (daemon/model/manifests/*.json) from REEF TOCS'25 "
                     "Table 1 (kernel counts, MI50 totals) plus synthetic per-kernel detail "

@@ -1,8 +1,21 @@
 //! # sluice-cli
 //!
-//! The `sluice` command's subcommands as library code: the demo, the IPC
-//! benchmark, the scheduling benchmarks on the simulated GPU (DISB,
-//! preemption), and the client roles they run as separate processes.
+//! The `sluice` command's subcommands as library code:
+//!
+//! - [`demo`]: a real-time client beside best-effort clients on an embedded
+//!   daemon, per scheduler;
+//! - [`bench_ipc`]: the request path's round trip against a Unix socket;
+//! - [`disb`], [`bench_preempt`], [`bench_hol`]: the scheduling benchmarks
+//!   (REEF's DISB, REEF Fig. 19 preemption latency, Paella's head-of-line
+//!   blocking) on the GPU model, and [`bench_preempt_device`] for the
+//!   preemption benchmark on a real device;
+//! - [`cuda_models`]: `sluice check|profile --device cuda` (the models' real
+//!   layers against the CPU reference; measured manifests);
+//! - [`roles`]: the client processes the benchmarks and the demo start;
+//! - [`svg`]: the plots the benchmarks draw.
+//!
+//! A library of the workspace never imports this crate; the service
+//! (`sluice-service`) is below it.
 
 pub mod bench_hol;
 pub mod bench_ipc;
