@@ -13,11 +13,25 @@ use sluice_stats::{Summary, histogram};
 /// How a demo client issues requests.
 #[derive(Debug, Clone, Copy)]
 pub enum Pattern {
-    /// One request every period (a sensor-driven real-time task).
+    /// One request every period (a sensor-driven real-time task), one in
+    /// flight at a time: a request still running at the next tick delays
+    /// that tick's request until it completes, and missed ticks are
+    /// skipped. So no request ever queues behind the client's own previous
+    /// one, also when the daemon's GPU model falls behind real time and
+    /// reads several submissions at once.
     Periodic(Duration),
-    /// The next request as soon as the last completes (throughput work).
-    ClosedLoop,
+    /// Closed loop: `window` requests in flight, a new one as soon as one
+    /// completes (throughput work). A window of 2 keeps the client's next
+    /// request at the daemon when the previous one finishes, as DISB's
+    /// closed loop has it, however late the client process wakes up.
+    ClosedLoop {
+        /// Requests kept in flight, at least 1.
+        window: u32,
+    },
 }
+
+/// The most requests a periodic client keeps in flight.
+pub const PERIODIC_WINDOW: usize = 1;
 
 /// A demo client.
 #[derive(Debug, Clone)]
@@ -64,9 +78,20 @@ pub struct ClientReport {
     pub checked: bool,
     /// Submit → completion seen by the client, µs.
     pub latency_us: Summary,
+    /// The daemon's own timestamps: `finished_ns - received_ns` of each OK
+    /// completion (request read off the ring → device finished it), µs.
+    /// Unlike `latency_us` it leaves out the client's wake-up.
+    #[serde(default)]
+    pub daemon_latency_us: Summary,
+    /// Submit → the daemon read the request (`received_ns` less the
+    /// client's submit time, one clock), µs: large when the daemon falls
+    /// behind.
+    #[serde(default)]
+    pub ingest_lag_us: Summary,
     /// Of which: waiting in the daemon before the device started it, µs (median).
     pub queue_wait_p50_us: u64,
-    /// The model's standalone time on the device, µs.
+    /// The model's manifest total, as the daemon reports it at lookup, µs
+    /// (`sluice demo` shows the measured standalone time instead).
     pub standalone_us: u64,
 }
 
@@ -93,82 +118,186 @@ fn fill_input(buf: &mut [u8], seed: u64, counter: u64) {
     buf[..n].copy_from_slice(&c[..n]);
 }
 
-/// Runs a demo client to the end.
+/// A request of a demo client in flight.
+struct InFlight {
+    ticket: Ticket,
+    slot: usize,
+    t0: u64,
+}
+
+/// What a demo client has counted so far.
+struct Tally {
+    lat: hdrhistogram::Histogram<u64>,
+    daemon_lat: hdrhistogram::Histogram<u64>,
+    lag: hdrhistogram::Histogram<u64>,
+    wait: hdrhistogram::Histogram<u64>,
+    ok: u64,
+    errors: u64,
+    wrong: u64,
+}
+
+/// Runs a demo client to the end: issues requests for `role.duration`,
+/// then collects the ones still in flight.
 pub fn run_client(role: &ClientRole) -> Result<ClientReport, Error> {
     let mut c = Client::connect(&role.socket, &role.name)?;
     c.set_spin(role.spin);
     let m = c.lookup_model(&role.model)?;
-    let input = Span {
-        off: 0,
-        len: m.input_bytes,
+    let window = match role.pattern {
+        Pattern::Periodic(_) => PERIODIC_WINDOW,
+        Pattern::ClosedLoop { window } => window.max(1) as usize,
     };
-    let output = Span {
-        off: m.input_bytes.next_multiple_of(64),
-        len: m.output_bytes,
-    };
+    // One arena slot per request in flight: input, then output.
+    let out_off = m.input_bytes.next_multiple_of(64);
+    let slot_bytes = (out_off + m.output_bytes).next_multiple_of(4096);
+    let slots = window.min((c.arena_len() / slot_bytes.max(1)).max(1) as usize);
     let seed = shm_proto::sim::splitmix64(role.name.len() as u64 ^ u64::from(std::process::id()));
-    let mut inbuf = vec![0u8; m.input_bytes as usize];
+    let mut inputs = vec![vec![0u8; m.input_bytes as usize]; slots];
     let mut outbuf = vec![0u8; m.output_bytes as usize];
     let mut expect = vec![0u8; m.output_bytes as usize];
-    let mut lat = histogram();
-    let mut wait = histogram();
-    let (mut ok, mut errors, mut wrong) = (0u64, 0u64, 0u64);
-    let start = Instant::now();
-    let mut next = Instant::now();
+    let mut free: Vec<usize> = (0..slots).rev().collect();
+    let mut inflight: std::collections::VecDeque<InFlight> = std::collections::VecDeque::new();
+    let mut tally = Tally {
+        lat: histogram(),
+        daemon_lat: histogram(),
+        lag: histogram(),
+        wait: histogram(),
+        ok: 0,
+        errors: 0,
+        wrong: 0,
+    };
     let mut counter = 0u64;
-    while start.elapsed() < role.duration {
-        if let Pattern::Periodic(p) = role.pattern {
-            let now = Instant::now();
-            if next > now {
-                std::thread::sleep(next - now);
-            }
-            next = (next + p).max(Instant::now());
-        }
-        counter += 1;
+    let start = Instant::now();
+    let mut next = start;
+    let submit = |c: &mut Client, slot: usize, counter: u64, inputs: &mut [Vec<u8>]| {
+        let base = slot as u64 * slot_bytes;
+        let inbuf = &mut inputs[slot];
         if role.check {
-            fill_input(&mut inbuf, seed, counter);
+            fill_input(inbuf, seed, counter);
         } else {
-            fill_f32_input(&mut inbuf, seed, counter);
+            fill_f32_input(inbuf, seed, counter);
         }
-        c.write_arena(input.off, &inbuf)?;
+        c.write_arena(base, inbuf)?;
         let t0 = now_ns();
-        let t = c.submit(&Submit {
+        let ticket = c.submit(&Submit {
             model_id: m.id,
             priority: role.priority,
             deadline_ns: 0,
-            input,
-            output,
+            input: Span {
+                off: base,
+                len: m.input_bytes,
+            },
+            output: Span {
+                off: base + out_off,
+                len: m.output_bytes,
+            },
         })?;
-        let done = c.wait(t)?;
-        let t1 = now_ns();
+        Ok::<_, Error>(InFlight { ticket, slot, t0 })
+    };
+    let mut finish = |c: &mut Client,
+                      r: InFlight,
+                      done: sluice_client::Completion,
+                      t1: u64,
+                      inputs: &[Vec<u8>]|
+     -> Result<(), Error> {
         if done.status != sluice_client::status::OK {
-            errors += 1;
-            continue;
+            tally.errors += 1;
+            return Ok(());
         }
-        lat.saturating_record((t1 - t0) / 1000);
-        wait.saturating_record(done.started_ns.saturating_sub(done.received_ns) / 1000);
-        c.read_arena(output.off, &mut outbuf)?;
+        tally.lat.saturating_record(t1.saturating_sub(r.t0) / 1000);
+        tally
+            .daemon_lat
+            .saturating_record(done.finished_ns.saturating_sub(done.received_ns) / 1000);
+        tally
+            .lag
+            .saturating_record(done.received_ns.saturating_sub(r.t0) / 1000);
+        tally
+            .wait
+            .saturating_record(done.started_ns.saturating_sub(done.received_ns) / 1000);
         if !role.check {
-            ok += 1;
+            tally.ok += 1;
+            return Ok(());
+        }
+        c.read_arena(r.slot as u64 * slot_bytes + out_off, &mut outbuf)?;
+        shm_proto::sim::expected_output(m.id, &inputs[r.slot], &mut expect);
+        if outbuf == expect {
+            tally.ok += 1;
+        } else {
+            tally.wrong += 1;
+        }
+        Ok(())
+    };
+    while start.elapsed() < role.duration {
+        let now = Instant::now();
+        let due = match role.pattern {
+            Pattern::Periodic(_) => now >= next,
+            Pattern::ClosedLoop { .. } => true,
+        };
+        if due && let Some(slot) = free.pop() {
+            counter += 1;
+            inflight.push_back(submit(&mut c, slot, counter, &mut inputs)?);
+            if let Pattern::Periodic(p) = role.pattern {
+                next += p;
+                while next <= now {
+                    next += p;
+                }
+            }
             continue;
         }
-        shm_proto::sim::expected_output(m.id, &inbuf, &mut expect);
-        if outbuf == expect {
-            ok += 1;
-        } else {
-            wrong += 1;
+        // Nothing to submit now: wait for the oldest request, until the
+        // next period at most.
+        let limit = match role.pattern {
+            Pattern::Periodic(_) if due => None,
+            Pattern::Periodic(_) => Some(next.saturating_duration_since(now)),
+            Pattern::ClosedLoop { .. } => None,
+        };
+        let Some(front) = inflight.front() else {
+            if let Some(d) = limit {
+                std::thread::sleep(d);
+            }
+            continue;
+        };
+        match c.wait_timeout(front.ticket, limit) {
+            Ok(done) => {
+                let t1 = now_ns();
+                let r = inflight.pop_front().expect("front exists");
+                free.push(r.slot);
+                finish(&mut c, r, done, t1, &inputs)?;
+            }
+            Err(Error::Timeout) => {}
+            Err(e) => return Err(e),
         }
+        // Others that completed meanwhile (completions may come out of
+        // order).
+        let mut i = 0;
+        while i < inflight.len() {
+            if let Some(done) = c.try_poll(inflight[i].ticket)? {
+                let t1 = now_ns();
+                let r = inflight.remove(i).expect("index in range");
+                free.push(r.slot);
+                finish(&mut c, r, done, t1, &inputs)?;
+            } else {
+                i += 1;
+            }
+        }
+    }
+    // Collect what is still in flight, so that every output is checked.
+    while let Some(r) = inflight.pop_front() {
+        let done = c.wait_timeout(r.ticket, Some(Duration::from_secs(60)))?;
+        let t1 = now_ns();
+        finish(&mut c, r, done, t1, &inputs)?;
     }
     Ok(ClientReport {
         name: role.name.clone(),
         model: role.model.clone(),
         priority: role.priority.as_str().to_owned(),
-        ok,
-        errors,
-        wrong_outputs: wrong,
+        ok: tally.ok,
+        errors: tally.errors,
+        wrong_outputs: tally.wrong,
         checked: role.check,
-        latency_us: Summary::of(&lat),
-        queue_wait_p50_us: Summary::of(&wait).p50,
+        latency_us: Summary::of(&tally.lat),
+        daemon_latency_us: Summary::of(&tally.daemon_lat),
+        ingest_lag_us: Summary::of(&tally.lag),
+        queue_wait_p50_us: Summary::of(&tally.wait).p50,
         standalone_us: m.standalone_ns / 1000,
     })
 }

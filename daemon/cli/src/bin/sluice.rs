@@ -23,28 +23,37 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Start an embedded daemon on the simulated GPU, run a periodic
-    /// real-time client (VGG-19) and a closed-loop best-effort client
-    /// (ResNet-152) as separate processes, and print their latencies —
-    /// once per scheduler, side by side (default: reef, then streams).
+    /// Start an embedded daemon on the simulated GPU and run REEF's DISB
+    /// workload C as separate client processes: a periodic real-time client
+    /// (VGG-19 at 50 % of its standalone maximum) beside five closed-loop
+    /// best-effort clients (one per DISB model). Once with the real-time
+    /// client alone (the reference), then once per scheduler (default:
+    /// reef, then streams); prints latencies and, per scheduler, a verdict:
+    /// its real-time p99 against the reference, on the daemon's timestamps.
     Demo {
         /// Schedulers to compare, comma-separated: fifo, seq, streams,
         /// wait-preempt, reef, paella. Default: reef,streams.
         #[arg(long, value_delimiter = ',')]
         scheduler: Vec<String>,
         /// How long the clients run in all, in seconds (split between the
-        /// schedulers).
+        /// reference run and the schedulers; at least 0.5 s each).
         #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=3600))]
         seconds: u64,
         /// Real-time model.
         #[arg(long, default_value = "vgg19")]
         rt_model: String,
-        /// Real-time request period in milliseconds.
-        #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=10_000))]
-        rt_period_ms: u64,
-        /// Best-effort model (closed loop).
-        #[arg(long, default_value = "resnet152")]
-        be_model: String,
+        /// Real-time request period in milliseconds (default: workload C's,
+        /// twice the model's standalone time on the simulated GPU).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000))]
+        rt_period_ms: Option<u64>,
+        /// Best-effort models, one closed-loop client each, comma-separated.
+        #[arg(
+            long,
+            alias = "be-model",
+            value_delimiter = ',',
+            default_value = "resnet152,vgg19,yolov3,bert_base,gpt2"
+        )]
+        be_models: Vec<String>,
         /// GPU backend: `sim` (the simulated GPU) or `cuda` (the models'
         /// real layers on CUDA device 0; needs a build with `--features
         /// cuda`; without a driver it falls back to the simulated GPU and
@@ -139,9 +148,12 @@ enum Cmd {
         #[arg(long, value_enum)]
         priority: Prio,
         #[arg(long)]
-        period_ms: Option<u64>,
+        period_us: Option<u64>,
+        /// Closed loop: requests kept in flight.
+        #[arg(long, default_value_t = 1)]
+        window: u32,
         #[arg(long)]
-        seconds: u64,
+        duration_ms: u64,
         #[arg(long, default_value_t = 200)]
         spin_us: u64,
         /// Do not check outputs (a real backend computes them).
@@ -396,7 +408,7 @@ fn main() -> ExitCode {
             seconds,
             rt_model,
             rt_period_ms,
-            be_model,
+            be_models,
             backend,
             small,
             json,
@@ -440,38 +452,33 @@ fn main() -> ExitCode {
                 }
                 v
             };
-            let each = (seconds / schedulers.len() as u64).max(1);
-            let mut results = Vec::new();
-            for sch in schedulers {
-                let opts = demo::DemoOptions {
-                    seconds: each,
-                    rt_model: rt_model.clone(),
-                    rt_period_ms,
-                    be_model: be_model.clone(),
-                    scheduler: sch,
-                    backend,
-                    model_scale: if small {
-                        sluice_nn::builders::Scale::Small
-                    } else {
-                        sluice_nn::builders::Scale::Full
-                    },
-                };
-                match demo::run(&exe, &opts) {
-                    Ok(r) => results.push(r),
-                    Err(e) => return fail(format!("scheduler {}: {e}", sch.as_str())),
-                }
-            }
-            let bad = results
+            let opts = demo::DemoOptions {
+                schedulers,
+                seconds,
+                rt_model,
+                rt_period_us: rt_period_ms.map(|ms| ms * 1000),
+                be_models,
+                backend,
+                model_scale: if small {
+                    sluice_nn::builders::Scale::Small
+                } else {
+                    sluice_nn::builders::Scale::Full
+                },
+            };
+            let d = match demo::run(&exe, &opts) {
+                Ok(d) => d,
+                Err(e) => return fail(e),
+            };
+            let bad = d
+                .references
                 .iter()
+                .chain(&d.runs)
                 .flat_map(|r| &r.clients)
                 .any(|c| c.errors + c.wrong_outputs > 0 || c.ok == 0);
             let code = if json {
-                print_json(&results)
+                print_json(&d)
             } else {
-                for r in &results {
-                    println!("{}", demo::table(r));
-                }
-                print!("{}", demo::LEGEND);
+                print!("{}", demo::report(&d));
                 ExitCode::SUCCESS
             };
             if bad {
@@ -648,8 +655,9 @@ fn main() -> ExitCode {
             name,
             model,
             priority,
-            period_ms,
-            seconds,
+            period_us,
+            window,
+            duration_ms,
             spin_us,
             no_check,
         } => {
@@ -662,10 +670,10 @@ fn main() -> ExitCode {
                     Prio::Rt => sluice_client::Priority::RealTime,
                     Prio::Be => sluice_client::Priority::BestEffort,
                 },
-                pattern: period_ms.map_or(Pattern::ClosedLoop, |p| {
-                    Pattern::Periodic(Duration::from_millis(p))
+                pattern: period_us.map_or(Pattern::ClosedLoop { window }, |p| {
+                    Pattern::Periodic(Duration::from_micros(p))
                 }),
-                duration: Duration::from_secs(seconds),
+                duration: Duration::from_millis(duration_ms),
                 spin: Duration::from_micros(spin_us),
             };
             match roles::run_client(&role) {
