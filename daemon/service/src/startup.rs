@@ -228,10 +228,10 @@ pub enum BackendUnavailable {
 /// - `"cuda"` in a build without the `cuda` feature:
 ///   [`BackendUnavailable::CudaNotBuilt`], whatever `device.fallback` says.
 /// - `"cuda"` in a build with it: probes the driver
-///   ([`sluice_cuda::real::probe`], which loads `libcuda` at run time and
+///   (`sluice_cuda::real::probe`, which loads `libcuda` at run time and
 ///   fails fast without it). No driver or device:
-///   [`BackendUnavailable::NoCuda`], or with `device.fallback = "sim"` one
-///   warning ([`fallback_warning`]) and [`DeviceChoice::SimFallback`].
+///   `BackendUnavailable::NoCuda`, or with `device.fallback = "sim"` one
+///   warning (`fallback_warning`) and `DeviceChoice::SimFallback`.
 pub fn choose_device(device: &DeviceConfig) -> Result<DeviceChoice, BackendUnavailable> {
     match device.backend {
         BackendKind::Sim => Ok(DeviceChoice::Sim),
@@ -320,7 +320,7 @@ pub enum DeviceError {
 
 /// Opens the device [`choose_device`] chose: the simulated GPU of
 /// `device.scheduler`, or the CUDA backend's server on device 0
-/// ([`cuda::open_server`]: compiles the kernel library and loads every
+/// (`cuda::open_server`: compiles the kernel library and loads every
 /// model).
 pub fn open_device(
     config: &Config,
