@@ -130,3 +130,171 @@ fn binary_serves_clients_and_stops_on_sigterm() {
         "sluiced removes its socket on a clean stop"
     );
 }
+
+/// Runs `sluiced` with `args` to its exit (killed, and the test failed, if
+/// it is still running after 60 s); its exit code, stdout and stderr.
+fn run_sluiced(
+    sluiced: &std::path::Path,
+    dir: &TestDir,
+    tag: &str,
+    args: &[&std::ffi::OsStr],
+) -> (Option<i32>, String, String) {
+    let (out, err) = (
+        dir.join(&format!("{tag}.out")),
+        dir.join(&format!("{tag}.err")),
+    );
+    let mut child = Command::new(sluiced)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("run sluiced");
+    let mut status = None;
+    wait_for(
+        || {
+            status = child.try_wait().unwrap();
+            status.is_some()
+        },
+        secs(60),
+    );
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!(
+            "sluiced {args:?} still running after 60 s; stderr:\n{}",
+            std::fs::read_to_string(&err).unwrap_or_default()
+        );
+    };
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    (status.code(), read(&out), read(&err))
+}
+
+/// The `sluiced: error:` line and its `caused by:` lines (log lines left
+/// out).
+fn error_lines(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("sluiced: error:") || l.starts_with("  caused by:"))
+        .collect()
+}
+
+#[test]
+fn check_config_takes_the_file_either_way() {
+    let _w = sluice_tests::watchdog("check_config_takes_the_file_either_way", 60);
+    let Some(sluiced) = sluiced_or_skip("check_config_forms") else {
+        return;
+    };
+    let dir = TestDir::new("checkforms");
+    let file = dir.join("sluiced.toml");
+    std::fs::write(&file, "[clients]\nmax_clients = 9\n").unwrap();
+    let (f, c, cc) = (
+        file.as_os_str(),
+        std::ffi::OsStr::new("--config"),
+        std::ffi::OsStr::new("--check-config"),
+    );
+    let forms: [&[&std::ffi::OsStr]; 4] = [&[cc, f], &[c, f, cc], &[cc, c, f], &[cc, f, c, f]];
+    let mut outputs = Vec::new();
+    for (k, args) in forms.iter().enumerate() {
+        let (code, stdout, stderr) = run_sluiced(&sluiced, &dir, &format!("form{k}"), args);
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+        assert!(
+            stdout.starts_with(&format!("# {} is valid\n", file.display())),
+            "{args:?}: {stdout}"
+        );
+        assert!(stdout.contains("max_clients = 9"), "{args:?}: {stdout}");
+        outputs.push(stdout);
+    }
+    assert!(outputs.windows(2).all(|w| w[0] == w[1]), "{outputs:#?}");
+
+    // Two different files is a usage error, not a silent choice.
+    let other = dir.join("other.toml");
+    std::fs::write(&other, "").unwrap();
+    let (code, _, stderr) = run_sluiced(&sluiced, &dir, "two", &[cc, f, c, other.as_os_str()]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("name different files"), "{stderr}");
+
+    // A bad file fails the same way in both forms.
+    std::fs::write(&file, "[clients]\nmax_clients = 0\n").unwrap();
+    let (code1, _, err1) = run_sluiced(&sluiced, &dir, "bad1", &[cc, f]);
+    let (code2, _, err2) = run_sluiced(&sluiced, &dir, "bad2", &[c, f, cc]);
+    assert_eq!((code1, code2), (Some(2), Some(2)), "{err1}\n{err2}");
+    assert!(err1.contains("clients.max_clients = 0"), "{err1}");
+    assert_eq!(error_lines(&err1), error_lines(&err2));
+
+    let help = Command::new(&sluiced).arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("--check-config [<FILE>]"), "{help}");
+    assert!(help.contains("--config FILE --check-config"), "{help}");
+}
+
+/// `device.backend = "cuda"` where start-up cannot drive it (a build
+/// without the CUDA backend, or no driver) fails `--check-config` with the
+/// message start-up gives, fallback or not; with `device.fallback = "sim"`
+/// on a CUDA build without a driver both go on with the simulated GPU.
+#[test]
+fn check_config_refuses_cuda_exactly_as_start_up_does() {
+    let _w = sluice_tests::watchdog("check_config_refuses_cuda_exactly_as_start_up_does", 240);
+    let Some(sluiced) = sluiced_or_skip("check_config_cuda") else {
+        return;
+    };
+    let dir = TestDir::new("checkcuda");
+    let socket = dir.join("sluiced.sock");
+    for (k, fallback) in ["none", "sim"].into_iter().enumerate() {
+        let file = dir.join(&format!("cuda-{fallback}.toml"));
+        std::fs::write(
+            &file,
+            format!(
+                "[daemon]\nsocket = {:?}\nrealtime_priority = 0\nlock_memory = false\n\n\
+                 [device]\nbackend = \"cuda\"\nfallback = \"{fallback}\"\nmodel_scale = \"small\"\n",
+                socket.display().to_string()
+            ),
+        )
+        .unwrap();
+        let f = file.as_os_str();
+        let (check_code, check_out, check_err) = run_sluiced(
+            &sluiced,
+            &dir,
+            &format!("check{k}"),
+            &["--check-config".as_ref(), f],
+        );
+        if check_code == Some(0) {
+            // A CUDA build: a driver answered, or none did and the
+            // fallback serves the simulated GPU.
+            assert!(
+                check_out.contains("# device: CUDA: ")
+                    || (fallback == "sim"
+                        && check_out.contains("# device: the simulated GPU (no CUDA driver")
+                        && check_err.contains("serving the simulated GPU instead")),
+                "fallback = {fallback}: {check_out}\n{check_err}"
+            );
+            eprintln!("fallback = {fallback}: --check-config accepts it here: {check_out}");
+            continue;
+        }
+        assert_eq!(check_code, Some(2), "{check_err}");
+        let check_lines = error_lines(&check_err);
+        let first = check_lines.first().copied().unwrap_or_default();
+        let not_built = "sluiced: error: device.backend = \"cuda\", but this build does not \
+                         include the CUDA backend; rebuild with `--features cuda`";
+        let no_driver = "sluiced: error: device.backend = \"cuda\", but no CUDA driver or \
+                         device answers on this machine; fix the cause below, or set \
+                         device.fallback = \"sim\"";
+        assert!(
+            first.starts_with(not_built) || (fallback == "none" && first.starts_with(no_driver)),
+            "fallback = {fallback}: {check_err}"
+        );
+        let (start_code, _, start_err) = run_sluiced(
+            &sluiced,
+            &dir,
+            &format!("start{k}"),
+            &["--config".as_ref(), f],
+        );
+        assert_eq!(start_code, check_code, "{start_err}");
+        assert_eq!(
+            error_lines(&start_err),
+            check_lines,
+            "start-up and --check-config disagree:\n{start_err}\n---\n{check_err}"
+        );
+        assert!(!socket.exists(), "start-up got as far as the socket");
+    }
+}

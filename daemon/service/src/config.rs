@@ -154,10 +154,11 @@ impl Default for ClientsConfig {
 /// A GPU backend the daemon can drive.
 ///
 /// Every build accepts every name here; whether this build and machine can
-/// drive the backend is decided when the device is made
-/// (`runtime::make_device`), which refuses `cuda` in a build without the
-/// `cuda` feature and falls back to the simulated GPU, with a warning, when
-/// there is no CUDA driver.
+/// drive the backend is decided by
+/// [`choose_device`](crate::startup::choose_device), at start-up and by
+/// `sluiced --check-config` alike: it refuses `cuda` in a build without the
+/// `cuda` feature, and refuses it when no CUDA driver answers unless
+/// `device.fallback = "sim"` ([`Fallback`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum BackendKind {
     /// The embedded simulated GPU.
@@ -245,11 +246,63 @@ impl Scheduler {
     }
 }
 
+/// What `device.backend = "cuda"` does when no CUDA driver or device
+/// answers (`device.fallback`).
+///
+/// It covers a machine without a usable driver only: a build without the
+/// CUDA backend, or a CUDA device that is found but cannot be set up, is an
+/// error whatever this says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Fallback {
+    /// `"none"`: refuse to start, naming the fix.
+    #[default]
+    None,
+    /// `"sim"`: log one warning and serve the simulated GPU (the
+    /// `device.scheduler` policy on the `device.profile` GPU model, with the
+    /// same models the CUDA backend would serve).
+    Sim,
+}
+
+impl Fallback {
+    /// Every value the config file accepts.
+    pub const ALL: &'static [Fallback] = &[Fallback::None, Fallback::Sim];
+
+    /// The name used in the config file.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Fallback::None => "none",
+            Fallback::Sim => "sim",
+        }
+    }
+
+    /// Parses a config-file name; `None` for an unknown one.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|f| f.as_str() == name)
+    }
+}
+
+impl fmt::Display for Fallback {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The config-file name of a model scale (`device.model_scale`).
+pub const fn scale_name(scale: sluice_nn::builders::Scale) -> &'static str {
+    match scale {
+        sluice_nn::builders::Scale::Full => "full",
+        sluice_nn::builders::Scale::Small => "small",
+    }
+}
+
 /// `[device]`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DeviceConfig {
     /// Which backend. Default [`BackendKind::Sim`].
     pub backend: BackendKind,
+    /// `cuda` backend: what to do when no CUDA driver answers. Default
+    /// [`Fallback::None`] (refuse to start).
+    pub fallback: Fallback,
     /// `fifo` scheduler only: multiplies every model time; finite, `> 0`,
     /// `<= 1000`. Default 1.0 (real time).
     pub time_scale: f64,
@@ -270,6 +323,7 @@ impl Default for DeviceConfig {
     fn default() -> Self {
         Self {
             backend: BackendKind::Sim,
+            fallback: Fallback::None,
             time_scale: 1.0,
             scheduler: Scheduler::Fifo,
             profile: "mi50".to_owned(),
@@ -508,6 +562,11 @@ impl Config {
         let _ = writeln!(s, "backend = {}", toml_string(dev.backend.as_str()));
         let _ = writeln!(
             s,
+            "fallback = {}  # cuda only: what to serve when no CUDA driver answers",
+            toml_string(dev.fallback.as_str())
+        );
+        let _ = writeln!(
+            s,
             "time_scale = {:?}  # model times multiplied by this (fifo only)",
             dev.time_scale
         );
@@ -516,10 +575,7 @@ impl Config {
         let _ = writeln!(
             s,
             "model_scale = {}  # cuda only: \"full\" or \"small\"",
-            toml_string(match dev.model_scale {
-                sluice_nn::builders::Scale::Full => "full",
-                sluice_nn::builders::Scale::Small => "small",
-            })
+            toml_string(scale_name(dev.model_scale))
         );
         let _ = writeln!(
             s,
@@ -682,6 +738,7 @@ struct RawClients {
 #[serde(deny_unknown_fields, expecting = "a table ([device])")]
 struct RawDevice {
     backend: Option<String>,
+    fallback: Option<String>,
     time_scale: Option<Float>,
     scheduler: Option<String>,
     profile: Option<String>,
@@ -1014,6 +1071,19 @@ impl Validator {
                 }
             }
         }
+        if let Some(name) = raw.fallback {
+            match Fallback::from_name(&name) {
+                Some(f) => d.fallback = f,
+                None => self.fail(
+                    "device.fallback",
+                    toml_string(&name),
+                    "is not a fallback",
+                    "use \"none\" (refuse to start when no CUDA driver answers) or \"sim\" \
+                     (serve the simulated GPU instead)"
+                        .to_owned(),
+                ),
+            }
+        }
         if let Some(name) = raw.scheduler {
             match Scheduler::from_name(&name) {
                 Some(sch) => d.scheduler = sch,
@@ -1275,6 +1345,173 @@ mod tests {
         assert_eq!(c.models, defaults.models);
     }
 
+    /// Every key path (`section.key`) the file format accepts, read off the
+    /// `Raw*` structs' own serde field lists (a [`Deserializer`] that walks
+    /// each struct's fields and answers "absent" for every leaf), so a key
+    /// added to them is listed here with no list to keep in step.
+    fn accepted_keys() -> Vec<String> {
+        let mut keys = Vec::new();
+        RawConfig::deserialize(KeyTracer {
+            path: String::new(),
+            keys: &mut keys,
+        })
+        .unwrap();
+        keys
+    }
+
+    /// Walks the `Raw*` structs: a struct is visited field by field, an
+    /// optional leaf is recorded under its full path and reported absent.
+    struct KeyTracer<'a> {
+        path: String,
+        keys: &'a mut Vec<String>,
+    }
+
+    #[derive(Debug)]
+    struct TraceError(String);
+
+    impl fmt::Display for TraceError {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for TraceError {}
+
+    impl de::Error for TraceError {
+        fn custom<T: fmt::Display>(msg: T) -> Self {
+            Self(msg.to_string())
+        }
+    }
+
+    impl<'de> Deserializer<'de> for KeyTracer<'_> {
+        type Error = TraceError;
+
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, TraceError> {
+            Err(TraceError(format!(
+                "{} is neither a table nor an optional key",
+                self.path
+            )))
+        }
+
+        fn deserialize_option<V: Visitor<'de>>(self, v: V) -> Result<V::Value, TraceError> {
+            self.keys.push(self.path);
+            v.visit_none()
+        }
+
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _name: &'static str,
+            fields: &'static [&'static str],
+            v: V,
+        ) -> Result<V::Value, TraceError> {
+            v.visit_map(FieldWalk {
+                prefix: self.path,
+                fields: fields.iter(),
+                current: "",
+                keys: self.keys,
+            })
+        }
+
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+            bytes byte_buf unit unit_struct newtype_struct seq tuple tuple_struct
+            map enum identifier ignored_any
+        }
+    }
+
+    struct FieldWalk<'a> {
+        prefix: String,
+        fields: std::slice::Iter<'static, &'static str>,
+        current: &'static str,
+        keys: &'a mut Vec<String>,
+    }
+
+    impl<'de> de::MapAccess<'de> for FieldWalk<'_> {
+        type Error = TraceError;
+
+        fn next_key_seed<K: de::DeserializeSeed<'de>>(
+            &mut self,
+            seed: K,
+        ) -> Result<Option<K::Value>, TraceError> {
+            let Some(&field) = self.fields.next() else {
+                return Ok(None);
+            };
+            self.current = field;
+            seed.deserialize(de::value::BorrowedStrDeserializer::<TraceError>::new(field))
+                .map(Some)
+        }
+
+        fn next_value_seed<V: de::DeserializeSeed<'de>>(
+            &mut self,
+            seed: V,
+        ) -> Result<V::Value, TraceError> {
+            let path = if self.prefix.is_empty() {
+                self.current.to_owned()
+            } else {
+                format!("{}.{}", self.prefix, self.current)
+            };
+            seed.deserialize(KeyTracer {
+                path,
+                keys: &mut *self.keys,
+            })
+        }
+    }
+
+    #[test]
+    fn accepted_keys_are_read_off_the_raw_structs() {
+        let keys = accepted_keys();
+        for key in [
+            "daemon.socket",
+            "daemon.idle_spin_us",
+            "access.allowed_gids",
+            "clients.arena_bytes",
+            "device.backend",
+            "device.fallback",
+            "device.model_scale",
+            "device.instances",
+            "models.dir",
+        ] {
+            assert!(keys.iter().any(|k| k == key), "{key} missing from {keys:?}");
+        }
+        // Each one is a key the loader knows (a misspelt one is refused).
+        for key in &keys {
+            let (section, name) = key.split_once('.').unwrap();
+            let probe = format!("[{section}]\n{name} = \"?\"\n");
+            if let Err(e @ ConfigError::Parse { .. }) = load(&probe) {
+                assert!(!e.to_string().contains("unknown field"), "{key}: {e}");
+            }
+        }
+    }
+
+    /// The shipped example lists every key the format accepts, set or
+    /// commented out (`# key = ...`), under its own section.
+    #[test]
+    fn example_config_lists_every_key() {
+        let example = include_str!("../systemd/sluiced.toml");
+        let mut missing = Vec::new();
+        for key in accepted_keys() {
+            let (section, name) = key.split_once('.').unwrap();
+            let listed = example
+                .split("\n[")
+                .skip(1)
+                .filter(|part| part.starts_with(&format!("{section}]")))
+                .flat_map(str::lines)
+                .map(|l| l.trim_start_matches('#').trim_start())
+                .any(|l| {
+                    l.strip_prefix(name)
+                        .is_some_and(|rest| rest.trim_start().starts_with('='))
+                });
+            if !listed {
+                missing.push(key);
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "daemon/service/systemd/sluiced.toml does not list {missing:?}; add each, with \
+             its default and what it does"
+        );
+    }
+
     #[test]
     fn summary_round_trips() {
         let configs = [
@@ -1516,8 +1753,9 @@ mod tests {
 
     #[test]
     fn cuda_backend_is_accepted_in_every_build() {
-        // Whether this build can drive it is make_device's decision
-        // (runtime::tests), not the config's.
+        // Whether this build and machine can drive it is
+        // startup::choose_device's decision (startup::tests), not the
+        // config's.
         let c = load("[device]\nbackend = \"cuda\"").unwrap();
         assert_eq!(c.device.backend, BackendKind::Cuda);
         assert_eq!(BackendKind::from_name("cuda"), Some(BackendKind::Cuda));
@@ -1577,6 +1815,28 @@ mod tests {
             let e = invalid(&format!("[device]\ninstances = {bad}"));
             assert_eq!(e.key, "device.instances");
         }
+    }
+
+    #[test]
+    fn fallback_is_read_and_checked() {
+        assert_eq!(Config::default().device.fallback, Fallback::None);
+        let c = load("[device]\nbackend = \"cuda\"\nfallback = \"sim\"").unwrap();
+        assert_eq!(c.device.fallback, Fallback::Sim);
+        let again = Config::from_toml_str(&c.summary(), Path::new("summary.toml")).unwrap();
+        assert_eq!(again.device, c.device);
+        assert_eq!(
+            load("[device]\nfallback = \"none\"")
+                .unwrap()
+                .device
+                .fallback,
+            Fallback::None
+        );
+        let e = invalid("[device]\nfallback = \"cpu\"");
+        assert_eq!(
+            e.to_string(),
+            "device.fallback = \"cpu\" is not a fallback; use \"none\" (refuse to start when no \
+             CUDA driver answers) or \"sim\" (serve the simulated GPU instead)"
+        );
     }
 
     #[test]

@@ -1,14 +1,32 @@
-//! Process-level glue shared by the `sluiced` and `sluice` binaries:
-//! logging, loading models, building the device, stop signals.
+//! From a configuration to a running daemon: logging, the model registry,
+//! the device backend, stop signals. Shared by the `sluiced` and `sluice`
+//! binaries.
+//!
+//! Start-up runs, in order, [`Config::load`](crate::config::Config::load),
+//! [`load_models`], [`choose_device`] (which backend this build and machine
+//! can drive: the `cuda` feature check and the CUDA driver probe) and
+//! [`open_device`]; [`make_device`] is the last two. `sluiced
+//! --check-config` runs the same steps through [`check`], short of opening
+//! a real GPU, so it refuses exactly what start-up would, with the same
+//! message. Each step has its own error enum; [`StartupError`] is any of
+//! them.
 
+use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::fifo::FifoBackend;
-use crate::backend::modeled::ModeledBackend;
-use crate::config::{BackendKind, Config, Scheduler};
+use crate::backend::fifo::{FifoBackend, OpError};
+use crate::backend::modeled::{ModeledBackend, ModeledError};
+#[cfg(feature = "cuda")]
+use crate::config::Fallback;
+use crate::config::{BackendKind, Config, ConfigError, DaemonConfig, DeviceConfig, Scheduler};
+use crate::server::StartError;
+use crate::sys::DispatcherSetup;
 use sluice_backend::Backend;
-use sluice_model::ModelRegistry;
+use sluice_cuda::serve::RegistryError;
+use sluice_gpu::ProfileError;
+use sluice_model::{ModelError, ModelRegistry};
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`).
 pub fn init_tracing() {
@@ -31,6 +49,65 @@ fn init_tracing_with(default: &str) {
         .try_init();
 }
 
+/// What `[daemon]` asks of the OS for the dispatcher thread.
+impl From<&DaemonConfig> for DispatcherSetup {
+    fn from(d: &DaemonConfig) -> Self {
+        Self {
+            core: d.dispatcher_core,
+            realtime_priority: d.realtime_priority,
+            lock_memory: d.lock_memory,
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Models.
+
+/// [`load_models`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadModelsError {
+    /// `models.dir` could not be loaded (`device.backend = "sim"`).
+    #[error(
+        "cannot load the model manifests of models.dir = \"{}\"; fix what is named below, or \
+         remove models.dir to serve the models built into the binary",
+        dir.display()
+    )]
+    Dir {
+        /// The directory.
+        dir: PathBuf,
+        /// Which file or directory, and why.
+        #[source]
+        source: Box<ModelError>,
+    },
+    /// The CUDA backend's model builders failed (a bug in sluice).
+    #[error(
+        "cannot build the CUDA backend's models at device.model_scale = \"{scale}\"; this is a \
+         bug in sluice, please report it with the cause below; meanwhile try the other \
+         device.model_scale, or set device.backend = \"sim\""
+    )]
+    Builders {
+        /// `device.model_scale`.
+        scale: &'static str,
+        /// Which model, and why.
+        #[source]
+        source: Box<RegistryError>,
+    },
+    /// The manifests of `models.dir` could not replace the builders' ones
+    /// (`device.backend = "cuda"`).
+    #[error(
+        "cannot put the model manifests of models.dir = \"{}\" over the CUDA backend's \
+         models; fix what is named below, or remove models.dir to serve the builders' models",
+        dir.display()
+    )]
+    Overrides {
+        /// The directory.
+        dir: PathBuf,
+        /// Which file or directory, and why.
+        #[source]
+        source: Box<ModelError>,
+    },
+}
+
 /// The models the config asks for.
 ///
 /// - `device.backend = "sim"`: `models.dir`, or the built-in set.
@@ -40,54 +117,239 @@ fn init_tracing_with(default: &str) {
 ///   kernel times estimated), each replaced by the manifest of the same
 ///   name in `models.dir` when there is one (e.g. measured by
 ///   `sluice profile --device cuda`). The same registry is used when the
-///   daemon falls back to the simulated GPU, so clients see the same
-///   models either way.
-pub fn load_models(config: &Config) -> Result<ModelRegistry, Box<dyn std::error::Error>> {
-    Ok(match (config.device.backend, &config.models.dir) {
-        (BackendKind::Sim, Some(dir)) => ModelRegistry::load_dir(dir)?,
-        (BackendKind::Sim, None) => ModelRegistry::builtin(),
-        (BackendKind::Cuda, dir) => {
-            let built = sluice_cuda::serve::builder_registry(config.device.model_scale)?;
-            match dir {
-                Some(dir) => built.with_overrides(ModelRegistry::load_dir(dir)?)?,
-                None => built,
-            }
+///   daemon falls back to the simulated GPU (`device.fallback = "sim"`), so
+///   clients see the same models either way.
+pub fn load_models(config: &Config) -> Result<ModelRegistry, LoadModelsError> {
+    let dir = config.models.dir.as_ref();
+    match config.device.backend {
+        BackendKind::Sim => match dir {
+            Some(dir) => ModelRegistry::load_dir(dir).map_err(|e| LoadModelsError::Dir {
+                dir: dir.clone(),
+                source: Box::new(e),
+            }),
+            None => Ok(ModelRegistry::builtin()),
+        },
+        BackendKind::Cuda => {
+            let scale = config.device.model_scale;
+            let built = sluice_cuda::serve::builder_registry(scale).map_err(|e| {
+                LoadModelsError::Builders {
+                    scale: crate::config::scale_name(scale),
+                    source: Box::new(e),
+                }
+            })?;
+            let Some(dir) = dir else {
+                return Ok(built);
+            };
+            let overrides = |e| LoadModelsError::Overrides {
+                dir: dir.clone(),
+                source: Box::new(e),
+            };
+            let measured = ModelRegistry::load_dir(dir).map_err(overrides)?;
+            built.with_overrides(measured).map_err(overrides)
         }
-    })
+    }
 }
 
-/// The device the config asks for.
-///
-/// `device.backend = "cuda"`: a build without the `cuda` feature refuses it
-/// ([`CudaNotBuilt`]). A build with it probes the CUDA driver and, for now,
-/// always falls back to the simulated device with one warning: with no
-/// driver it says why, and with a driver it says that the CUDA device of the
-/// job path is not wired yet (the queue logic and the driver exist, see
-/// `docs/cuda-backend.md`).
-pub fn make_device(
-    config: &Config,
-    models: Arc<ModelRegistry>,
-) -> Result<Box<dyn Backend>, Box<dyn std::error::Error>> {
-    match config.device.backend {
-        BackendKind::Sim => make_sim_device(config, models),
-        BackendKind::Cuda => {
-            #[cfg(not(feature = "cuda"))]
-            {
-                let _ = models;
-                Err(Box::new(CudaNotBuilt))
-            }
+// ---------------------------------------------------------------------------
+// The device.
+
+/// The backend [`choose_device`] settled on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// `device.backend = "sim"`: the simulated GPU.
+    Sim,
+    /// `device.backend = "cuda"`, and the driver answered for device 0.
+    #[cfg(feature = "cuda")]
+    Cuda(sluice_cuda::real::CudaInfo),
+    /// `device.backend = "cuda"`, no driver answered and
+    /// `device.fallback = "sim"`: the simulated GPU, and why.
+    #[cfg(feature = "cuda")]
+    SimFallback(sluice_cuda::real::CudaUnavailable),
+}
+
+impl DeviceChoice {
+    /// Whether the device is the simulated GPU (cheap to open, no
+    /// hardware).
+    pub fn is_simulated(&self) -> bool {
+        match self {
+            DeviceChoice::Sim => true,
             #[cfg(feature = "cuda")]
-            {
-                match sluice_cuda::real::probe() {
-                    Ok(info) => Ok(Box::new(cuda::open_server(config, models, &info)?)),
-                    Err(why) => {
-                        tracing::warn!("{}", cuda_fallback_message(&why));
-                        make_sim_device(config, models)
-                    }
-                }
+            DeviceChoice::SimFallback(_) => true,
+            #[cfg(feature = "cuda")]
+            DeviceChoice::Cuda(_) => false,
+        }
+    }
+}
+
+impl fmt::Display for DeviceChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceChoice::Sim => f.write_str("the simulated GPU"),
+            #[cfg(feature = "cuda")]
+            DeviceChoice::Cuda(info) => write!(f, "CUDA: {info}"),
+            #[cfg(feature = "cuda")]
+            DeviceChoice::SimFallback(_) => {
+                f.write_str("the simulated GPU (no CUDA driver; device.fallback = \"sim\")")
             }
         }
     }
+}
+
+/// [`choose_device`] found no backend it may use.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendUnavailable {
+    /// `device.backend = "cuda"` in a build without the CUDA backend
+    /// (`device.fallback` does not cover this: it is a build mistake, not
+    /// a machine without a GPU).
+    #[error(
+        "device.backend = \"cuda\", but this build does not include the CUDA backend; rebuild \
+         with `--features cuda` (cargo build --release --features sluice-cli/cuda), or set \
+         device.backend = \"sim\""
+    )]
+    CudaNotBuilt,
+    /// `device.backend = "cuda"`, no CUDA driver or device answered, and
+    /// `device.fallback` is `"none"`.
+    #[cfg(feature = "cuda")]
+    #[error(
+        "device.backend = \"cuda\", but no CUDA driver or device answers on this machine; fix \
+         the cause below, or set device.fallback = \"sim\" to serve the simulated GPU when \
+         there is none (device.backend = \"sim\" to always serve it)"
+    )]
+    NoCuda {
+        /// What the driver probe found.
+        #[source]
+        source: sluice_cuda::real::CudaUnavailable,
+    },
+}
+
+/// Which backend `device` asks for and this build and machine can drive.
+///
+/// - `"sim"`: [`DeviceChoice::Sim`].
+/// - `"cuda"` in a build without the `cuda` feature:
+///   [`BackendUnavailable::CudaNotBuilt`], whatever `device.fallback` says.
+/// - `"cuda"` in a build with it: probes the driver
+///   (`sluice_cuda::real::probe`, which loads `libcuda` at run time and
+///   fails fast without it). No driver or device:
+///   `BackendUnavailable::NoCuda`, or with `device.fallback = "sim"` one
+///   warning (`fallback_warning`) and `DeviceChoice::SimFallback`.
+pub fn choose_device(device: &DeviceConfig) -> Result<DeviceChoice, BackendUnavailable> {
+    match device.backend {
+        BackendKind::Sim => Ok(DeviceChoice::Sim),
+        #[cfg(not(feature = "cuda"))]
+        BackendKind::Cuda => Err(BackendUnavailable::CudaNotBuilt),
+        #[cfg(feature = "cuda")]
+        BackendKind::Cuda => choose_cuda(device.fallback, sluice_cuda::real::probe()),
+    }
+}
+
+/// [`choose_device`] for `device.backend = "cuda"`, given the probe's
+/// answer.
+#[cfg(feature = "cuda")]
+fn choose_cuda(
+    fallback: Fallback,
+    probed: Result<sluice_cuda::real::CudaInfo, sluice_cuda::real::CudaUnavailable>,
+) -> Result<DeviceChoice, BackendUnavailable> {
+    match (probed, fallback) {
+        (Ok(info), _) => Ok(DeviceChoice::Cuda(info)),
+        (Err(source), Fallback::None) => Err(BackendUnavailable::NoCuda { source }),
+        (Err(why), Fallback::Sim) => {
+            tracing::warn!("{}", fallback_warning(&why));
+            Ok(DeviceChoice::SimFallback(why))
+        }
+    }
+}
+
+/// The one warning [`choose_device`] logs when `device.fallback = "sim"`
+/// replaces a CUDA device that is not there.
+#[cfg(feature = "cuda")]
+pub fn fallback_warning(why: &sluice_cuda::real::CudaUnavailable) -> String {
+    format!(
+        "device.backend = \"cuda\": no CUDA driver or device answers ({why}); serving the \
+         simulated GPU instead, as device.fallback = \"sim\" asks"
+    )
+}
+
+/// [`open_device`] or [`make_device`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DeviceError {
+    /// No backend this build and machine may use ([`choose_device`]).
+    #[error(transparent)]
+    Unavailable(#[from] BackendUnavailable),
+    /// The simulated GPU's `fifo` scheduler refused its settings.
+    #[error("cannot start the simulated GPU with device.scheduler = \"fifo\"")]
+    Fifo {
+        /// Which setting, and what to write.
+        #[source]
+        source: OpError,
+    },
+    /// `device.profile` is not a GPU model profile.
+    #[error(
+        "cannot load the GPU model profile device.profile = \"{profile}\"; use one of the \
+         built-in profiles (\"mi50\", \"gv100\", \"h100\")"
+    )]
+    Profile {
+        /// `device.profile`.
+        profile: String,
+        /// Why.
+        #[source]
+        source: Box<ProfileError>,
+    },
+    /// The policy of `device.scheduler` cannot drive the simulated GPU.
+    #[error("cannot start the simulated GPU with device.scheduler = \"{scheduler}\"")]
+    Modeled {
+        /// `device.scheduler`.
+        scheduler: &'static str,
+        /// Why, and what to choose instead.
+        #[source]
+        source: ModeledError,
+    },
+    /// The CUDA device answered the probe but could not be set up.
+    #[cfg(feature = "cuda")]
+    #[error(
+        "cannot set up CUDA device 0 ({device}); fix the cause below, or set \
+         device.backend = \"sim\""
+    )]
+    Cuda {
+        /// The device's name.
+        device: String,
+        /// Why.
+        #[source]
+        source: cuda::OpenError,
+    },
+}
+
+/// Opens the device [`choose_device`] chose: the simulated GPU of
+/// `device.scheduler`, or the CUDA backend's server on device 0
+/// (`cuda::open_server`: compiles the kernel library and loads every
+/// model).
+pub fn open_device(
+    config: &Config,
+    models: Arc<ModelRegistry>,
+    choice: &DeviceChoice,
+) -> Result<Box<dyn Backend>, DeviceError> {
+    match choice {
+        DeviceChoice::Sim => make_sim_device(config, models),
+        #[cfg(feature = "cuda")]
+        DeviceChoice::SimFallback(_) => make_sim_device(config, models),
+        #[cfg(feature = "cuda")]
+        DeviceChoice::Cuda(info) => match cuda::open_server(config, models, info) {
+            Ok(server) => Ok(Box::new(server)),
+            Err(source) => Err(DeviceError::Cuda {
+                device: info.name.clone(),
+                source,
+            }),
+        },
+    }
+}
+
+/// The device the config asks for: [`choose_device`], then
+/// [`open_device`].
+pub fn make_device(
+    config: &Config,
+    models: Arc<ModelRegistry>,
+) -> Result<Box<dyn Backend>, DeviceError> {
+    let choice = choose_device(&config.device)?;
+    open_device(config, models, &choice)
 }
 
 /// The simulated device of `device.scheduler`: step 1's real-time one for
@@ -95,40 +357,93 @@ pub fn make_device(
 fn make_sim_device(
     config: &Config,
     models: Arc<ModelRegistry>,
-) -> Result<Box<dyn Backend>, Box<dyn std::error::Error>> {
+) -> Result<Box<dyn Backend>, DeviceError> {
     match config.device.scheduler {
-        Scheduler::Fifo => Ok(Box::new(FifoBackend::new(
-            models,
-            config.device.time_scale,
-        )?)),
+        Scheduler::Fifo => match FifoBackend::new(models, config.device.time_scale) {
+            Ok(fifo) => Ok(Box::new(fifo)),
+            Err(source) => Err(DeviceError::Fifo { source }),
+        },
         Scheduler::Policy(kind) => {
-            let profile = sluice_gpu::DeviceProfile::builtin(&config.device.profile)?;
-            Ok(Box::new(ModeledBackend::new(
-                profile,
-                kind,
-                models,
-                shm_proto::now_ns(),
-            )?))
+            let profile = &config.device.profile;
+            let profile =
+                sluice_gpu::DeviceProfile::builtin(profile).map_err(|e| DeviceError::Profile {
+                    profile: profile.clone(),
+                    source: Box::new(e),
+                })?;
+            match ModeledBackend::new(profile, kind, models, shm_proto::now_ns()) {
+                Ok(modeled) => Ok(Box::new(modeled)),
+                Err(source) => Err(DeviceError::Modeled {
+                    scheduler: kind.as_str(),
+                    source,
+                }),
+            }
         }
     }
 }
 
-/// `device.backend = "cuda"` in a build without the CUDA backend.
-#[cfg(not(feature = "cuda"))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "device.backend = \"cuda\", but this build does not include the CUDA backend; rebuild with \
-     `--features cuda` (cargo build --release --features sluice-cli/cuda), or set \
-     device.backend = \"sim\""
-)]
-pub struct CudaNotBuilt;
+// ---------------------------------------------------------------------------
+// Start-up as a whole, and --check-config.
 
-/// The one warning `make_device` logs for `device.backend = "cuda"` in a
-/// build with the `cuda` feature when the driver probe finds no usable
-/// driver or device.
-#[cfg(feature = "cuda")]
-pub fn cuda_fallback_message(why: &sluice_cuda::real::CudaUnavailable) -> String {
-    format!("device.backend = \"cuda\": no CUDA driver ({why}); falling back to the simulated GPU")
+/// Why `sluiced` stopped before serving: any step of start-up. Its
+/// message is the step's own.
+#[derive(Debug, thiserror::Error)]
+pub enum StartupError {
+    /// The config file could not be read or is invalid.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// [`load_models`] failed.
+    #[error(transparent)]
+    Models(#[from] LoadModelsError),
+    /// [`choose_device`] or [`open_device`] failed.
+    #[error(transparent)]
+    Device(#[from] DeviceError),
+    /// The daemon itself (socket, dispatcher) could not start.
+    #[error(transparent)]
+    Start(#[from] StartError),
+}
+
+impl From<BackendUnavailable> for StartupError {
+    fn from(e: BackendUnavailable) -> Self {
+        Self::Device(e.into())
+    }
+}
+
+impl StartupError {
+    /// `sluiced`'s exit status for it: 2 for the configuration or what it
+    /// asks of this machine, 1 for the daemon itself.
+    pub fn exit_status(&self) -> u8 {
+        match self {
+            Self::Config(_) | Self::Models(_) | Self::Device(_) => 2,
+            Self::Start(_) => 1,
+        }
+    }
+}
+
+/// What [`check`] found.
+#[derive(Debug)]
+pub struct Checked {
+    /// How many models the daemon would serve.
+    pub models: usize,
+    /// The device it would open.
+    pub device: DeviceChoice,
+}
+
+/// Runs start-up's own steps on `config` short of serving: [`load_models`],
+/// [`choose_device`] (the `cuda` feature check and the driver probe) and,
+/// for the simulated GPU, [`open_device`] (then drops it). A real GPU is
+/// probed but not opened: that compiles the kernel library and loads every
+/// model onto it, which is start-up's work (and may not be shared with a
+/// running daemon). Fails exactly where start-up would, with the same error.
+pub fn check(config: &Config) -> Result<Checked, StartupError> {
+    let models = Arc::new(load_models(config)?);
+    let device = choose_device(&config.device)?;
+    if device.is_simulated() {
+        drop(open_device(config, models.clone(), &device)?);
+    }
+    Ok(Checked {
+        models: models.len(),
+        device,
+    })
 }
 
 /// Opening the CUDA backend's server on the real GPU.
@@ -243,43 +558,190 @@ mod tests {
     #[cfg(not(feature = "cuda"))]
     #[test]
     fn cuda_without_the_feature_is_refused_with_the_fix() {
-        let models = Arc::new(ModelRegistry::builtin());
-        let e = match make_device(&cuda_config(), models) {
-            Err(e) => e,
-            Ok(d) => panic!("made {}", d.name()),
-        };
-        let text = e.to_string();
-        assert!(text.starts_with("device.backend = \"cuda\""), "{text}");
-        assert!(text.contains("rebuild with `--features cuda`"), "{text}");
-        assert!(e.downcast_ref::<CudaNotBuilt>().is_some());
-    }
-
-    #[cfg(feature = "cuda")]
-    #[test]
-    fn cuda_with_the_feature_and_no_driver_falls_back_to_the_simulated_gpu() {
-        if let Ok(info) = sluice_cuda::real::probe() {
-            eprintln!("skipped: this machine has a CUDA driver ({info})");
-            return;
+        for fallback in crate::config::Fallback::ALL {
+            let mut c = cuda_config();
+            c.device.fallback = *fallback;
+            assert!(matches!(
+                choose_device(&c.device),
+                Err(BackendUnavailable::CudaNotBuilt)
+            ));
+            let models = Arc::new(ModelRegistry::builtin());
+            let e = match make_device(&c, models) {
+                Err(e) => e,
+                Ok(d) => panic!("made {}", d.name()),
+            };
+            assert!(matches!(
+                e,
+                DeviceError::Unavailable(BackendUnavailable::CudaNotBuilt)
+            ));
+            let text = e.to_string();
+            assert!(text.starts_with("device.backend = \"cuda\""), "{text}");
+            assert!(text.contains("rebuild with `--features cuda`"), "{text}");
+            // check() stops at the same error.
+            let checked = check(&c).unwrap_err();
+            assert_eq!(checked.to_string(), text);
+            assert_eq!(checked.exit_status(), 2);
         }
-        let models = Arc::new(ModelRegistry::builtin());
-        let sim = make_device(&Config::default(), models.clone()).unwrap();
-        let d = make_device(&cuda_config(), models).unwrap();
-        assert_eq!(d.name(), sim.name());
     }
 
     #[cfg(feature = "cuda")]
-    #[test]
-    fn cuda_fallback_message_says_why() {
-        use sluice_cuda::real::CudaUnavailable;
-        let no_driver = CudaUnavailable::NoLibrary {
+    fn no_library() -> sluice_cuda::real::CudaUnavailable {
+        sluice_cuda::real::CudaUnavailable::NoLibrary {
             library: "libcuda.so.1".into(),
             detail: "libcuda.so.1: cannot open shared object file".into(),
+        }
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_without_a_driver_is_refused_unless_falling_back() {
+        let e = choose_cuda(Fallback::None, Err(no_library())).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "device.backend = \"cuda\", but no CUDA driver or device answers on this machine; \
+             fix the cause below, or set device.fallback = \"sim\" to serve the simulated GPU \
+             when there is none (device.backend = \"sim\" to always serve it)"
+        );
+        let source = std::error::Error::source(&e).unwrap().to_string();
+        assert!(source.starts_with("libcuda.so.1 not found"), "{source}");
+        assert_eq!(
+            choose_cuda(Fallback::Sim, Err(no_library())).unwrap(),
+            DeviceChoice::SimFallback(no_library())
+        );
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_on_this_machine_follows_the_probe_and_the_fallback() {
+        let models = Arc::new(load_models(&cuda_config()).unwrap());
+        if let Ok(info) = sluice_cuda::real::probe() {
+            eprintln!("driver side skipped: this machine has a CUDA driver ({info})");
+            assert_eq!(
+                choose_device(&cuda_config().device).unwrap(),
+                DeviceChoice::Cuda(info)
+            );
+            return;
+        }
+        let e = device_err(&cuda_config(), &models);
+        assert!(
+            matches!(
+                e,
+                DeviceError::Unavailable(BackendUnavailable::NoCuda { .. })
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            check(&cuda_config()).unwrap_err().to_string(),
+            e.to_string()
+        );
+        let mut c = cuda_config();
+        c.device.fallback = Fallback::Sim;
+        let sim = make_device(&Config::default(), models.clone()).unwrap();
+        let d = make_device(&c, models).unwrap();
+        assert_eq!(d.name(), sim.name());
+        let checked = check(&c).unwrap();
+        assert!(checked.device.is_simulated());
+        assert!(
+            checked.device.to_string().contains("device.fallback"),
+            "{}",
+            checked.device
+        );
+    }
+
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn fallback_warning_says_why() {
+        assert_eq!(
+            fallback_warning(&no_library()),
+            "device.backend = \"cuda\": no CUDA driver or device answers (libcuda.so.1 not \
+             found: no NVIDIA driver on this machine (libcuda.so.1: cannot open shared object \
+             file); install the NVIDIA driver, or set device.backend = \"sim\"); serving the \
+             simulated GPU instead, as device.fallback = \"sim\" asks"
+        );
+    }
+
+    #[test]
+    fn check_opens_the_simulated_gpu_and_reports_it() {
+        let checked = check(&Config::default()).unwrap();
+        assert_eq!(checked.device, DeviceChoice::Sim);
+        assert_eq!(checked.models, ModelRegistry::builtin().len());
+        assert_eq!(checked.device.to_string(), "the simulated GPU");
+    }
+
+    /// `make_device`'s error (the device has no `Debug`).
+    fn device_err(c: &Config, models: &Arc<ModelRegistry>) -> DeviceError {
+        match make_device(c, models.clone()) {
+            Err(e) => e,
+            Ok(d) => panic!("made {}", d.name()),
+        }
+    }
+
+    #[test]
+    fn sim_device_errors_name_the_key() {
+        let models = Arc::new(ModelRegistry::builtin());
+        let mut c = Config::default();
+        c.device.time_scale = -1.0;
+        let e = device_err(&c, &models);
+        assert_eq!(
+            e.to_string(),
+            "cannot start the simulated GPU with device.scheduler = \"fifo\""
+        );
+        assert!(std::error::Error::source(&e).is_some());
+        let mut c = Config::default();
+        c.device.scheduler = Scheduler::Policy(sluice_sched::PolicyKind::Reef);
+        c.device.profile = "a100".to_owned();
+        let e = device_err(&c, &models);
+        assert!(
+            e.to_string()
+                .starts_with("cannot load the GPU model profile device.profile = \"a100\""),
+            "{e}"
+        );
+        c.device.profile = "h100".to_owned();
+        c.device.scheduler = Scheduler::Policy(sluice_sched::PolicyKind::RtOnly);
+        let e = device_err(&c, &models);
+        assert_eq!(
+            e.to_string(),
+            "cannot start the simulated GPU with device.scheduler = \"rt-only\""
+        );
+        let e = StartupError::from(e);
+        assert_eq!(e.exit_status(), 2);
+    }
+
+    #[test]
+    fn models_dir_errors_name_the_key() {
+        let mut c = Config::default();
+        c.models.dir = Some(PathBuf::from("/nonexistent/sluice-models"));
+        let e = load_models(&c).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "cannot load the model manifests of models.dir = \"/nonexistent/sluice-models\""
+            ),
+            "{e}"
+        );
+        assert!(matches!(e, LoadModelsError::Dir { .. }));
+        c.device.backend = BackendKind::Cuda;
+        c.device.model_scale = sluice_nn::builders::Scale::Small;
+        assert!(matches!(
+            load_models(&c).unwrap_err(),
+            LoadModelsError::Overrides { .. }
+        ));
+    }
+
+    #[test]
+    fn dispatcher_setup_comes_from_the_daemon_section() {
+        let d = DaemonConfig {
+            dispatcher_core: Some(3),
+            realtime_priority: 7,
+            lock_memory: false,
+            ..DaemonConfig::default()
         };
         assert_eq!(
-            cuda_fallback_message(&no_driver),
-            "device.backend = \"cuda\": no CUDA driver (libcuda.so.1 not found: no NVIDIA driver \
-             on this machine (libcuda.so.1: cannot open shared object file); install the NVIDIA \
-             driver, or set device.backend = \"sim\"); falling back to the simulated GPU"
+            DispatcherSetup::from(&d),
+            DispatcherSetup {
+                core: Some(3),
+                realtime_priority: 7,
+                lock_memory: false,
+            }
         );
     }
 

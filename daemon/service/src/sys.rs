@@ -4,7 +4,7 @@
 //! Each operation returns a typed outcome rather than aborting: a daemon
 //! started without privilege (a developer's shell, CI) still serves
 //! clients, just with worse tail latency. [`apply_dispatcher_setup`] runs
-//! all three steps that `[daemon]` asks for, and
+//! all three steps a [`DispatcherSetup`] asks for, and
 //! [`RealtimeReport::warnings`] turns what failed into one log line each,
 //! saying what was missing and how to fix it.
 //!
@@ -17,6 +17,11 @@
 //! [`Systemd`] sends `READY=1`, `STATUS=`, `STOPPING=1` and `WATCHDOG=1`
 //! through `sd-notify`; every call is a no-op when the daemon was not
 //! started by systemd (`NOTIFY_SOCKET` unset).
+//!
+//! This module knows nothing of the config file's format: it takes plain
+//! values ([`DispatcherSetup`]); `startup` builds those from `[daemon]`.
+//! Its messages do name the config keys that set each value, since that
+//! is where an operator fixes them.
 
 use std::fmt;
 use std::io;
@@ -26,8 +31,6 @@ use rustix::io::Errno;
 use rustix::mm::MlockAllFlags;
 use rustix::process::Resource;
 use rustix::thread::CpuSet;
-
-use crate::config::DaemonConfig;
 
 /// `CAP_IPC_LOCK` (linux/capability.h).
 const CAP_IPC_LOCK: u32 = 14;
@@ -404,13 +407,30 @@ fn error_chain(err: &SysError) -> String {
     s
 }
 
-/// Applies what `[daemon]` asks for, in this order: pin the calling thread
-/// to `dispatcher_core`, lock memory (process-wide; done before going
-/// real-time so the long page-in runs at normal priority), then switch the
-/// calling thread to `SCHED_FIFO`. Call it *from the dispatcher thread*,
-/// before it starts serving. A failed step does not stop the others.
-pub fn apply_dispatcher_setup(cfg: &DaemonConfig) -> RealtimeReport {
-    let pinned = match cfg.dispatcher_core {
+/// What the dispatcher thread asks of the OS (in the config file:
+/// `daemon.dispatcher_core`, `daemon.realtime_priority`,
+/// `daemon.lock_memory`; `startup` converts a `&DaemonConfig` into this).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct DispatcherSetup {
+    /// CPU to pin the dispatcher thread to; `None` = leave it unpinned.
+    pub core: Option<usize>,
+    /// `SCHED_FIFO` priority, `1..=99`; 0 = stay `SCHED_OTHER`.
+    pub realtime_priority: u8,
+    /// Whether to `mlockall(MCL_CURRENT | MCL_FUTURE)`.
+    pub lock_memory: bool,
+}
+
+/// Applies what `setup` asks for, in this order: pin the calling thread
+/// to `core`, lock memory (process-wide; done before going real-time so
+/// the long page-in runs at normal priority), then switch the calling
+/// thread to `SCHED_FIFO`. Call it *from the dispatcher thread*, before it
+/// starts serving. A failed step does not stop the others.
+///
+/// Takes anything that converts into a [`DispatcherSetup`], so
+/// `apply_dispatcher_setup(&config.daemon)` works as well.
+pub fn apply_dispatcher_setup(setup: impl Into<DispatcherSetup>) -> RealtimeReport {
+    let cfg: DispatcherSetup = setup.into();
+    let pinned = match cfg.core {
         Some(core) => pin_current_thread(core).map(|()| Some(core)),
         None => Ok(None),
     };
@@ -531,7 +551,6 @@ fn ping_interval(watchdog_usec: u64) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
 
     /// The calling thread's policy (without `SCHED_RESET_ON_FORK`) and
     /// priority.
@@ -742,14 +761,12 @@ mod tests {
 
     #[test]
     fn setup_not_requested_does_nothing() {
-        let cfg = DaemonConfig {
-            socket: PathBuf::from("/unused"),
-            dispatcher_core: None,
+        let cfg = DispatcherSetup {
+            core: None,
             realtime_priority: 0,
             lock_memory: false,
-            idle_spin_us: 0,
         };
-        let report = on_fresh_thread(move || apply_dispatcher_setup(&cfg));
+        let report = on_fresh_thread(move || apply_dispatcher_setup(cfg));
         assert!(matches!(report.pinned, Ok(None)), "{report:?}");
         assert!(matches!(report.fifo, Ok(None)), "{report:?}");
         assert!(matches!(report.mlock, Ok(false)), "{report:?}");
@@ -763,14 +780,12 @@ mod tests {
 
     #[test]
     fn setup_reports_one_warning_per_failed_step() {
-        let cfg = DaemonConfig {
-            socket: PathBuf::from("/unused"),
-            dispatcher_core: Some(100_000),
+        let cfg = DispatcherSetup {
+            core: Some(100_000),
             realtime_priority: 0,
             lock_memory: false,
-            idle_spin_us: 0,
         };
-        let report = on_fresh_thread(move || apply_dispatcher_setup(&cfg));
+        let report = on_fresh_thread(move || apply_dispatcher_setup(cfg));
         assert!(!report.all_ok());
         let warnings = report.warnings();
         assert_eq!(warnings.len(), 1, "{warnings:?}");
@@ -785,15 +800,13 @@ mod tests {
     fn setup_pins_when_asked() {
         let report = on_fresh_thread(|| {
             let cpu = rustix::thread::sched_getcpu();
-            let cfg = DaemonConfig {
-                socket: PathBuf::from("/unused"),
-                dispatcher_core: Some(cpu),
+            let cfg = DispatcherSetup {
+                core: Some(cpu),
                 realtime_priority: 0,
                 lock_memory: false,
-                idle_spin_us: 0,
             };
             // This thread ends right after; its affinity goes with it.
-            (apply_dispatcher_setup(&cfg), cpu)
+            (apply_dispatcher_setup(cfg), cpu)
         });
         assert!(
             matches!(report.0.pinned, Ok(Some(c)) if c == report.1),

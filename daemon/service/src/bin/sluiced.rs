@@ -1,14 +1,15 @@
 //! `sluiced`: the sluice GPU scheduling daemon.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use sluice_service::config::Config;
+use sluice_service::startup::{self, StartupError};
 use sluice_service::sys::Systemd;
-use sluice_service::{Daemon, startup};
+use sluice_service::{Daemon, config::ConfigError};
 
 /// The privileged sluice daemon: owns the GPU, serves clients over
 /// shared-memory rings, schedules their inference requests.
@@ -18,6 +19,9 @@ use sluice_service::{Daemon, startup};
 /// a submission and a completion ring. Under systemd (Type=notify) it
 /// reports readiness and feeds the watchdog. SIGTERM or SIGINT stops it;
 /// clients then see Disconnected.
+///
+/// Check a configuration without starting: `sluiced --config FILE
+/// --check-config`, or `sluiced --check-config FILE` (the same).
 #[derive(Parser, Debug)]
 #[command(name = "sluiced", version, about, long_about)]
 struct Args {
@@ -25,10 +29,14 @@ struct Args {
     /// docs/configuration.md). Without it, every key takes its default.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Check FILE, print the configuration that would be used, and exit
-    /// (0 when valid, 2 when not).
-    #[arg(long, value_name = "FILE", conflicts_with = "config")]
-    check_config: Option<PathBuf>,
+    /// Check the configuration and exit instead of starting: 0 and the
+    /// effective configuration on stdout when start-up would get as far as
+    /// serving, 2 and start-up's own error when it would not. Checks FILE
+    /// when given, else the --config file, else the defaults. It runs
+    /// start-up's steps (models, the backend's build and driver check, the
+    /// simulated GPU), short of opening a real GPU.
+    #[arg(long, value_name = "FILE", num_args = 0..=1)]
+    check_config: Option<Option<PathBuf>>,
     /// Override daemon.socket.
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
@@ -43,59 +51,75 @@ fn print_error(e: &dyn std::error::Error) {
     }
 }
 
+/// The config file to use, if any, and the configuration with `--socket`
+/// applied.
+fn load_config(file: Option<&Path>, socket: Option<PathBuf>) -> Result<Config, ConfigError> {
+    let mut config = match file {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    if let Some(s) = socket {
+        config.daemon.socket = s;
+    }
+    Ok(config)
+}
+
+/// `--check-config`: prints the effective configuration and what start-up
+/// would serve, or start-up's error.
+fn check_config(file: Option<&Path>, socket: Option<PathBuf>) -> Result<(), StartupError> {
+    let config = load_config(file, socket)?;
+    let checked = startup::check(&config)?;
+    match file {
+        Some(f) => println!("# {} is valid", f.display()),
+        None => println!("# no --config: the default configuration is valid"),
+    }
+    println!("# models: {}", checked.models);
+    if checked.device.is_simulated() {
+        println!("# device: {}", checked.device);
+    } else {
+        println!(
+            "# device: {} (found; start-up compiles the kernels and loads the models onto it)",
+            checked.device
+        );
+    }
+    print!("{}", config.summary());
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
     startup::init_tracing();
-    if let Some(path) = args.check_config {
-        return match Config::load(&path)
-            .map_err(|e| Box::new(e) as Box<dyn std::error::Error>)
-            .and_then(|c| startup::load_models(&c).map(|m| (c, m)))
-        {
-            Ok((c, models)) => {
-                println!("# {} is valid ({} models)", path.display(), models.len());
-                print!("{}", c.summary());
-                ExitCode::SUCCESS
-            }
+    if let Some(check_file) = args.check_config {
+        let file = match (check_file, args.config) {
+            (Some(a), Some(b)) if a != b => Args::command()
+                .error(
+                    clap::error::ErrorKind::ArgumentConflict,
+                    format!(
+                        "--check-config {} and --config {} name different files; give the \
+                         file once: `--check-config FILE` or `--config FILE --check-config`",
+                        a.display(),
+                        b.display()
+                    ),
+                )
+                .exit(),
+            (a, b) => a.or(b),
+        };
+        return match check_config(file.as_deref(), args.socket) {
+            Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                print_error(e.as_ref());
-                ExitCode::from(2)
+                print_error(&e);
+                ExitCode::from(e.exit_status())
             }
         };
     }
-    let mut config = match &args.config {
-        Some(p) => match Config::load(p) {
-            Ok(c) => c,
-            Err(e) => {
-                print_error(&e);
-                return ExitCode::from(2);
-            }
-        },
-        None => Config::default(),
-    };
-    if let Some(s) = args.socket {
-        config.daemon.socket = s;
-    }
-    let models = match startup::load_models(&config) {
-        Ok(m) => Arc::new(m),
-        Err(e) => {
-            print_error(e.as_ref());
-            return ExitCode::from(2);
-        }
-    };
-    // Block the stop signals in every thread; main waits for them below.
+    // Block the stop signals in every thread (those the CUDA driver starts
+    // included); main waits for them below.
     let signals = startup::block_stop_signals();
-    let device = match startup::make_device(&config, models.clone()) {
-        Ok(d) => d,
-        Err(e) => {
-            print_error(e.as_ref());
-            return ExitCode::from(2);
-        }
-    };
-    let mut daemon = match Daemon::start(config, models, device) {
+    let mut daemon = match start(args.config.as_deref(), args.socket) {
         Ok(d) => d,
         Err(e) => {
             print_error(&e);
-            return ExitCode::FAILURE;
+            return ExitCode::from(e.exit_status());
         }
     };
     let systemd = Systemd::from_env();
@@ -128,4 +152,13 @@ fn main() -> ExitCode {
     let _ = systemd.notify_stopping();
     daemon.shutdown();
     ExitCode::SUCCESS
+}
+
+/// Start-up: the steps [`startup::check`] runs, then the device is opened
+/// and the daemon started.
+fn start(file: Option<&Path>, socket: Option<PathBuf>) -> Result<Daemon, StartupError> {
+    let config = load_config(file, socket)?;
+    let models = Arc::new(startup::load_models(&config)?);
+    let device = startup::make_device(&config, models.clone())?;
+    Ok(Daemon::start(config, models, device)?)
 }
