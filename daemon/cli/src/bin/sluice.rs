@@ -56,8 +56,9 @@ enum Cmd {
         be_models: Vec<String>,
         /// GPU backend: `sim` (the simulated GPU) or `cuda` (the models'
         /// real layers on CUDA device 0; needs a build with `--features
-        /// cuda`; without a driver it falls back to the simulated GPU and
-        /// says so). Outputs of the cuda backend are not checked.
+        /// cuda`; without a driver it stops with the daemon's start-up
+        /// error, which names the fix). Outputs of the cuda backend are
+        /// not checked.
         #[arg(long, default_value = "sim")]
         backend: String,
         /// With `--backend cuda`: the small test models (`vgg19_small`,
