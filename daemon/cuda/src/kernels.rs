@@ -81,14 +81,24 @@ pub const SOURCES: [Source; 8] = [
 /// A kernel of the library.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Kernel {
+    /// `sluice_gemm`: C = A·B (+ bias, activation), tiled.
     Gemm,
+    /// `sluice_conv2d`: direct 2-D convolution, NCHW (+ bias, activation).
     Conv2d,
+    /// `sluice_pool2d`: max or average pooling over a square window.
     Pool2d,
+    /// `sluice_global_avgpool`: mean over each channel's plane.
     GlobalAvgpool,
+    /// `sluice_eltwise`: add, add + ReLU, ReLU or GELU, element by element.
     Eltwise,
+    /// `sluice_softmax`: row-wise softmax.
     Softmax,
+    /// `sluice_layernorm`: row-wise layer normalisation.
     Layernorm,
+    /// `sluice_attention`: scaled dot-product attention over packed QKV.
     Attention,
+    /// `sluice_synthetic`: a kernel that spins for a given time per block
+    /// (the benchmarks' kernels of manifest timing).
     Synthetic,
 }
 
@@ -208,7 +218,9 @@ const MAX_INT: u64 = i32::MAX as u64;
 /// Grid, block and dynamic shared memory of one launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LaunchConfig {
+    /// Blocks in x, y, z.
     pub grid: [u32; 3],
+    /// Threads per block in x, y, z.
     pub block: [u32; 3],
     /// Dynamic shared memory; every kernel of the library uses only static
     /// shared memory, so this is 0.
@@ -244,35 +256,51 @@ impl From<LaunchConfig> for cudarc::driver::LaunchConfig {
 /// A shape a kernel cannot be launched for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LaunchError {
+    /// A size outside what the kernel or CUDA's grid accepts.
     #[error(
         "{kernel}: {what} = {value} is out of range; it must be in {min}..={max} \
          (the kernel takes it as a C int, or CUDA's grid limit bounds it)"
     )]
     OutOfRange {
+        /// The kernel.
         kernel: &'static str,
+        /// Which size.
         what: &'static str,
+        /// The value given.
         value: u64,
+        /// Smallest accepted.
         min: u64,
+        /// Largest accepted.
         max: u64,
     },
+    /// A window, stride and padding that leave no output.
     #[error(
         "{kernel}: a window of {window} with stride {stride} and padding {pad} does not fit \
          an input of {len}; the output would be empty (need {len} + 2*{pad} >= {window})"
     )]
     EmptyOutput {
+        /// The kernel.
         kernel: &'static str,
+        /// Input length along the window's axis.
         len: u64,
+        /// Window size.
         window: u64,
+        /// Stride.
         stride: u64,
+        /// Padding on each side.
         pad: u64,
     },
+    /// An attention head larger than the kernel's instantiation.
     #[error(
         "{kernel}: head size {d} is above the kernel's limit of {max}; \
          split the heads or add an instantiation for larger heads"
     )]
     HeadTooLarge {
+        /// The kernel.
         kernel: &'static str,
+        /// Head size given.
         d: u64,
+        /// Largest head size the kernel takes.
         max: u64,
     },
 }
@@ -363,13 +391,21 @@ pub fn gemm(m: usize, n: usize, k: usize) -> Result<LaunchConfig, LaunchError> {
 /// Shape of a `sluice_conv2d` launch (batch 1, NCHW).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Conv2dShape {
+    /// Input channels.
     pub cin: usize,
+    /// Input height.
     pub h: usize,
+    /// Input width.
     pub w: usize,
+    /// Output channels.
     pub cout: usize,
+    /// Filter height.
     pub kh: usize,
+    /// Filter width.
     pub kw: usize,
+    /// Stride (both axes).
     pub stride: usize,
+    /// Zero padding on each side (both axes).
     pub pad: usize,
 }
 
@@ -424,11 +460,17 @@ pub fn conv2d(s: &Conv2dShape) -> Result<LaunchConfig, LaunchError> {
 /// Shape of a `sluice_pool2d` launch (batch 1, NCHW, square window).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pool2dShape {
+    /// Channels.
     pub c: usize,
+    /// Input height.
     pub h: usize,
+    /// Input width.
     pub w: usize,
+    /// Window size (square).
     pub k: usize,
+    /// Stride (both axes).
     pub stride: usize,
+    /// Padding on each side (both axes).
     pub pad: usize,
 }
 
@@ -596,43 +638,75 @@ impl CompiledModule {
 /// Compiling the library failed.
 #[derive(Debug, thiserror::Error)]
 pub enum KernelError {
+    /// The architecture given is not one NVRTC takes.
     #[error(
         "`{given}` is not a CUDA architecture; give sm_XY, compute_XY or XY with XY at \
          least 50, e.g. sm_80 (A100) or sm_90 (H100)"
     )]
-    BadArch { given: String },
+    BadArch {
+        /// What was given.
+        given: String,
+    },
+    /// NVRTC is not installed.
     #[error(
         "libnvrtc.so.12 not found: install CUDA 12 or `pip install \
          nvidia-cuda-nvrtc-cu12==12.4.127` and put its lib dir \
          (.../site-packages/nvidia/cuda_nvrtc/lib) on LD_LIBRARY_PATH"
     )]
     NvrtcNotFound,
+    /// A source file holds a NUL byte (NVRTC takes C strings).
     #[error("{file} contains a NUL byte at offset {offset}; remove it")]
-    Nul { file: &'static str, offset: usize },
+    Nul {
+        /// The source file.
+        file: &'static str,
+        /// Where the NUL is.
+        offset: usize,
+    },
+    /// NVRTC refused to create the program.
     #[error("NVRTC could not create the program for {file}: {code}")]
-    Create { file: &'static str, code: String },
+    Create {
+        /// The source file.
+        file: &'static str,
+        /// NVRTC's result code.
+        code: String,
+    },
+    /// The source did not compile.
     #[error("NVRTC failed to compile {file} for {arch}: {code}{hint}; compile log:\n{log}")]
     Compile {
+        /// The source file.
         file: &'static str,
+        /// The target architecture.
         arch: String,
+        /// NVRTC's result code.
         code: String,
+        /// What to try, when the failure is a known one.
         hint: &'static str,
+        /// NVRTC's compile log.
         log: String,
     },
+    /// Reading the compiled PTX back failed.
     #[error("NVRTC compiled {file} for {arch} but {what} failed: {code}")]
     Output {
+        /// The source file.
         file: &'static str,
+        /// The target architecture.
         arch: String,
+        /// Which read failed.
         what: &'static str,
+        /// NVRTC's result code.
         code: String,
     },
+    /// The PTX lacks a kernel the kernel table lists.
     #[error(
         "the PTX of {file} for {arch} has no entry `{kernel}`: the source and the kernel \
-         table in device/cuda/kernels.rs disagree; fix whichever is wrong"
+         table in daemon/cuda/src/kernels.rs disagree; fix whichever is wrong"
     )]
     MissingEntry {
+        /// The source file.
         file: &'static str,
+        /// The target architecture.
         arch: String,
+        /// The kernel missing.
         kernel: &'static str,
     },
 }
