@@ -10,7 +10,7 @@
 //!   `S + duration`, and the next one starts at `max(previous finish, its
 //!   received_ns)`. Start decisions at time `t` consider only jobs received
 //!   by `t`, so the schedule does not depend on how late `poll` is called.
-//!   Decisions are made in [`Device::poll`], never in [`Device::submit`], so
+//!   Decisions are made in [`Backend::poll`], never in [`Backend::submit`], so
 //!   a real-time job submitted right after a best-effort one with the same
 //!   receive time still goes first.
 //! - When a job finishes (in `poll`, once its finish time is not after
@@ -20,12 +20,13 @@
 //!   [`Job::memory`](sluice_backend::Job) in 64 KiB chunks on one reusable buffer.
 //! - A job whose deadline has passed when it would start (`start >
 //!   deadline_ns`) is not run: it completes at once with `DEADLINE_MISSED`.
-//! - [`Device::cancel_client`] drops a client's queued jobs and its running
+//! - [`Backend::cancel_client`] drops a client's queued jobs and its running
 //!   one. A dropped running job frees the device at the latest time seen by
 //!   `submit`/`poll`, clamped to the job's `[start, finish]`.
 //!
-//! A later step replaces this with a GPU model that preempts and pads
-//! kernels; this one stays simple on purpose.
+//! It is `device.scheduler = "fifo"` (the default of `device.backend =
+//! "sim"`); the schedulers that preempt and pad kernels run on the GPU
+//! model instead ([`super::modeled`]). This one stays simple on purpose.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
