@@ -35,7 +35,11 @@
 //!
 //! **Errors.** A request whose memory cannot be read or written, or whose
 //! launch cannot be resolved, completes with `DEVICE_ERROR`; the device
-//! carries on. A driver failure while polling (a lost or faulted context)
+//! carries on. So does a request the policy fails because the device
+//! refused to start it (no CUDA stream could be created for it, a launch
+//! was refused: [`Ctx::fail`]); its instance is free again at once, since
+//! whatever of it was launched is ahead, in stream order, of anything the
+//! next request on that instance launches. A driver failure while polling (a lost or faulted context)
 //! fails every queued and running request, and every later one, with
 //! `DEVICE_ERROR`: the daemon keeps serving its clients the error rather
 //! than hanging them.
@@ -55,7 +59,9 @@ use sluice_gpu::{
 };
 use sluice_model::{Model, ModelError, ModelRegistry};
 use sluice_nn::builders::{BuildError, BuildOptions, ExportError, MODEL_NAMES, Scale, build};
-use sluice_sched::{Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskId, untag};
+use sluice_sched::{
+    Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, untag,
+};
 
 /// How a [`CudaServer`] loads its models.
 #[derive(Debug, Clone)]
@@ -322,6 +328,8 @@ pub struct CudaServer {
     next_task: TaskId,
     events: Vec<Event>,
     fresh: Vec<TaskDone>,
+    /// Tasks the policy failed, for the next poll.
+    failed: Vec<TaskFailed>,
     /// Completions decided outside the policy (errors), for the next poll.
     ready: Vec<Finished>,
     stats: PolicyStats,
@@ -468,6 +476,7 @@ impl CudaServer {
             next_task: 0,
             events: Vec::new(),
             fresh: Vec::new(),
+            failed: Vec::new(),
             ready: Vec::new(),
             stats: PolicyStats::default(),
             mono_offset,
@@ -516,6 +525,7 @@ impl CudaServer {
             gpu: &mut bound,
             models: &self.models,
             done: &mut self.fresh,
+            failed: &mut self.failed,
             stats: &mut self.stats,
         };
         f(&mut *self.policy, &mut cx);
@@ -616,6 +626,7 @@ impl CudaServer {
             self.ready.push(f);
         }
         self.fresh.clear();
+        self.failed.clear();
         self.broken = Some(why);
     }
 
@@ -650,6 +661,29 @@ impl CudaServer {
             });
         }
         self.fresh = fresh;
+        let mut failed = std::mem::take(&mut self.failed);
+        for f in failed.drain(..) {
+            let Some(r) = self.running.remove(&f.task.id) else {
+                continue;
+            };
+            if let Some(pool) = self.pools.get_mut(r.pool) {
+                pool.free.push(r.inst);
+            }
+            if r.cancelled {
+                continue;
+            }
+            let at = self.mono(f.at);
+            done.push(Finished {
+                client: r.job.client,
+                request_id: r.job.request_id,
+                status: status::DEVICE_ERROR,
+                output_len: 0,
+                received_ns: r.job.received_ns,
+                started_ns: r.started.map_or(at, |s| self.mono(s)),
+                finished_ns: at,
+            });
+        }
+        self.failed = failed;
     }
 
     fn write_output(&mut self, r: &Running) -> (u32, u64) {
@@ -716,6 +750,7 @@ impl Backend for CudaServer {
         // while it has work (the dispatcher's busy-poll, as REEF's).
         let busy = !self.ready.is_empty()
             || !self.fresh.is_empty()
+            || !self.failed.is_empty()
             || (self.broken.is_none() && (self.gpu.busy() || !self.running.is_empty()));
         busy.then(|| self.mono(self.gpu.now()))
     }
@@ -764,7 +799,7 @@ impl Gpu for Bound<'_> {
     fn now(&self) -> Ns {
         self.gpu.now()
     }
-    fn create_stream(&mut self, priority: i32) -> StreamId {
+    fn create_stream(&mut self, priority: i32) -> Result<StreamId, GpuError> {
         self.gpu.create_stream(priority)
     }
     fn set_dq_capacity(&mut self, stream: StreamId, capacity: u32) -> Result<(), GpuError> {
@@ -775,10 +810,13 @@ impl Gpu for Bound<'_> {
     }
     fn launch(&mut self, stream: StreamId, k: KernelLaunch) -> Result<KernelRef, GpuError> {
         let (task, step) = untag(k.tag);
-        let commands = self
-            .running
-            .get(&task)
-            .and_then(|r| self.pools[r.pool].instances[r.inst].step_commands(step));
+        let commands = self.running.get(&task).and_then(|r| {
+            self.pools
+                .get(r.pool)?
+                .instances
+                .get(r.inst)?
+                .step_commands(step)
+        });
         match commands {
             Some(c) => self.gpu.launch_commands(stream, k, c),
             None => {

@@ -4,8 +4,9 @@
 //! from a trace, best-effort clients in a closed loop (the next task as soon
 //! as the last one finishes). The driver merges arrivals with the model's
 //! events in time order, hands both to the policy, and records every
-//! finished task. Arrivals stop at `duration_ns`; tasks in flight then may
-//! finish for up to [`DRAIN_NS`] more.
+//! finished task, and every task the policy failed (the device refused it;
+//! on the GPU model none). Arrivals stop at `duration_ns`; tasks in flight
+//! then may finish for up to [`DRAIN_NS`] more.
 //!
 //! It also times every policy callback (wall clock, on this machine): the
 //! whole callback, and the scheduler's decision cost, which leaves out the
@@ -19,7 +20,7 @@ use std::time::Instant;
 
 use shm_proto::Priority;
 
-use super::{Ctx, Policy, PolicyStats, Task, TaskDone};
+use super::{Ctx, Policy, PolicyStats, Task, TaskDone, TaskFailed};
 #[cfg(test)]
 use sluice_gpu::DeviceProfile;
 use sluice_gpu::{Clocked, Event, Ns};
@@ -76,7 +77,12 @@ pub struct Workload {
 pub struct RunResult {
     /// Every finished task.
     pub done: Vec<TaskDone>,
-    /// Tasks that arrived and had not finished when the run stopped.
+    /// Every task the policy failed ([`Ctx::fail`]), times relative to the
+    /// start like `done`'s; not in `done`. A closed-loop client issues its
+    /// next task after a failure as after a completion.
+    pub failed: Vec<TaskFailed>,
+    /// Tasks that arrived and had neither finished nor failed when the run
+    /// stopped.
     pub unfinished: u64,
     /// The policy's statistics (preemption latencies, relaunches).
     pub stats: PolicyStats,
@@ -184,6 +190,8 @@ pub fn run_on(
     }
     let mut done = Vec::new();
     let mut fresh = Vec::new();
+    let mut failed = Vec::new();
+    let mut fresh_failed = Vec::new();
     let mut stats = PolicyStats::default();
     let mut decision = sluice_stats::histogram();
     let mut callback = sluice_stats::histogram();
@@ -210,6 +218,7 @@ pub fn run_on(
                     gpu,
                     models,
                     done: fresh,
+                    failed: &mut fresh_failed,
                     stats: &mut stats,
                 };
                 let m0 = cx.gpu.model_work_ns();
@@ -254,10 +263,20 @@ pub fn run_on(
             }
             done.push(d);
         }
+        for mut f in fresh_failed.drain(..) {
+            f.task.arrival -= t0;
+            f.at = f.at.saturating_sub(t0);
+            let c = &mut clients[f.task.client as usize];
+            if c.spec.arrival == Arrival::ClosedLoop && f.at < workload.duration_ns {
+                arrivals.push(Reverse((f.at, f.task.client)));
+            }
+            failed.push(f);
+        }
     }
     RunResult {
-        unfinished: arrived - done.len() as u64,
+        unfinished: arrived - done.len() as u64 - failed.len() as u64,
         done,
+        failed,
         stats,
         end_ns: gpu.now() - t0,
         utilisation: gpu.utilisation().unwrap_or(0.0),
