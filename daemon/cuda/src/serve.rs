@@ -1081,6 +1081,80 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_the_driver_cannot_create_fails_that_request_and_the_next_is_served() {
+        let reg = small_registry();
+        for kind in [
+            PolicyKind::Reef,
+            PolicyKind::Seq,
+            PolicyKind::Streams,
+            PolicyKind::Paella,
+        ] {
+            let mut rig = server(Arc::clone(&reg), kind, 1);
+            // The first request needs the policy's first stream: refused.
+            rig.d.fail_stream_creation(1);
+            let (first, _) = job(&reg, "vgg19", 1, 0, Priority::BestEffort, 1);
+            rig.srv.submit(first, 0);
+            let mut done = Vec::new();
+            run(&mut rig, &mut done, 1);
+            assert_eq!(done.len(), 1, "{kind}");
+            assert_eq!(
+                (done[0].request_id, done[0].status),
+                (0, status::DEVICE_ERROR),
+                "{kind}"
+            );
+            assert_eq!(rig.srv.queued(), 0, "{kind}");
+            // The device carries on: the next request gets its stream.
+            let (next, next_mem) = job(&reg, "vgg19", 1, 1, Priority::BestEffort, 2);
+            rig.srv.submit(next, 0);
+            let mut done = Vec::new();
+            run(&mut rig, &mut done, 1);
+            assert_eq!(done.len(), 1, "{kind}");
+            assert_eq!(
+                (done[0].request_id, done[0].status),
+                (1, status::OK),
+                "{kind}"
+            );
+            assert_eq!(
+                output(&reg, "vgg19", &next_mem),
+                expected("vgg19", 2),
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_best_effort_lane_that_cannot_be_created_fails_only_its_request() {
+        let reg = small_registry();
+        let mut rig = server(Arc::clone(&reg), PolicyKind::Reef, 1);
+        // The real-time stream exists; the best-effort lane is refused.
+        let (rt, rt_mem) = job(&reg, "vgg19", 1, 0, Priority::RealTime, 1);
+        rig.srv.submit(rt, 0);
+        let mut done = Vec::new();
+        run(&mut rig, &mut done, 1);
+        assert_eq!((done[0].request_id, done[0].status), (0, status::OK));
+        rig.d.fail_stream_creation(1);
+        let (be, _) = job(&reg, "resnet152", 2, 1, Priority::BestEffort, 2);
+        let (rt2, rt2_mem) = job(&reg, "vgg19", 1, 2, Priority::RealTime, 3);
+        let (be2, be2_mem) = job(&reg, "resnet152", 2, 3, Priority::BestEffort, 4);
+        rig.srv.submit(be, 0);
+        rig.srv.submit(rt2, 0);
+        rig.srv.submit(be2, 0);
+        let mut done = Vec::new();
+        run(&mut rig, &mut done, 3);
+        let by_id = |id| done.iter().find(|f| f.request_id == id).unwrap().status;
+        assert_eq!(by_id(1), status::DEVICE_ERROR);
+        assert_eq!(by_id(2), status::OK);
+        assert_eq!(by_id(3), status::OK);
+        assert_eq!(output(&reg, "vgg19", &rt_mem), expected("vgg19", 1));
+        assert_eq!(output(&reg, "vgg19", &rt2_mem), expected("vgg19", 3));
+        assert_eq!(
+            output(&reg, "resnet152", &be2_mem),
+            expected("resnet152", 4)
+        );
+        assert_eq!(rig.srv.queued(), 0);
+    }
+
+    #[test]
     fn a_lost_context_fails_every_request_instead_of_hanging_them() {
         let reg = small_registry();
         let mut rig = server(Arc::clone(&reg), PolicyKind::Reef, 1);

@@ -29,6 +29,11 @@ use sluice_model::ModelRegistry;
 /// How long after the last arrival the driver lets tasks finish.
 pub const DRAIN_NS: Ns = 2_000_000_000;
 
+/// How long after a failed task a closed-loop client issues its next one
+/// (not at once, so that a device that refuses everything cannot hold the
+/// run at one instant).
+pub const RETRY_AFTER_FAILURE_NS: Ns = 1_000;
+
 /// When a client issues its tasks.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Arrival {
@@ -79,7 +84,7 @@ pub struct RunResult {
     pub done: Vec<TaskDone>,
     /// Every task the policy failed ([`Ctx::fail`]), times relative to the
     /// start like `done`'s; not in `done`. A closed-loop client issues its
-    /// next task after a failure as after a completion.
+    /// next task [`RETRY_AFTER_FAILURE_NS`] after a failure.
     pub failed: Vec<TaskFailed>,
     /// Tasks that arrived and had neither finished nor failed when the run
     /// stopped.
@@ -267,8 +272,9 @@ pub fn run_on(
             f.task.arrival -= t0;
             f.at = f.at.saturating_sub(t0);
             let c = &mut clients[f.task.client as usize];
-            if c.spec.arrival == Arrival::ClosedLoop && f.at < workload.duration_ns {
-                arrivals.push(Reverse((f.at, f.task.client)));
+            let next = f.at.saturating_add(RETRY_AFTER_FAILURE_NS);
+            if c.spec.arrival == Arrival::ClosedLoop && next < workload.duration_ns {
+                arrivals.push(Reverse((next, f.task.client)));
             }
             failed.push(f);
         }
@@ -288,6 +294,161 @@ pub fn run_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{PolicyKind, make_policy, untag};
+    use sluice_gpu::{DeviceProfile, Gpu, GpuError, HostReset, KernelLaunch, KernelRef, StreamId};
+    use sluice_gpusim::GpuSim;
+
+    /// The GPU model, with device failures injected: the first
+    /// `fail_streams` stream creations fail, and so does every launch of
+    /// kernel `fail_kernel` of a task whose id is a multiple of
+    /// `fail_every`.
+    struct Flaky {
+        sim: GpuSim,
+        fail_streams: u32,
+        fail_every: u64,
+        fail_kernel: usize,
+    }
+
+    fn injected(op: &'static str) -> GpuError {
+        GpuError::Driver {
+            backend: "flaky",
+            op,
+            message: "injected failure".into(),
+        }
+    }
+
+    impl Gpu for Flaky {
+        fn profile(&self) -> &DeviceProfile {
+            Gpu::profile(&self.sim)
+        }
+        fn now(&self) -> Ns {
+            Gpu::now(&self.sim)
+        }
+        fn create_stream(&mut self, priority: i32) -> Result<StreamId, GpuError> {
+            if self.fail_streams > 0 {
+                self.fail_streams -= 1;
+                return Err(injected("create stream"));
+            }
+            Gpu::create_stream(&mut self.sim, priority)
+        }
+        fn set_dq_capacity(&mut self, s: StreamId, c: u32) -> Result<(), GpuError> {
+            Gpu::set_dq_capacity(&mut self.sim, s, c)
+        }
+        fn set_packed_placement(&mut self, s: StreamId, p: bool) -> Result<(), GpuError> {
+            Gpu::set_packed_placement(&mut self.sim, s, p)
+        }
+        fn launch(&mut self, s: StreamId, k: KernelLaunch) -> Result<KernelRef, GpuError> {
+            let (task, kernel) = untag(k.tag);
+            if task % self.fail_every == 0 && kernel == self.fail_kernel {
+                return Err(injected("launch"));
+            }
+            Gpu::launch(&mut self.sim, s, k)
+        }
+        fn launch_padded(
+            &mut self,
+            s: StreamId,
+            k: KernelLaunch,
+            host: StreamId,
+            with: KernelRef,
+        ) -> Result<KernelRef, GpuError> {
+            let (task, kernel) = untag(k.tag);
+            if task % self.fail_every == 0 && kernel == self.fail_kernel {
+                return Err(injected("padded launch"));
+            }
+            Gpu::launch_padded(&mut self.sim, s, k, host, with)
+        }
+        fn preempt_reset(&mut self, s: StreamId) -> Result<HostReset, GpuError> {
+            Gpu::preempt_reset(&mut self.sim, s)
+        }
+        fn wait_based_preempt(&mut self, s: StreamId) -> Result<(), GpuError> {
+            Gpu::wait_based_preempt(&mut self.sim, s)
+        }
+        fn resume(&mut self, s: StreamId) -> Result<(), GpuError> {
+            Gpu::resume(&mut self.sim, s)
+        }
+    }
+
+    impl Clocked for Flaky {
+        fn advance(&mut self, until: Option<Ns>, out: &mut Vec<Event>) -> Option<Ns> {
+            Clocked::advance(&mut self.sim, until, out)
+        }
+        fn utilisation(&self) -> Option<f64> {
+            Clocked::utilisation(&self.sim)
+        }
+    }
+
+    #[test]
+    fn every_policy_fails_the_tasks_the_device_refuses_and_serves_the_rest() {
+        let models = Arc::new(ModelRegistry::builtin());
+        let id = |n| models.lookup(n).unwrap().0;
+        let w = Workload {
+            clients: vec![
+                ClientSpec {
+                    priority: Priority::RealTime,
+                    model: id("resnet152"),
+                    arrival: Arrival::Uniform {
+                        period_ns: 10_000_000,
+                        offset_ns: 500_000,
+                    },
+                },
+                ClientSpec {
+                    priority: Priority::BestEffort,
+                    model: id("vgg19"),
+                    arrival: Arrival::ClosedLoop,
+                },
+                ClientSpec {
+                    priority: Priority::BestEffort,
+                    model: id("bert_base"),
+                    arrival: Arrival::ClosedLoop,
+                },
+            ],
+            duration_ns: 100_000_000,
+        };
+        for kind in PolicyKind::ALL {
+            let mut gpu = Flaky {
+                sim: GpuSim::new(DeviceProfile::mi50()),
+                fail_streams: 1,
+                fail_every: 4,
+                fail_kernel: 3,
+            };
+            let mut p = make_policy(kind, &models).unwrap();
+            let r = run_on(&mut gpu, &models, p.as_mut(), &w);
+            // The first task to need a stream found none; after it, every
+            // fourth task's fourth kernel was refused, and nothing else.
+            let op = |f: &TaskFailed| match f.error {
+                GpuError::Driver { op, .. } => op,
+                _ => "other",
+            };
+            assert_eq!(op(&r.failed[0]), "create stream", "{kind}");
+            for f in &r.failed[1..] {
+                assert!(
+                    op(f).ends_with("launch") && f.task.id % 4 == 0,
+                    "{kind}: {f:?}"
+                );
+            }
+            assert!(r.failed.len() >= 3, "{kind}: {:?}", r.failed);
+            assert!(r.done.iter().all(|d| d.task.id % 4 != 0), "{kind}");
+            assert_eq!(r.failed.len() + r.done.len() + r.unfinished as usize, {
+                let mut ids: Vec<u64> = r.done.iter().map(|d| d.task.id).collect();
+                ids.extend(r.failed.iter().map(|f| f.task.id));
+                ids.sort_unstable();
+                ids.dedup();
+                ids.len() + r.unfinished as usize
+            });
+            // The others ran: real-time tasks, and (but under rt-only) the
+            // closed-loop best-effort clients kept issuing after failures.
+            let rt = r
+                .done
+                .iter()
+                .filter(|d| d.task.priority == Priority::RealTime);
+            assert!(rt.count() >= 5, "{kind}: {:?}", r.done);
+            if kind != PolicyKind::RtOnly {
+                for c in [1, 2] {
+                    assert!(r.done.iter().any(|d| d.task.client == c), "{kind}: {c}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn poisson_gaps_have_the_right_mean() {
