@@ -189,7 +189,10 @@ impl Policy for Naive {
 
     fn on_arrival(&mut self, cx: &mut Ctx<'_>, task: Task) {
         while self.streams.len() < self.nstreams as usize {
-            self.streams.push(cx.gpu.create_stream(0));
+            match cx.gpu.create_stream(0) {
+                Ok(s) => self.streams.push(s),
+                Err(e) => return cx.fail(task, e),
+            }
         }
         let stream = self.streams[(task.id % u64::from(self.nstreams)) as usize];
         let ks = self

@@ -142,7 +142,7 @@ pub fn fig19_once(
         source,
     };
     g.set_kill(if reset { Kill::Cooperative } else { Kill::None });
-    let s = g.create_stream(0);
+    let s = g.create_stream(0).map_err(gpu_err)?;
     g.set_dq_capacity(
         s,
         if reset {

@@ -1542,7 +1542,7 @@ mod tests {
         fn on_arrival(&mut self, cx: &mut Ctx<'_>, task: Task) {
             let s = *self.streams.entry(task.client).or_insert_with(|| {
                 let prio = i32::from(task.priority == Priority::RealTime);
-                cx.gpu.create_stream(prio)
+                cx.gpu.create_stream(prio).expect("stream")
             });
             let m = cx.models.get(task.model).expect("model");
             let n = m.manifest.kernels.len();

@@ -403,6 +403,9 @@ struct State {
     calls: Vec<Call>,
     /// Set by [`FakeDriver::lose_context`]: event queries fail.
     lost: bool,
+    /// Set by [`FakeDriver::fail_stream_creation`]: how many of the next
+    /// `create_stream` calls fail.
+    failing_streams: u32,
 }
 
 /// The fake driver. Cloning gives another handle on the same fake device.
@@ -656,6 +659,7 @@ impl FakeDriver {
                 log: Vec::new(),
                 calls: Vec::new(),
                 lost: false,
+                failing_streams: 0,
             })),
         }
     }
@@ -684,6 +688,13 @@ impl FakeDriver {
     /// `CUDA_ERROR_LAUNCH_FAILED`.
     pub fn lose_context(&self) {
         self.st().lost = true;
+    }
+
+    /// Makes the next `n` `create_stream` calls fail with
+    /// `CUDA_ERROR_OUT_OF_MEMORY`, as `cuStreamCreate` does on a device out
+    /// of memory; the context stays usable.
+    pub fn fail_stream_creation(&self, n: u32) {
+        self.st().failing_streams = n;
     }
 
     /// Moves virtual time forward by `ns`.
@@ -779,6 +790,15 @@ impl CuDriver for FakeDriver {
     fn create_stream(&mut self, priority: StreamPriority) -> Result<StreamId, DriverError> {
         let mut st = self.st();
         st.calls.push(Call::CreateStream(priority));
+        if st.failing_streams > 0 {
+            st.failing_streams -= 1;
+            return Err(DriverError::Cuda {
+                call: "cuStreamCreateWithPriority",
+                code: 2,
+                name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
+                description: "out of memory (fake)".into(),
+            });
+        }
         st.streams.push(FakeStream {
             pending: VecDeque::new(),
             active: None,

@@ -374,7 +374,7 @@ impl Gpu for CudaGpu {
         self.drv.now_ns().saturating_sub(self.epoch_ns)
     }
 
-    fn create_stream(&mut self, priority: i32) -> StreamId {
+    fn create_stream(&mut self, priority: i32) -> Result<StreamId, GpuError> {
         let prio = if priority > 0 {
             StreamPriority::RealTime
         } else {
@@ -388,12 +388,9 @@ impl Gpu for CudaGpu {
             cap: usize::MAX,
             ..QueueConfig::default()
         };
-        // The trait has no error for this: a device that cannot create a
-        // stream cannot run anything, so it is fatal, with the reason.
-        let q = match VirtualQueue::new(&mut *self.drv, prio, config, kill) {
-            Ok(q) => q,
-            Err(e) => panic!("CUDA: creating stream {}: {e}", self.lanes.len()),
-        };
+        let q = VirtualQueue::new(&mut *self.drv, prio, config, kill).map_err(|e| {
+            Self::driver_err("create stream", format!("stream {}: {e}", self.lanes.len()))
+        })?;
         self.lanes.push(Lane {
             q,
             hq: VecDeque::new(),
@@ -403,7 +400,7 @@ impl Gpu for CudaGpu {
             mode: Mode::Running,
             dropped: 0,
         });
-        StreamId((self.lanes.len() - 1) as u32)
+        Ok(StreamId((self.lanes.len() - 1) as u32))
     }
 
     fn set_dq_capacity(&mut self, stream: StreamId, capacity: u32) -> Result<(), GpuError> {
@@ -636,7 +633,7 @@ mod tests {
     #[test]
     fn launches_complete_in_stream_order_with_their_work() {
         let (mut g, _) = gpu(Kill::Cooperative);
-        let s = g.create_stream(0);
+        let s = g.create_stream(0).unwrap();
         for t in 0..6 {
             g.launch(s, launch(10_000, t)).unwrap();
         }
@@ -669,7 +666,7 @@ mod tests {
     #[test]
     fn the_capacity_bounds_what_reaches_the_virtual_queue() {
         let (mut g, _) = gpu(Kill::Cooperative);
-        let s = g.create_stream(0);
+        let s = g.create_stream(0).unwrap();
         g.set_dq_capacity(s, 2).unwrap();
         for t in 0..10 {
             g.launch(s, launch(10_000, t)).unwrap();
@@ -686,7 +683,7 @@ mod tests {
     #[test]
     fn reset_preemption_reports_the_first_incomplete_launch_and_relaunching_finishes() {
         let (mut g, _) = gpu(Kill::Cooperative);
-        let s = g.create_stream(0);
+        let s = g.create_stream(0).unwrap();
         g.set_dq_capacity(s, 4).unwrap();
         for t in 0..20 {
             g.launch(s, launch(50_000, t)).unwrap();
@@ -729,7 +726,7 @@ mod tests {
     #[test]
     fn wait_based_preemption_lets_issued_kernels_finish_and_holds_the_rest() {
         let (mut g, _) = gpu(Kill::None);
-        let s = g.create_stream(0);
+        let s = g.create_stream(0).unwrap();
         g.set_dq_capacity(s, 3).unwrap();
         for t in 0..10 {
             g.launch(s, launch(20_000, t)).unwrap();
@@ -755,7 +752,7 @@ mod tests {
     #[test]
     fn padding_is_refused_and_reported_unsupported() {
         let (mut g, _) = gpu(Kill::Cooperative);
-        let s = g.create_stream(0);
+        let s = g.create_stream(0).unwrap();
         assert!(!g.supports_fused_launch());
         let e = g
             .launch_padded(
@@ -860,6 +857,7 @@ mod tests {
             let mut policy: Box<dyn Policy> = make_policy(kind, &models).unwrap();
             let mut stats = PolicyStats::default();
             let mut done: Vec<TaskDone> = Vec::new();
+            let mut failed = Vec::new();
             let be = Task {
                 id: 0,
                 client: 1,
@@ -871,6 +869,7 @@ mod tests {
                 gpu: &mut g,
                 models: &models,
                 done: &mut done,
+                failed: &mut failed,
                 stats: &mut stats,
             };
             policy.on_arrival(&mut cx, be);
@@ -883,6 +882,7 @@ mod tests {
                     gpu: &mut g,
                     models: &models,
                     done: &mut done,
+                    failed: &mut failed,
                     stats: &mut stats,
                 };
                 for e in &evs {

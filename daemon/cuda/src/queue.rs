@@ -698,7 +698,9 @@ impl VirtualQueue {
             if !finished {
                 break;
             }
-            let entry = self.issued.pop_front().expect("front exists");
+            let Some(entry) = self.issued.pop_front() else {
+                break; // the front was just seen
+            };
             drv.release_event(event)
                 .map_err(|e| self.fail(format!("releasing {event}"), e))?;
             if entry.kidx.is_some() {

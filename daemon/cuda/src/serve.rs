@@ -35,7 +35,11 @@
 //!
 //! **Errors.** A request whose memory cannot be read or written, or whose
 //! launch cannot be resolved, completes with `DEVICE_ERROR`; the device
-//! carries on. A driver failure while polling (a lost or faulted context)
+//! carries on. So does a request the policy fails because the device
+//! refused to start it (no CUDA stream could be created for it, a launch
+//! was refused: [`Ctx::fail`]); its instance is free again at once, since
+//! whatever of it was launched is ahead, in stream order, of anything the
+//! next request on that instance launches. A driver failure while polling (a lost or faulted context)
 //! fails every queued and running request, and every later one, with
 //! `DEVICE_ERROR`: the daemon keeps serving its clients the error rather
 //! than hanging them.
@@ -55,7 +59,9 @@ use sluice_gpu::{
 };
 use sluice_model::{Model, ModelError, ModelRegistry};
 use sluice_nn::builders::{BuildError, BuildOptions, ExportError, MODEL_NAMES, Scale, build};
-use sluice_sched::{Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskId, untag};
+use sluice_sched::{
+    Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, untag,
+};
 
 /// How a [`CudaServer`] loads its models.
 #[derive(Debug, Clone)]
@@ -322,6 +328,8 @@ pub struct CudaServer {
     next_task: TaskId,
     events: Vec<Event>,
     fresh: Vec<TaskDone>,
+    /// Tasks the policy failed, for the next poll.
+    failed: Vec<TaskFailed>,
     /// Completions decided outside the policy (errors), for the next poll.
     ready: Vec<Finished>,
     stats: PolicyStats,
@@ -468,6 +476,7 @@ impl CudaServer {
             next_task: 0,
             events: Vec::new(),
             fresh: Vec::new(),
+            failed: Vec::new(),
             ready: Vec::new(),
             stats: PolicyStats::default(),
             mono_offset,
@@ -516,6 +525,7 @@ impl CudaServer {
             gpu: &mut bound,
             models: &self.models,
             done: &mut self.fresh,
+            failed: &mut self.failed,
             stats: &mut self.stats,
         };
         f(&mut *self.policy, &mut cx);
@@ -616,6 +626,7 @@ impl CudaServer {
             self.ready.push(f);
         }
         self.fresh.clear();
+        self.failed.clear();
         self.broken = Some(why);
     }
 
@@ -650,6 +661,29 @@ impl CudaServer {
             });
         }
         self.fresh = fresh;
+        let mut failed = std::mem::take(&mut self.failed);
+        for f in failed.drain(..) {
+            let Some(r) = self.running.remove(&f.task.id) else {
+                continue;
+            };
+            if let Some(pool) = self.pools.get_mut(r.pool) {
+                pool.free.push(r.inst);
+            }
+            if r.cancelled {
+                continue;
+            }
+            let at = self.mono(f.at);
+            done.push(Finished {
+                client: r.job.client,
+                request_id: r.job.request_id,
+                status: status::DEVICE_ERROR,
+                output_len: 0,
+                received_ns: r.job.received_ns,
+                started_ns: r.started.map_or(at, |s| self.mono(s)),
+                finished_ns: at,
+            });
+        }
+        self.failed = failed;
     }
 
     fn write_output(&mut self, r: &Running) -> (u32, u64) {
@@ -716,6 +750,7 @@ impl Backend for CudaServer {
         // while it has work (the dispatcher's busy-poll, as REEF's).
         let busy = !self.ready.is_empty()
             || !self.fresh.is_empty()
+            || !self.failed.is_empty()
             || (self.broken.is_none() && (self.gpu.busy() || !self.running.is_empty()));
         busy.then(|| self.mono(self.gpu.now()))
     }
@@ -764,7 +799,7 @@ impl Gpu for Bound<'_> {
     fn now(&self) -> Ns {
         self.gpu.now()
     }
-    fn create_stream(&mut self, priority: i32) -> StreamId {
+    fn create_stream(&mut self, priority: i32) -> Result<StreamId, GpuError> {
         self.gpu.create_stream(priority)
     }
     fn set_dq_capacity(&mut self, stream: StreamId, capacity: u32) -> Result<(), GpuError> {
@@ -775,10 +810,13 @@ impl Gpu for Bound<'_> {
     }
     fn launch(&mut self, stream: StreamId, k: KernelLaunch) -> Result<KernelRef, GpuError> {
         let (task, step) = untag(k.tag);
-        let commands = self
-            .running
-            .get(&task)
-            .and_then(|r| self.pools[r.pool].instances[r.inst].step_commands(step));
+        let commands = self.running.get(&task).and_then(|r| {
+            self.pools
+                .get(r.pool)?
+                .instances
+                .get(r.inst)?
+                .step_commands(step)
+        });
         match commands {
             Some(c) => self.gpu.launch_commands(stream, k, c),
             None => {
@@ -1040,6 +1078,80 @@ mod tests {
         assert_eq!(by_id(0), status::DEVICE_ERROR);
         assert_eq!(by_id(1), status::OK);
         assert_eq!(output(&reg, "vgg19", &good_mem), expected("vgg19", 2));
+    }
+
+    #[test]
+    fn a_stream_the_driver_cannot_create_fails_that_request_and_the_next_is_served() {
+        let reg = small_registry();
+        for kind in [
+            PolicyKind::Reef,
+            PolicyKind::Seq,
+            PolicyKind::Streams,
+            PolicyKind::Paella,
+        ] {
+            let mut rig = server(Arc::clone(&reg), kind, 1);
+            // The first request needs the policy's first stream: refused.
+            rig.d.fail_stream_creation(1);
+            let (first, _) = job(&reg, "vgg19", 1, 0, Priority::BestEffort, 1);
+            rig.srv.submit(first, 0);
+            let mut done = Vec::new();
+            run(&mut rig, &mut done, 1);
+            assert_eq!(done.len(), 1, "{kind}");
+            assert_eq!(
+                (done[0].request_id, done[0].status),
+                (0, status::DEVICE_ERROR),
+                "{kind}"
+            );
+            assert_eq!(rig.srv.queued(), 0, "{kind}");
+            // The device carries on: the next request gets its stream.
+            let (next, next_mem) = job(&reg, "vgg19", 1, 1, Priority::BestEffort, 2);
+            rig.srv.submit(next, 0);
+            let mut done = Vec::new();
+            run(&mut rig, &mut done, 1);
+            assert_eq!(done.len(), 1, "{kind}");
+            assert_eq!(
+                (done[0].request_id, done[0].status),
+                (1, status::OK),
+                "{kind}"
+            );
+            assert_eq!(
+                output(&reg, "vgg19", &next_mem),
+                expected("vgg19", 2),
+                "{kind}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_best_effort_lane_that_cannot_be_created_fails_only_its_request() {
+        let reg = small_registry();
+        let mut rig = server(Arc::clone(&reg), PolicyKind::Reef, 1);
+        // The real-time stream exists; the best-effort lane is refused.
+        let (rt, rt_mem) = job(&reg, "vgg19", 1, 0, Priority::RealTime, 1);
+        rig.srv.submit(rt, 0);
+        let mut done = Vec::new();
+        run(&mut rig, &mut done, 1);
+        assert_eq!((done[0].request_id, done[0].status), (0, status::OK));
+        rig.d.fail_stream_creation(1);
+        let (be, _) = job(&reg, "resnet152", 2, 1, Priority::BestEffort, 2);
+        let (rt2, rt2_mem) = job(&reg, "vgg19", 1, 2, Priority::RealTime, 3);
+        let (be2, be2_mem) = job(&reg, "resnet152", 2, 3, Priority::BestEffort, 4);
+        rig.srv.submit(be, 0);
+        rig.srv.submit(rt2, 0);
+        rig.srv.submit(be2, 0);
+        let mut done = Vec::new();
+        run(&mut rig, &mut done, 3);
+        let by_id = |id| done.iter().find(|f| f.request_id == id).unwrap().status;
+        assert_eq!(by_id(1), status::DEVICE_ERROR);
+        assert_eq!(by_id(2), status::OK);
+        assert_eq!(by_id(3), status::OK);
+        assert_eq!(output(&reg, "vgg19", &rt_mem), expected("vgg19", 1));
+        assert_eq!(output(&reg, "vgg19", &rt2_mem), expected("vgg19", 3));
+        assert_eq!(
+            output(&reg, "resnet152", &be2_mem),
+            expected("resnet152", 4)
+        );
+        assert_eq!(rig.srv.queued(), 0);
     }
 
     #[test]

@@ -12,11 +12,16 @@
 //! A backend that cannot do an operation says so with
 //! [`GpuError::Unsupported`]; the policies treat every error as "not done"
 //! (logged, and the decision falls back: no padding, wait-based preemption).
+//! An error that keeps a task from running at all (no stream for it, a
+//! refused launch of one of its kernels) fails that task: the policy
+//! reports it through its context (`sluice_sched::Ctx::fail`) and the
+//! backend completes the request with `DEVICE_ERROR`. No operation panics
+//! on a device failure.
 
 use crate::{DeviceProfile, Event, HostReset, KernelLaunch, KernelRef, Ns, OpError, StreamId};
 
 /// A failed device operation.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum GpuError {
     /// The device refused the operation (a bad stream, a kernel that does
     /// not fit, ...).
@@ -51,8 +56,10 @@ pub trait Gpu {
     fn profile(&self) -> &DeviceProfile;
     /// The device's clock, ns.
     fn now(&self) -> Ns;
-    /// A new stream; higher `priority` is served first.
-    fn create_stream(&mut self, priority: i32) -> StreamId;
+    /// A new stream; higher `priority` is served first. Fails when the
+    /// device cannot make one (a real driver out of streams or memory, a
+    /// lost context); the GPU model never fails.
+    fn create_stream(&mut self, priority: i32) -> Result<StreamId, GpuError>;
     /// Caps how many kernels of `stream` are on the device at once.
     fn set_dq_capacity(&mut self, stream: StreamId, capacity: u32) -> Result<(), GpuError>;
     /// Places `stream`'s blocks on the lowest CUs first (REEF's `dkp`).

@@ -14,8 +14,8 @@ impl Gpu for GpuSim {
     fn now(&self) -> Ns {
         GpuSim::now(self)
     }
-    fn create_stream(&mut self, priority: i32) -> StreamId {
-        GpuSim::create_stream(self, priority)
+    fn create_stream(&mut self, priority: i32) -> Result<StreamId, GpuError> {
+        Ok(GpuSim::create_stream(self, priority))
     }
     fn set_dq_capacity(&mut self, stream: StreamId, capacity: u32) -> Result<(), GpuError> {
         Ok(self.timed(|g| GpuSim::set_dq_capacity(g, stream, capacity))?)

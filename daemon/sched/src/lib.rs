@@ -16,6 +16,16 @@
 //!
 //! Kernel tags encode the task and the kernel's index in its model
 //! ([`tag`], [`untag`]), so a policy can map GPU events back to tasks.
+//!
+//! **Failures.** A policy never panics on a device error. Errors of
+//! optional mechanisms (padding, packed placement, preemption) are logged
+//! and the decision falls back. A task the device cannot run (no stream for
+//! it, a refused launch of one of its kernels) is failed with
+//! [`Ctx::fail`]: it goes to [`Ctx::failed`] instead of [`Ctx::done`], and
+//! the policy forgets it (kernels of it already on the device run on and
+//! are ignored). The daemon's backends complete a failed task's request
+//! with `DEVICE_ERROR`; the workload driver counts them
+//! ([`workload::RunResult::failed`]). On the GPU model nothing fails.
 
 pub mod paella;
 pub mod reef;
@@ -29,7 +39,7 @@ use std::sync::Arc;
 
 use shm_proto::Priority;
 
-use sluice_gpu::{Event, Gpu, Ns};
+use sluice_gpu::{Event, Gpu, GpuError, Ns};
 use sluice_model::ModelRegistry;
 
 /// Identifies a task (one inference request) within a run.
@@ -59,6 +69,17 @@ pub struct TaskDone {
     pub finished: Ns,
 }
 
+/// A task the policy could not run: the device refused to start it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskFailed {
+    /// Which.
+    pub task: Task,
+    /// When the policy gave up on it (device clock).
+    pub at: Ns,
+    /// What the device said.
+    pub error: GpuError,
+}
+
 /// What a policy reports besides completions.
 #[derive(Debug, Clone, Default)]
 pub struct PolicyStats {
@@ -76,6 +97,8 @@ pub struct Ctx<'a> {
     pub models: &'a ModelRegistry,
     /// Append finished tasks here.
     pub done: &'a mut Vec<TaskDone>,
+    /// Append tasks that cannot run here (through [`Ctx::fail`]).
+    pub failed: &'a mut Vec<TaskFailed>,
     /// Append statistics here.
     pub stats: &'a mut PolicyStats,
 }
@@ -85,6 +108,25 @@ impl std::fmt::Debug for Ctx<'_> {
         f.debug_struct("Ctx")
             .field("now", &self.gpu.now())
             .finish_non_exhaustive()
+    }
+}
+
+impl Ctx<'_> {
+    /// Gives up on `task`, which the device could not run because of
+    /// `error`: logs it and records it in [`Ctx::failed`] at the device's
+    /// current time. The caller forgets the task.
+    pub fn fail(&mut self, task: Task, error: GpuError) {
+        tracing::error!(
+            task = task.id,
+            client = task.client,
+            model = task.model,
+            "task failed: {error}"
+        );
+        self.failed.push(TaskFailed {
+            task,
+            at: self.gpu.now(),
+            error,
+        });
     }
 }
 

@@ -99,7 +99,7 @@ use shm_proto::Priority;
 use super::{Ctx, Policy, Task, TaskDone, tag};
 use sluice_gpu::occupancy::{BankUse, CuState};
 use sluice_gpu::profile::MAX_REGISTER_BANKS;
-use sluice_gpu::{DeviceProfile, Event, Footprint, KernelLaunch, Ns, Outcome, StreamId};
+use sluice_gpu::{DeviceProfile, Event, Footprint, GpuError, KernelLaunch, Ns, Outcome, StreamId};
 use sluice_model::ModelRegistry;
 
 /// Paella's parameters.
@@ -1455,13 +1455,27 @@ impl Paella {
             let h = dev.pick_hwq();
             if dev.idle[class][h].is_empty() {
                 // One more stream on every hardware queue, for this class.
+                let mut made = Ok(());
                 for _ in 0..dev.nhwq {
-                    let s = cx.gpu.create_stream(if class == RT { 1 } else { 0 });
+                    let s = match cx.gpu.create_stream(if class == RT { 1 } else { 0 }) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            made = Err(e);
+                            break;
+                        }
+                    };
                     let hq = s.0 as usize % dev.nhwq;
                     if s.0 as usize >= dev.by_stream.len() {
                         dev.by_stream.resize(s.0 as usize + 1, NONE);
                     }
                     dev.idle[class][hq].push(s.0);
+                }
+                if let Err(e) = made {
+                    // No stream for the job: it fails; the next one tries.
+                    self.take(slot);
+                    let now = cx.gpu.now();
+                    self.finish_job(cx, slot, now, Some(e));
+                    continue;
                 }
             }
             let Some(stream) = dev.idle[class][h].pop() else {
@@ -1513,15 +1527,16 @@ impl Paella {
             // The footprint was validated against this profile when the
             // launch was built from a validated manifest; a launch the model
             // refuses (a block that fits no CU) is finished as failed below.
-            if cx.gpu.launch(StreamId(stream), l).is_err() {
-                self.unlaunchable(cx, kslot);
+            if let Err(e) = cx.gpu.launch(StreamId(stream), l) {
+                self.unlaunchable(cx, kslot, e);
             }
         }
     }
 
-    /// A kernel the GPU refused (its block fits no CU): the task cannot run;
-    /// it is reported done now, so that it is not lost.
-    fn unlaunchable(&mut self, cx: &mut Ctx<'_>, kslot: u32) {
+    /// A kernel the GPU refused (its block fits no CU, a device failure):
+    /// the task cannot run; it fails now ([`Ctx::fail`]), so that it is
+    /// not lost.
+    fn unlaunchable(&mut self, cx: &mut Ctx<'_>, kslot: u32, error: GpuError) {
         let Some(dev) = self.dev.as_mut() else { return };
         let (job, stream, hwq) = {
             let k = &dev.kernels[kslot as usize];
@@ -1534,10 +1549,12 @@ impl Paella {
         dev.idle[class][hwq as usize].push(stream);
         dev.free_kernels.push(kslot);
         let now = cx.gpu.now();
-        self.finish_job(cx, job, now);
+        self.finish_job(cx, job, now, Some(error));
     }
 
-    fn finish_job(&mut self, cx: &mut Ctx<'_>, slot: u32, finished: Ns) {
+    /// Frees job `slot`: its task finished at `finished`, or, with an
+    /// `error`, failed.
+    fn finish_job(&mut self, cx: &mut Ctx<'_>, slot: u32, finished: Ns, error: Option<GpuError>) {
         let j = &mut self.jobs[slot as usize];
         j.state = JobState::Free;
         let task = j.task;
@@ -1550,7 +1567,10 @@ impl Paella {
             }
         }
         self.free_jobs.push(slot);
-        cx.done.push(TaskDone { task, finished });
+        match error {
+            None => cx.done.push(TaskDone { task, finished }),
+            Some(e) => cx.fail(task, e),
+        }
     }
 
     fn ensure_init(&mut self, cx: &Ctx<'_>) {
@@ -1592,7 +1612,7 @@ impl Paella {
             cx.stats.relaunched_kernels += 1;
         }
         if j.next >= j.kernels {
-            self.finish_job(cx, job, t);
+            self.finish_job(cx, job, t, None);
         } else {
             self.make_ready(job);
         }
@@ -1662,7 +1682,7 @@ impl Policy for Paella {
         if kernels == 0 {
             // An empty or unknown model: nothing to run.
             let now = cx.gpu.now();
-            self.finish_job(cx, slot, now);
+            self.finish_job(cx, slot, now, None);
             return;
         }
         self.make_ready(slot);

@@ -69,7 +69,7 @@ use super::rt_only::{kernel_count, last_kernel_done, launch_kernels};
 use super::{Ctx, Policy, Task, TaskDone, tag, untag};
 use sluice_gpu::occupancy::CuState;
 use sluice_gpu::{
-    DeviceProfile, Event, Footprint, Gpu, KernelLaunch, KernelRef, Ns, Outcome, StreamId,
+    DeviceProfile, Event, Footprint, Gpu, GpuError, KernelLaunch, KernelRef, Ns, Outcome, StreamId,
     blocks_per_cu,
 };
 use sluice_model::ModelRegistry;
@@ -450,14 +450,16 @@ impl Reef {
         self.padded
     }
 
-    fn init(&mut self, gpu: &mut dyn Gpu) -> StreamId {
+    /// Builds the tables and the RT stream on first use. A failed stream
+    /// creation is retried at the next arrival.
+    fn init(&mut self, gpu: &mut dyn Gpu) -> Result<StreamId, GpuError> {
         if self.tables.is_none() {
             self.tables = Some(Tables::build(gpu.profile(), &self.models, &self.cfg));
         }
         if let Some(rt) = self.rt {
-            return rt;
+            return Ok(rt);
         }
-        let rt = gpu.create_stream(1);
+        let rt = gpu.create_stream(1)?;
         if !gpu.supports_fused_launch() && self.cfg.padding {
             tracing::info!("reef: this device has no fused launch; running without padding");
             self.cfg.padding = false;
@@ -470,7 +472,7 @@ impl Reef {
             tracing::error!("packed placement of the RT stream: {e}");
         }
         self.rt = Some(rt);
-        rt
+        Ok(rt)
     }
 
     fn pads(&self) -> bool {
@@ -478,17 +480,23 @@ impl Reef {
     }
 
     /// The lane of `client`, created on first use on a stream that does not
-    /// share the RT stream's hardware queue.
-    fn lane_for(&mut self, gpu: &mut dyn Gpu, rt: StreamId, client: u32) -> usize {
+    /// share the RT stream's hardware queue. Fails when the device cannot
+    /// create the stream; the next task of the client tries again.
+    fn lane_for(
+        &mut self,
+        gpu: &mut dyn Gpu,
+        rt: StreamId,
+        client: u32,
+    ) -> Result<usize, GpuError> {
         let c = client as usize;
         if let Some(&l) = self.lane_of_client.get(c)
             && l != u32::MAX
         {
-            return l as usize;
+            return Ok(l as usize);
         }
         let hwq = gpu.profile().queues.hw_queues.max(1);
         let stream = loop {
-            let s = gpu.create_stream(0);
+            let s = gpu.create_stream(0)?;
             if hwq == 1 || s.0 % hwq != rt.0 % hwq {
                 break s;
             }
@@ -519,15 +527,20 @@ impl Reef {
             self.lane_of_stream.resize(s + 1, u32::MAX);
         }
         self.lane_of_stream[s] = l as u32;
-        l
+        Ok(l)
     }
 
     /// Launches the rest of lane `l`'s current task, counting relaunches.
-    fn launch_rest(&mut self, cx: &mut Ctx<'_>, l: usize) {
-        let lane = &mut self.lanes[l];
-        let Some(cur) = lane.cur.as_mut() else { return };
+    /// A refused launch is the error: the caller fails the task.
+    fn launch_rest(&mut self, cx: &mut Ctx<'_>, l: usize) -> Result<(), GpuError> {
+        let Some(lane) = self.lanes.get_mut(l) else {
+            return Ok(());
+        };
+        let Some(cur) = lane.cur.as_mut() else {
+            return Ok(());
+        };
         if cur.next >= cur.n {
-            return;
+            return Ok(());
         }
         if cur.next < cur.launched {
             cx.stats.relaunched_kernels += (cur.launched - cur.next) as u64;
@@ -546,41 +559,56 @@ impl Reef {
                 let left = total.saturating_sub(cur.covered).div_ceil(UNITS_PER_BLOCK);
                 let mut launch = KernelLaunch::from_model(k, tag(cur.task.id, cur.next));
                 launch.grid_blocks = left.max(1);
-                if let Err(e) = cx.gpu.launch(lane.stream, launch) {
-                    tracing::error!(task = cur.task.id, "launch refused: {e}");
-                }
+                cx.gpu.launch(lane.stream, launch)?;
             }
             cur.covered = 0;
         }
-        launch_kernels(cx, lane.stream, &cur.task, from..cur.n);
+        launch_kernels(cx, lane.stream, &cur.task, from..cur.n)?;
         cur.next = cur.n;
         cur.launched = cur.n;
+        Ok(())
     }
 
-    /// Makes the next queued task current; launches it if the lane runs.
+    /// Makes the next queued task current, and launches the current task
+    /// if the lane runs. A task whose launch is refused fails, and the next
+    /// one is tried.
     fn start_next(&mut self, cx: &mut Ctx<'_>, l: usize) {
-        while self.lanes[l].cur.is_none() {
-            let Some(task) = self.lanes[l].queue.pop_front() else {
+        loop {
+            let Some(lane) = self.lanes.get_mut(l) else {
                 return;
             };
-            let n = kernel_count(cx.models, task.model);
-            if n == 0 {
-                cx.done.push(TaskDone {
+            while lane.cur.is_none() {
+                let Some(task) = lane.queue.pop_front() else {
+                    return;
+                };
+                let n = kernel_count(cx.models, task.model);
+                if n == 0 {
+                    cx.done.push(TaskDone {
+                        task,
+                        finished: cx.gpu.now(),
+                    });
+                    continue;
+                }
+                lane.cur = Some(Cur {
                     task,
-                    finished: cx.gpu.now(),
+                    n,
+                    next: 0,
+                    launched: 0,
+                    covered: 0,
                 });
-                continue;
             }
-            self.lanes[l].cur = Some(Cur {
-                task,
-                n,
-                next: 0,
-                launched: 0,
-                covered: 0,
-            });
-        }
-        if self.lanes[l].state == LaneState::Running {
-            self.launch_rest(cx, l);
+            if lane.state != LaneState::Running {
+                return;
+            }
+            let Err(e) = self.launch_rest(cx, l) else {
+                return;
+            };
+            let Some(lane) = self.lanes.get_mut(l) else {
+                return;
+            };
+            if let Some(cur) = lane.cur.take() {
+                cx.fail(cur.task, e);
+            }
         }
     }
 
@@ -614,11 +642,8 @@ impl Reef {
             return;
         }
         self.lanes[l].state = LaneState::Running;
-        if self.lanes[l].cur.is_some() {
-            self.launch_rest(cx, l);
-        } else {
-            self.start_next(cx, l);
-        }
+        // Launches the rest of the current task, or starts the next one.
+        self.start_next(cx, l);
     }
 
     fn restore_all(&mut self, cx: &mut Ctx<'_>) {
@@ -815,24 +840,40 @@ impl Policy for Reef {
     }
 
     fn on_arrival(&mut self, cx: &mut Ctx<'_>, task: Task) {
-        let rt = self.init(cx.gpu);
+        let rt = match self.init(cx.gpu) {
+            Ok(rt) => rt,
+            Err(e) => return cx.fail(task, e),
+        };
         match task.priority {
             Priority::RealTime => {
                 let n = kernel_count(cx.models, task.model);
-                if n == 0 || launch_kernels(cx, rt, &task, 0..n) == 0 {
-                    cx.done.push(TaskDone {
+                let launched = if n == 0 {
+                    Ok(0)
+                } else {
+                    launch_kernels(cx, rt, &task, 0..n)
+                };
+                match launched {
+                    Ok(0) => cx.done.push(TaskDone {
                         task,
                         finished: cx.gpu.now(),
-                    });
-                    return;
+                    }),
+                    Ok(_) => {
+                        self.rt_tasks.push_back(task);
+                        self.preempt_all(cx);
+                    }
+                    Err(e) => cx.fail(task, e),
                 }
-                self.rt_tasks.push_back(task);
-                self.preempt_all(cx);
             }
             Priority::BestEffort => {
-                let l = self.lane_for(cx.gpu, rt, task.client);
-                self.lanes[l].queue.push_back(task);
-                if self.lanes[l].cur.is_none() {
+                let l = match self.lane_for(cx.gpu, rt, task.client) {
+                    Ok(l) => l,
+                    Err(e) => return cx.fail(task, e),
+                };
+                let Some(lane) = self.lanes.get_mut(l) else {
+                    return; // lane_for returns an index into `lanes`
+                };
+                lane.queue.push_back(task);
+                if lane.cur.is_none() {
                     self.start_next(cx, l);
                 }
             }

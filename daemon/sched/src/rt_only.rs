@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use shm_proto::Priority;
 
 use super::{Ctx, Policy, Task, TaskDone, tag, untag};
-use sluice_gpu::{Event, KernelLaunch, Outcome, StreamId};
+use sluice_gpu::{Event, Gpu, GpuError, KernelLaunch, Outcome, StreamId};
 use sluice_model::ModelRegistry;
 
 /// Kernels in `model` (0 for an unknown model id).
@@ -20,34 +20,46 @@ pub(super) fn kernel_count(models: &ModelRegistry, model: u32) -> usize {
     models.get(model).map_or(0, |m| m.manifest.kernels.len())
 }
 
+/// The stream in `slot`, created with `priority` on first use. A failed
+/// creation leaves `slot` empty, so the next task tries again.
+pub(super) fn stream_in(
+    slot: &mut Option<StreamId>,
+    gpu: &mut dyn Gpu,
+    priority: i32,
+) -> Result<StreamId, GpuError> {
+    if let Some(s) = *slot {
+        return Ok(s);
+    }
+    let s = gpu.create_stream(priority)?;
+    *slot = Some(s);
+    Ok(s)
+}
+
 /// Launches kernels `range` of `task` on `stream`, tagged with [`tag`].
-/// Returns how many were launched; a refused launch is logged and stops the
-/// rest (the task then never completes).
+/// Returns how many were launched (0 for an unknown model). The first
+/// refused launch stops the rest and is the error: the task cannot
+/// complete, and the caller fails it ([`Ctx::fail`]); kernels of it
+/// already launched run on.
 pub(super) fn launch_kernels(
     cx: &mut Ctx<'_>,
     stream: StreamId,
     task: &Task,
     range: std::ops::Range<usize>,
-) -> usize {
+) -> Result<usize, GpuError> {
     let Some(model) = cx.models.get(task.model) else {
         tracing::error!(model = task.model, task = task.id, "unknown model id");
-        return 0;
+        return Ok(0);
     };
     let mut n = 0;
     for i in range {
         let Some(k) = model.manifest.kernels.get(i) else {
             break;
         };
-        if let Err(e) = cx
-            .gpu
-            .launch(stream, KernelLaunch::from_model(k, tag(task.id, i)))
-        {
-            tracing::error!(task = task.id, kernel = i, "launch refused: {e}");
-            break;
-        }
+        cx.gpu
+            .launch(stream, KernelLaunch::from_model(k, tag(task.id, i)))?;
         n += 1;
     }
-    n
+    Ok(n)
 }
 
 /// If `ev` is the completion of a task's last kernel on `stream`, the task
@@ -106,7 +118,10 @@ impl Policy for RtOnly {
             self.dropped += 1;
             return;
         }
-        let stream = *self.stream.get_or_insert_with(|| cx.gpu.create_stream(1));
+        let stream = match stream_in(&mut self.stream, cx.gpu, 1) {
+            Ok(s) => s,
+            Err(e) => return cx.fail(task, e),
+        };
         let n = kernel_count(cx.models, task.model);
         if n == 0 {
             cx.done.push(TaskDone {
@@ -115,8 +130,10 @@ impl Policy for RtOnly {
             });
             return;
         }
-        launch_kernels(cx, stream, &task, 0..n);
-        self.inflight.push_back(task);
+        match launch_kernels(cx, stream, &task, 0..n) {
+            Ok(_) => self.inflight.push_back(task),
+            Err(e) => cx.fail(task, e),
+        }
     }
 
     fn on_event(&mut self, cx: &mut Ctx<'_>, ev: &Event) {

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use shm_proto::Priority;
 
-use super::rt_only::{kernel_count, last_kernel_done, launch_kernels};
+use super::rt_only::{kernel_count, last_kernel_done, launch_kernels, stream_in};
 use super::{Ctx, Policy, Task, TaskDone};
 use sluice_gpu::{Event, StreamId};
 
@@ -30,21 +30,34 @@ impl Seq {
     }
 
     /// Starts the next waiting task if the GPU is free.
+    /// A task whose stream cannot be created or whose launch is refused
+    /// fails, and the next one is tried.
     fn start_next(&mut self, cx: &mut Ctx<'_>) {
-        let stream = *self.stream.get_or_insert_with(|| cx.gpu.create_stream(0));
         while self.running.is_none() {
             let Some(task) = self.rt.pop_front().or_else(|| self.be.pop_front()) else {
                 return;
             };
+            let stream = match stream_in(&mut self.stream, cx.gpu, 0) {
+                Ok(s) => s,
+                Err(e) => {
+                    cx.fail(task, e);
+                    continue;
+                }
+            };
             let n = kernel_count(cx.models, task.model);
-            if n == 0 || launch_kernels(cx, stream, &task, 0..n) == 0 {
-                cx.done.push(TaskDone {
+            let launched = if n == 0 {
+                Ok(0)
+            } else {
+                launch_kernels(cx, stream, &task, 0..n)
+            };
+            match launched {
+                Ok(1..) => self.running = Some(task),
+                Ok(0) => cx.done.push(TaskDone {
                     task,
                     finished: cx.gpu.now(),
-                });
-                continue;
+                }),
+                Err(e) => cx.fail(task, e),
             }
-            self.running = Some(task);
         }
     }
 }

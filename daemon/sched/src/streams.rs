@@ -48,28 +48,42 @@ impl Policy for Streams {
         if self.lanes.len() <= c {
             self.lanes.resize_with(c + 1, || None);
         }
-        let lane = self.lanes[c].get_or_insert_with(|| {
-            let prio = i32::from(task.priority == Priority::RealTime);
-            let stream = cx.gpu.create_stream(prio);
-            let s = stream.0 as usize;
-            if self.client_of_stream.len() <= s {
-                self.client_of_stream.resize(s + 1, u32::MAX);
+        let Some(slot) = self.lanes.get_mut(c) else {
+            return; // resized above
+        };
+        let lane = match slot {
+            Some(lane) => lane,
+            None => {
+                let prio = i32::from(task.priority == Priority::RealTime);
+                let stream = match cx.gpu.create_stream(prio) {
+                    Ok(s) => s,
+                    Err(e) => return cx.fail(task, e),
+                };
+                let s = stream.0 as usize;
+                if self.client_of_stream.len() <= s {
+                    self.client_of_stream.resize(s + 1, u32::MAX);
+                }
+                self.client_of_stream[s] = task.client;
+                slot.insert(Lane {
+                    stream,
+                    inflight: VecDeque::new(),
+                })
             }
-            self.client_of_stream[s] = task.client;
-            Lane {
-                stream,
-                inflight: VecDeque::new(),
-            }
-        });
+        };
         let n = kernel_count(cx.models, task.model);
-        if n == 0 || launch_kernels(cx, lane.stream, &task, 0..n) == 0 {
-            cx.done.push(TaskDone {
+        let launched = if n == 0 {
+            Ok(0)
+        } else {
+            launch_kernels(cx, lane.stream, &task, 0..n)
+        };
+        match launched {
+            Ok(1..) => lane.inflight.push_back(task),
+            Ok(0) => cx.done.push(TaskDone {
                 task,
                 finished: cx.gpu.now(),
-            });
-            return;
+            }),
+            Err(e) => cx.fail(task, e),
         }
-        lane.inflight.push_back(task);
     }
 
     fn on_event(&mut self, cx: &mut Ctx<'_>, ev: &Event) {

@@ -4,8 +4,9 @@
 //! from a trace, best-effort clients in a closed loop (the next task as soon
 //! as the last one finishes). The driver merges arrivals with the model's
 //! events in time order, hands both to the policy, and records every
-//! finished task. Arrivals stop at `duration_ns`; tasks in flight then may
-//! finish for up to [`DRAIN_NS`] more.
+//! finished task, and every task the policy failed (the device refused it;
+//! on the GPU model none). Arrivals stop at `duration_ns`; tasks in flight
+//! then may finish for up to [`DRAIN_NS`] more.
 //!
 //! It also times every policy callback (wall clock, on this machine): the
 //! whole callback, and the scheduler's decision cost, which leaves out the
@@ -19,7 +20,7 @@ use std::time::Instant;
 
 use shm_proto::Priority;
 
-use super::{Ctx, Policy, PolicyStats, Task, TaskDone};
+use super::{Ctx, Policy, PolicyStats, Task, TaskDone, TaskFailed};
 #[cfg(test)]
 use sluice_gpu::DeviceProfile;
 use sluice_gpu::{Clocked, Event, Ns};
@@ -27,6 +28,11 @@ use sluice_model::ModelRegistry;
 
 /// How long after the last arrival the driver lets tasks finish.
 pub const DRAIN_NS: Ns = 2_000_000_000;
+
+/// How long after a failed task a closed-loop client issues its next one
+/// (not at once, so that a device that refuses everything cannot hold the
+/// run at one instant).
+pub const RETRY_AFTER_FAILURE_NS: Ns = 1_000;
 
 /// When a client issues its tasks.
 #[derive(Debug, Clone, PartialEq)]
@@ -76,7 +82,12 @@ pub struct Workload {
 pub struct RunResult {
     /// Every finished task.
     pub done: Vec<TaskDone>,
-    /// Tasks that arrived and had not finished when the run stopped.
+    /// Every task the policy failed ([`Ctx::fail`]), times relative to the
+    /// start like `done`'s; not in `done`. A closed-loop client issues its
+    /// next task [`RETRY_AFTER_FAILURE_NS`] after a failure.
+    pub failed: Vec<TaskFailed>,
+    /// Tasks that arrived and had neither finished nor failed when the run
+    /// stopped.
     pub unfinished: u64,
     /// The policy's statistics (preemption latencies, relaunches).
     pub stats: PolicyStats,
@@ -184,6 +195,8 @@ pub fn run_on(
     }
     let mut done = Vec::new();
     let mut fresh = Vec::new();
+    let mut failed = Vec::new();
+    let mut fresh_failed = Vec::new();
     let mut stats = PolicyStats::default();
     let mut decision = sluice_stats::histogram();
     let mut callback = sluice_stats::histogram();
@@ -210,6 +223,7 @@ pub fn run_on(
                     gpu,
                     models,
                     done: fresh,
+                    failed: &mut fresh_failed,
                     stats: &mut stats,
                 };
                 let m0 = cx.gpu.model_work_ns();
@@ -254,10 +268,21 @@ pub fn run_on(
             }
             done.push(d);
         }
+        for mut f in fresh_failed.drain(..) {
+            f.task.arrival -= t0;
+            f.at = f.at.saturating_sub(t0);
+            let c = &mut clients[f.task.client as usize];
+            let next = f.at.saturating_add(RETRY_AFTER_FAILURE_NS);
+            if c.spec.arrival == Arrival::ClosedLoop && next < workload.duration_ns {
+                arrivals.push(Reverse((next, f.task.client)));
+            }
+            failed.push(f);
+        }
     }
     RunResult {
-        unfinished: arrived - done.len() as u64,
+        unfinished: arrived - done.len() as u64 - failed.len() as u64,
         done,
+        failed,
         stats,
         end_ns: gpu.now() - t0,
         utilisation: gpu.utilisation().unwrap_or(0.0),
@@ -269,6 +294,161 @@ pub fn run_on(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{PolicyKind, make_policy, untag};
+    use sluice_gpu::{DeviceProfile, Gpu, GpuError, HostReset, KernelLaunch, KernelRef, StreamId};
+    use sluice_gpusim::GpuSim;
+
+    /// The GPU model, with device failures injected: the first
+    /// `fail_streams` stream creations fail, and so does every launch of
+    /// kernel `fail_kernel` of a task whose id is a multiple of
+    /// `fail_every`.
+    struct Flaky {
+        sim: GpuSim,
+        fail_streams: u32,
+        fail_every: u64,
+        fail_kernel: usize,
+    }
+
+    fn injected(op: &'static str) -> GpuError {
+        GpuError::Driver {
+            backend: "flaky",
+            op,
+            message: "injected failure".into(),
+        }
+    }
+
+    impl Gpu for Flaky {
+        fn profile(&self) -> &DeviceProfile {
+            Gpu::profile(&self.sim)
+        }
+        fn now(&self) -> Ns {
+            Gpu::now(&self.sim)
+        }
+        fn create_stream(&mut self, priority: i32) -> Result<StreamId, GpuError> {
+            if self.fail_streams > 0 {
+                self.fail_streams -= 1;
+                return Err(injected("create stream"));
+            }
+            Gpu::create_stream(&mut self.sim, priority)
+        }
+        fn set_dq_capacity(&mut self, s: StreamId, c: u32) -> Result<(), GpuError> {
+            Gpu::set_dq_capacity(&mut self.sim, s, c)
+        }
+        fn set_packed_placement(&mut self, s: StreamId, p: bool) -> Result<(), GpuError> {
+            Gpu::set_packed_placement(&mut self.sim, s, p)
+        }
+        fn launch(&mut self, s: StreamId, k: KernelLaunch) -> Result<KernelRef, GpuError> {
+            let (task, kernel) = untag(k.tag);
+            if task % self.fail_every == 0 && kernel == self.fail_kernel {
+                return Err(injected("launch"));
+            }
+            Gpu::launch(&mut self.sim, s, k)
+        }
+        fn launch_padded(
+            &mut self,
+            s: StreamId,
+            k: KernelLaunch,
+            host: StreamId,
+            with: KernelRef,
+        ) -> Result<KernelRef, GpuError> {
+            let (task, kernel) = untag(k.tag);
+            if task % self.fail_every == 0 && kernel == self.fail_kernel {
+                return Err(injected("padded launch"));
+            }
+            Gpu::launch_padded(&mut self.sim, s, k, host, with)
+        }
+        fn preempt_reset(&mut self, s: StreamId) -> Result<HostReset, GpuError> {
+            Gpu::preempt_reset(&mut self.sim, s)
+        }
+        fn wait_based_preempt(&mut self, s: StreamId) -> Result<(), GpuError> {
+            Gpu::wait_based_preempt(&mut self.sim, s)
+        }
+        fn resume(&mut self, s: StreamId) -> Result<(), GpuError> {
+            Gpu::resume(&mut self.sim, s)
+        }
+    }
+
+    impl Clocked for Flaky {
+        fn advance(&mut self, until: Option<Ns>, out: &mut Vec<Event>) -> Option<Ns> {
+            Clocked::advance(&mut self.sim, until, out)
+        }
+        fn utilisation(&self) -> Option<f64> {
+            Clocked::utilisation(&self.sim)
+        }
+    }
+
+    #[test]
+    fn every_policy_fails_the_tasks_the_device_refuses_and_serves_the_rest() {
+        let models = Arc::new(ModelRegistry::builtin());
+        let id = |n| models.lookup(n).unwrap().0;
+        let w = Workload {
+            clients: vec![
+                ClientSpec {
+                    priority: Priority::RealTime,
+                    model: id("resnet152"),
+                    arrival: Arrival::Uniform {
+                        period_ns: 10_000_000,
+                        offset_ns: 500_000,
+                    },
+                },
+                ClientSpec {
+                    priority: Priority::BestEffort,
+                    model: id("vgg19"),
+                    arrival: Arrival::ClosedLoop,
+                },
+                ClientSpec {
+                    priority: Priority::BestEffort,
+                    model: id("bert_base"),
+                    arrival: Arrival::ClosedLoop,
+                },
+            ],
+            duration_ns: 100_000_000,
+        };
+        for kind in PolicyKind::ALL {
+            let mut gpu = Flaky {
+                sim: GpuSim::new(DeviceProfile::mi50()),
+                fail_streams: 1,
+                fail_every: 4,
+                fail_kernel: 3,
+            };
+            let mut p = make_policy(kind, &models).unwrap();
+            let r = run_on(&mut gpu, &models, p.as_mut(), &w);
+            // The first task to need a stream found none; after it, every
+            // fourth task's fourth kernel was refused, and nothing else.
+            let op = |f: &TaskFailed| match f.error {
+                GpuError::Driver { op, .. } => op,
+                _ => "other",
+            };
+            assert_eq!(op(&r.failed[0]), "create stream", "{kind}");
+            for f in &r.failed[1..] {
+                assert!(
+                    op(f).ends_with("launch") && f.task.id % 4 == 0,
+                    "{kind}: {f:?}"
+                );
+            }
+            assert!(r.failed.len() >= 3, "{kind}: {:?}", r.failed);
+            assert!(r.done.iter().all(|d| d.task.id % 4 != 0), "{kind}");
+            assert_eq!(r.failed.len() + r.done.len() + r.unfinished as usize, {
+                let mut ids: Vec<u64> = r.done.iter().map(|d| d.task.id).collect();
+                ids.extend(r.failed.iter().map(|f| f.task.id));
+                ids.sort_unstable();
+                ids.dedup();
+                ids.len() + r.unfinished as usize
+            });
+            // The others ran: real-time tasks, and (but under rt-only) the
+            // closed-loop best-effort clients kept issuing after failures.
+            let rt = r
+                .done
+                .iter()
+                .filter(|d| d.task.priority == Priority::RealTime);
+            assert!(rt.count() >= 5, "{kind}: {:?}", r.done);
+            if kind != PolicyKind::RtOnly {
+                for c in [1, 2] {
+                    assert!(r.done.iter().any(|d| d.task.client == c), "{kind}: {c}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn poisson_gaps_have_the_right_mean() {

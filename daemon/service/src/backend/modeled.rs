@@ -8,6 +8,9 @@
 //! they run against real clients, so `sluice demo --policy reef` and
 //! `--policy streams` show the difference with real processes.
 //!
+//! A task the policy fails ([`Ctx::fail`]: the device refused it; the GPU
+//! model never does) completes with `DEVICE_ERROR`.
+//!
 //! A departed client's tasks are forgotten (no completion is produced), but
 //! kernels already handed to the model run to their end: the policy
 //! interface has no cancellation yet.
@@ -21,7 +24,9 @@ use sluice_backend::{Backend, Finished, Job};
 use sluice_gpu::{DeviceProfile, Event};
 use sluice_gpusim::GpuSim;
 use sluice_model::ModelRegistry;
-use sluice_sched::{Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskId, untag};
+use sluice_sched::{
+    Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, untag,
+};
 
 /// Why a modeled device could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +58,7 @@ pub struct ModeledBackend {
     jobs: HashMap<TaskId, Pending>,
     events: Vec<Event>,
     fresh: Vec<TaskDone>,
+    failed: Vec<TaskFailed>,
     stats: PolicyStats,
     buf: Vec<u8>,
 }
@@ -89,6 +95,7 @@ impl ModeledBackend {
             jobs: HashMap::new(),
             events: Vec::new(),
             fresh: Vec::new(),
+            failed: Vec::new(),
             stats: PolicyStats::default(),
             buf: vec![0u8; super::fifo::CHUNK],
         })
@@ -138,6 +145,7 @@ impl ModeledBackend {
                 gpu: &mut self.gpu,
                 models: &self.models,
                 done: &mut self.fresh,
+                failed: &mut self.failed,
                 stats: &mut self.stats,
             };
             self.policy.on_event(&mut cx, &ev);
@@ -167,6 +175,7 @@ impl Backend for ModeledBackend {
             gpu: &mut self.gpu,
             models: &self.models,
             done: &mut self.fresh,
+            failed: &mut self.failed,
             stats: &mut self.stats,
         };
         self.policy.on_arrival(&mut cx, task);
@@ -197,10 +206,27 @@ impl Backend for ModeledBackend {
             });
         }
         self.fresh = fresh;
+        let mut failed = std::mem::take(&mut self.failed);
+        for f in failed.drain(..) {
+            let Some(p) = self.jobs.remove(&f.task.id) else {
+                continue; // its client went away
+            };
+            let at = self.epoch + f.at;
+            done.push(Finished {
+                client: p.job.client,
+                request_id: p.job.request_id,
+                status: status::DEVICE_ERROR,
+                output_len: 0,
+                received_ns: p.job.received_ns,
+                started_ns: p.started.map_or(at, |s| self.epoch + s),
+                finished_ns: at,
+            });
+        }
+        self.failed = failed;
     }
 
     fn next_event_ns(&self) -> Option<u64> {
-        if !self.fresh.is_empty() {
+        if !self.fresh.is_empty() || !self.failed.is_empty() {
             return Some(self.epoch + self.gpu.now());
         }
         self.gpu.next_event_time().map(|t| self.epoch + t)
