@@ -8,6 +8,9 @@
 //!   eviction through the preemption flag, restore order, held special
 //!   commands: the backend's queue logic, written against the [`driver`]
 //!   trait so it is tested with a fake driver on machines without a GPU.
+//! - [`plan_exec`]: runs a model's kernel plan (from `sluice-nn`'s
+//!   builders) on a driver: the kernel library loaded, buffers allocated,
+//!   each step's launch resolved.
 //! - [`gpu`]: the scheduler's `Gpu` interface over those queues, and
 //!   [`serve`]: the daemon's job path on it (real model layers under a
 //!   policy).

@@ -107,7 +107,7 @@ pub trait Clocked: Gpu {
     fn advance(&mut self, until: Option<Ns>, out: &mut Vec<Event>) -> Option<Ns>;
     /// Fraction of CU-time busy so far, if the device knows it.
     fn utilisation(&self) -> Option<f64>;
-    /// Turns the count of the device's own dispatch work on (see
-    /// [`GpuSim::model_work_ns`]).
+    /// Turns the count of the device's own dispatch work on (the GPU
+    /// model's is `GpuSim::model_work_ns`).
     fn time_model_work(&mut self) {}
 }

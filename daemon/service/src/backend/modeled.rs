@@ -47,7 +47,7 @@ struct Pending {
     started: Option<u64>,
 }
 
-/// The GPU model plus a policy, as a [`Device`].
+/// The GPU model plus a policy, as a [`Backend`].
 pub struct ModeledBackend {
     name: String,
     gpu: GpuSim,

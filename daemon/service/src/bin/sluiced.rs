@@ -17,7 +17,7 @@ use sluice_service::{Daemon, config::ConfigError};
 /// Clients connect to the control socket (daemon.socket), are checked with
 /// SO_PEERCRED against [access], and get a sealed shared-memory region with
 /// a submission and a completion ring. Under systemd (Type=notify) it
-/// reports readiness and feeds the watchdog. SIGTERM or SIGINT stops it;
+/// reports readiness and feeds the watchdog. SIGTERM, SIGINT or SIGHUP stops it;
 /// clients then see Disconnected.
 ///
 /// Check a configuration without starting: `sluiced --config FILE
