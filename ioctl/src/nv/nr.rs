@@ -254,10 +254,20 @@ mod tests {
             .filter(|name| *name != "_NV_SLUICE_IOCTL_H_")
             .collect();
         let ours = include_str!("nr.rs");
+        // A define is declared here (`pub const NAME: ...`) or, for the
+        // array sizes that live with their structs in `uapi`, re-exported at
+        // its place in the header (`pub use super::uapi::{NAME, NAME};`).
         let declared: Vec<&str> = ours
             .lines()
-            .filter_map(|l| l.strip_prefix("pub const "))
-            .map(|l| l.split(':').next().unwrap())
+            .flat_map(|l| {
+                if let Some(c) = l.strip_prefix("pub const ") {
+                    vec![c.split(':').next().unwrap()]
+                } else if let Some(u) = l.strip_prefix("pub use super::uapi::{") {
+                    u.trim_end_matches("};").split(", ").collect()
+                } else {
+                    vec![]
+                }
+            })
             .filter(|name| name.starts_with("SLUICE_NV_"))
             .collect();
         assert_eq!(
