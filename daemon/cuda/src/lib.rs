@@ -36,4 +36,4 @@ pub mod serve;
 
 pub use gpu::{CudaGpu, Kill};
 #[cfg(feature = "cuda")]
-pub use open::{CudaRig, CudaSetupError, OpenGpuError, open_cuda, open_device0};
+pub use open::{CudaRig, CudaSetupError, OpenGpuError, open_cuda, open_device0, open_gpu};

@@ -91,15 +91,25 @@ pub enum OpenGpuError {
     Gpu(#[from] SetupError),
 }
 
-/// CUDA device 0 as the scheduler's [`CudaGpu`] (synthetic kernels of each
-/// manifest's timing), through [`open_cuda`], with the H100 profile's
-/// figures and the device's SM count; and the device's description.
-pub fn open_device0(kill: Kill) -> Result<(CudaGpu, crate::real::CudaInfo), OpenGpuError> {
+/// CUDA device 0 as the scheduler's [`CudaGpu`], through [`open_cuda`],
+/// with the H100 profile's figures and the device's SM count; the loaded
+/// kernel library (what the job server runs the models' layers with); and
+/// the device's description.
+pub fn open_gpu(
+    kill: Kill,
+) -> Result<(CudaGpu, KernelLibrary, crate::real::CudaInfo), OpenGpuError> {
     let rig = open_cuda()?;
     let info = rig.drv.info().clone();
     let k = rig.lib.synthetic().ok_or(OpenGpuError::NoSyntheticKernel)?;
     let mut profile = DeviceProfile::h100();
     profile.compute_units = u32::try_from(info.sm_count).unwrap_or(1).max(1);
     let g = CudaGpu::new(Box::new(rig.drv), k, profile, kill)?;
+    Ok((g, rig.lib, info))
+}
+
+/// [`open_gpu`] for the benchmarks, which run synthetic kernels of each
+/// manifest's timing and need no library.
+pub fn open_device0(kill: Kill) -> Result<(CudaGpu, crate::real::CudaInfo), OpenGpuError> {
+    let (g, _, info) = open_gpu(kill)?;
     Ok((g, info))
 }

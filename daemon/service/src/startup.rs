@@ -452,12 +452,11 @@ pub mod cuda {
     use std::sync::Arc;
 
     use crate::config::{Config, Scheduler};
-    use sluice_cuda::gpu::{CudaGpu, Kill, SYNTHETIC_KERNEL};
+    use sluice_cuda::gpu::Kill;
     use sluice_cuda::plan_exec::LoadOptions;
     use sluice_cuda::real::CudaInfo;
     use sluice_cuda::serve::{CudaServer, ServeOptions};
-    use sluice_cuda::{CudaSetupError, open_cuda};
-    use sluice_gpu::DeviceProfile;
+    use sluice_cuda::{OpenGpuError, open_gpu};
     use sluice_model::ModelRegistry;
 
     /// The CUDA device was found but could not be set up.
@@ -469,22 +468,17 @@ pub mod cuda {
              runs a policy: use \"reef\", \"streams\", \"seq\", \"wait-preempt\" or \"paella\""
         )]
         Fifo,
-        /// Opening the device, compiling or loading the kernel library.
+        /// Opening the device, compiling or loading the kernel library,
+        /// setting up the scheduler's device.
         #[error(transparent)]
-        Rig(#[from] CudaSetupError),
-        /// The compiled library has no synthetic kernel (a bug).
-        #[error("the kernel library has no {SYNTHETIC_KERNEL}")]
-        NoSynthetic,
-        /// Setting up the scheduler's device failed.
-        #[error(transparent)]
-        Setup(#[from] sluice_cuda::gpu::SetupError),
+        Gpu(#[from] OpenGpuError),
         /// Loading the models failed.
         #[error(transparent)]
         Serve(#[from] sluice_cuda::serve::ServeError),
     }
 
     /// Opens device 0 with the kernel library compiled and loaded
-    /// ([`open_cuda`]), loads every model of `models` and starts the policy
+    /// ([`open_gpu`], the benchmarks' path too), loads every model of `models` and starts the policy
     /// of `device.scheduler`.
     pub fn open_server(
         config: &Config,
@@ -495,11 +489,7 @@ pub mod cuda {
             return Err(OpenError::Fifo);
         };
         tracing::info!("CUDA: {info}; compiling the kernel library");
-        let rig = open_cuda()?;
-        let synth = rig.lib.synthetic().ok_or(OpenError::NoSynthetic)?;
-        let mut profile = DeviceProfile::h100();
-        profile.compute_units = u32::try_from(info.sm_count).unwrap_or(1).max(1);
-        let gpu = CudaGpu::new(Box::new(rig.drv), synth, profile, Kill::Cooperative)?;
+        let (gpu, lib, _) = open_gpu(Kill::Cooperative)?;
         let opts = ServeOptions {
             scale: config.device.model_scale,
             instances: config.device.instances,
@@ -508,7 +498,7 @@ pub mod cuda {
         };
         Ok(CudaServer::new(
             gpu,
-            &rig.lib,
+            &lib,
             kind,
             models,
             &opts,
