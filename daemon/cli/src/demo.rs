@@ -56,7 +56,7 @@ pub const WITHIN: f64 = 1.05;
 
 /// The real-time rate of DISB workload C: this fraction of the model's
 /// standalone maximum throughput.
-pub const RT_LOAD: f64 = 0.5;
+pub const RT_LOAD: f64 = crate::disb::WORKLOAD_C_RT_LOAD;
 
 /// A phase whose requests waited longer than this (p99, µs) for the
 /// daemon to read them gets a note under the verdicts.

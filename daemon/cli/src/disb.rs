@@ -579,6 +579,10 @@ fn prio_str(p: Priority) -> &'static str {
     }
 }
 
+/// Workload C's real-time load (REEF Table 2): one VGG-19 request every
+/// `standalone time / 0.5`, i.e. 50 % of its standalone maximum rate.
+pub const WORKLOAD_C_RT_LOAD: f64 = 0.5;
+
 /// The closed-loop BE clients of workloads C–E, one per DISB model.
 fn be_all(models: &ModelRegistry) -> Result<Vec<CaseClient>, DisbError> {
     DISB_MODELS
@@ -666,7 +670,7 @@ fn table2_case(
     let mut clients = match w {
         DisbWorkload::A => vec![rt(0, "vgg19", 0.5, false)?],
         DisbWorkload::B => vec![rt(0, "vgg19", 1.0, false)?],
-        DisbWorkload::C => vec![rt(0, "vgg19", 0.5, false)?],
+        DisbWorkload::C => vec![rt(0, "vgg19", WORKLOAD_C_RT_LOAD, false)?],
         DisbWorkload::D | DisbWorkload::E => DISB_MODELS
             .iter()
             .enumerate()
