@@ -8,9 +8,10 @@
 //! the last end (or the last clone of [`ClientRings::mapping`]) drops, so no
 //! struct field order and no drop order matters any more.
 //!
-//! Because the constructors consume the mapping, one mapping makes one set of
-//! ends: there cannot be two producers of one ring in this process (the
-//! `Arc` handed back can be cloned, but no ring end can be made from it).
+//! Because the constructors consume the mapping, one mapping value makes one
+//! set of ends (the `Arc` handed back can be cloned, but no ring end can be
+//! made from it); [`Mapping`]'s contract rules out a second value making the
+//! same ends, so there are no two producers of one ring in this process.
 //!
 //! ## The daemon
 //!
@@ -59,7 +60,7 @@ use alloc::sync::Arc;
 
 use crate::layout::LayoutError;
 #[cfg(feature = "alloc")]
-use crate::layout::{Completion, Geometry, Request};
+use crate::layout::{Completion, Geometry, Request, RingHeader, Slot};
 #[cfg(feature = "alloc")]
 use crate::ring::{Consumer, Producer};
 
@@ -130,24 +131,6 @@ impl core::fmt::Display for MapError {
     }
 }
 
-/// Checks that a mapping can hold `g`'s region.
-#[cfg(feature = "alloc")]
-fn check<M: Mapping>(map: &M, g: &Geometry) -> Result<(), MapError> {
-    g.validate().map_err(MapError::Geometry)?;
-    let base = map.base() as usize;
-    if base % core::mem::align_of::<crate::RegionHeader>() != 0 {
-        return Err(MapError::Misaligned { base });
-    }
-    let need = g.region_size();
-    if (map.len() as u64) < need {
-        return Err(MapError::TooSmall {
-            len: map.len(),
-            need,
-        });
-    }
-    Ok(())
-}
-
 /// The client's ends of a region's rings: it produces requests and
 /// consumes completions. Each end owns a share of the mapping.
 #[cfg(feature = "alloc")]
@@ -170,6 +153,46 @@ pub struct DaemonRings<M: Mapping> {
     pub cq: Producer<Completion, Arc<M>>,
 }
 
+/// What [`ClientRings::new`] and [`DaemonRings::new`] share: checks `map`
+/// against `geometry`, moves it into an `Arc` and makes one end of each ring
+/// over it, with `sq` and `cq` each one of `Producer::with_owner` and
+/// `Consumer::with_owner` (the only functions the two callers pass).
+#[cfg(feature = "alloc")]
+fn ends<M: Mapping, S, C>(
+    map: M,
+    geometry: &Geometry,
+    sq: unsafe fn(Arc<M>, *const RingHeader, *const Slot<Request>, u32) -> S,
+    cq: unsafe fn(Arc<M>, *const RingHeader, *const Slot<Completion>, u32) -> C,
+) -> Result<(S, C), MapError> {
+    geometry.validate().map_err(MapError::Geometry)?;
+    let base = map.base() as usize;
+    if base % core::mem::align_of::<crate::RegionHeader>() != 0 {
+        return Err(MapError::Misaligned { base });
+    }
+    let need = geometry.region_size();
+    if (map.len() as u64) < need {
+        return Err(MapError::TooSmall {
+            len: map.len(),
+            need,
+        });
+    }
+    let map = Arc::new(map);
+    let r = geometry.ring_ptrs(map.base());
+    // SAFETY: `sq` and `cq` are ring-end `with_owner`s. The geometry is
+    // valid (so both capacities are powers of two) and its region fits the
+    // 128-aligned mapping (checked above), so both ring headers and their
+    // slots lie inside it, aligned; each end holds an `Arc` of the mapping,
+    // which `Mapping`'s contract keeps mapped until it drops. `map` was
+    // consumed, and `Mapping`'s contract rules out another value making the
+    // same ends, so these are this process's only ends of their role.
+    unsafe {
+        Ok((
+            sq(map.clone(), r.sq_header, r.sq_slots, geometry.sq_entries),
+            cq(map, r.cq_header, r.cq_slots, geometry.cq_entries),
+        ))
+    }
+}
+
 #[cfg(feature = "alloc")]
 impl<M: Mapping> ClientRings<M> {
     /// Takes the mapping of a region laid out by `geometry` and makes the
@@ -177,21 +200,8 @@ impl<M: Mapping> ClientRings<M> {
     /// shared ones. Fails if the geometry is invalid or does not fit the
     /// mapping.
     pub fn new(map: M, geometry: &Geometry) -> Result<Self, MapError> {
-        check(&map, geometry)?;
-        let map = Arc::new(map);
-        let r = geometry.ring_ptrs(map.base());
-        // SAFETY: the geometry is valid and its region fits the mapping
-        // (checked above), which is 128-aligned, so both ring headers and
-        // their slots lie inside it, aligned; each end holds an `Arc` of the
-        // mapping, which `Mapping`'s contract keeps mapped until it drops.
-        // `map` was consumed, and `Mapping`'s contract rules out another
-        // value making the same ends, so these are the only client ends.
-        unsafe {
-            Ok(Self {
-                sq: Producer::with_owner(map.clone(), r.sq_header, r.sq_slots, geometry.sq_entries),
-                cq: Consumer::with_owner(map, r.cq_header, r.cq_slots, geometry.cq_entries),
-            })
-        }
+        let (sq, cq) = ends(map, geometry, Producer::with_owner, Consumer::with_owner)?;
+        Ok(Self { sq, cq })
     }
 
     /// The mapping both ends share; clone it to keep the region for other
@@ -207,17 +217,8 @@ impl<M: Mapping> DaemonRings<M> {
     /// daemon's two ring ends over it. As [`ClientRings::new`], for the
     /// other two ends.
     pub fn new(map: M, geometry: &Geometry) -> Result<Self, MapError> {
-        check(&map, geometry)?;
-        let map = Arc::new(map);
-        let r = geometry.ring_ptrs(map.base());
-        // SAFETY: as in `ClientRings::new`: in bounds, aligned, kept alive by
-        // the `Arc` each end holds, and the only daemon ends of this region.
-        unsafe {
-            Ok(Self {
-                sq: Consumer::with_owner(map.clone(), r.sq_header, r.sq_slots, geometry.sq_entries),
-                cq: Producer::with_owner(map, r.cq_header, r.cq_slots, geometry.cq_entries),
-            })
-        }
+        let (sq, cq) = ends(map, geometry, Consumer::with_owner, Producer::with_owner)?;
+        Ok(Self { sq, cq })
     }
 
     /// The mapping both ends share; clone it to keep the region for other
@@ -273,7 +274,7 @@ pub unsafe fn copy_to_shared(src: &[u8], dst: *mut u8) {
     unsafe { core::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(loom), feature = "alloc"))]
 mod tests {
     use super::*;
     use crate::ring::PushError;

@@ -40,8 +40,8 @@
 //!   [`crate::region::DaemonRings::new`]. **Use this.**
 //! - `O = `[`Unowned`] (the default): made by the `unsafe`
 //!   [`Producer::from_raw`] / [`Consumer::from_raw`], whose caller promises
-//!   to keep the memory mapped for as long as the end lives. Kept for code
-//!   that has not moved yet and for the heap rings of tests and models.
+//!   to keep the memory mapped for as long as the end lives. Only the heap
+//!   rings of tests and loom models (`heap::HeapRing::split`) use it.
 //!
 //! [`Mapping`]: crate::region::Mapping
 
