@@ -34,8 +34,9 @@
 //! --release`; `build.rs` fills `sluice.pc.in`), so a C build needs only
 //!
 //! ```sh
-//! PKG_CONFIG_PATH=target/release cc app.c $(pkg-config --cflags --libs sluice) \
-//!     -Wl,-rpath,$(PKG_CONFIG_PATH=target/release pkg-config --variable=libdir sluice)
+//! export PKG_CONFIG_PATH=target/release
+//! cc app.c $(pkg-config --cflags --libs sluice) \
+//!     -Wl,-rpath,$(pkg-config --variable=libdir sluice)
 //! ```
 //!
 //! See `docs/c-api.md`.
@@ -245,7 +246,8 @@ struct TicketSlot {
 }
 
 /// A `MAP_SHARED` mapping of the region, unmapped on drop. The ring ends
-/// hold it in an `Arc`, so it outlives them whatever the field order.
+/// hold it in an `Arc`, so it outlives them whatever the field order; the
+/// client reaches it through them (`Client::map`).
 #[derive(Debug)]
 struct RegionMap {
     ptr: NonNull<u8>,
@@ -278,7 +280,7 @@ unsafe impl Mapping for RegionMap {
 impl Drop for RegionMap {
     fn drop(&mut self) {
         // SAFETY: `ptr`/`len` are exactly what mmap returned; this runs when
-        // the last `Arc` (held by the ring ends and the client) goes, so
+        // the last `Arc` (held by the two ring ends) goes, so
         // nothing points into the mapping any more.
         let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.len) };
     }
@@ -287,8 +289,9 @@ impl Drop for RegionMap {
 /// The region header at the start of a live mapping.
 fn region_header(map: &RegionMap) -> &RegionHeader {
     // SAFETY: offset 0 of a mapping at least `region_size` (> 256) bytes
-    // long and page aligned (`ClientRings::new` checked both), alive while
-    // `map` is borrowed. `RegionHeader` is made of atomics only, so the
+    // long and page aligned (every `RegionMap` goes to `ClientRings::new`
+    // as soon as it is made, which checks both), alive while `map` is
+    // borrowed. `RegionHeader` is made of atomics only, so the
     // daemon (or a hostile thread) writing it concurrently cannot make this
     // shared reference unsound.
     unsafe { &*(map.base() as *const RegionHeader) }
@@ -305,7 +308,6 @@ const PARK_SLICE: Duration = Duration::from_millis(20);
 pub struct Client {
     sq: Producer<Request, Arc<RegionMap>>,
     cq: Consumer<Completion, Arc<RegionMap>>,
-    map: Arc<RegionMap>,
     slots: Box<[TicketSlot]>,
     free: Vec<u32>,
     spin: Duration,
@@ -370,9 +372,8 @@ impl Client {
             set_last_error(format!("cannot use the region: {e}"));
             Error::Protocol
         })?;
-        let map = sq.owner().clone();
         use std::sync::atomic::Ordering::Acquire;
-        let hdr = region_header(&map);
+        let hdr = region_header(sq.owner());
         if hdr.magic.load(Acquire) != shm_proto::MAGIC
             || hdr.version.load(Acquire) != shm_proto::PROTOCOL_VERSION
             || hdr.layout_hash.load(Acquire) != shm_proto::LAYOUT_HASH
@@ -385,7 +386,6 @@ impl Client {
         Ok(Self {
             sq,
             cq,
-            map,
             slots: vec![TicketSlot::default(); n as usize].into_boxed_slice(),
             free: (0..n).rev().collect(),
             spin: Duration::from_micros(50),
@@ -475,10 +475,15 @@ impl Client {
         self.geometry.arena_size
     }
 
+    /// The region's mapping, which the ring ends own.
+    fn map(&self) -> &RegionMap {
+        self.sq.owner()
+    }
+
     fn arena_base(&self) -> *mut u8 {
         // SAFETY: arena_offset < region_size <= mapping length
         // (`ClientRings::new` checked the validated geometry against it).
-        unsafe { self.map.base().add(self.geometry.arena_offset() as usize) }
+        unsafe { self.map().base().add(self.geometry.arena_offset() as usize) }
     }
 
     /// Copies `data` into the arena at `off`.
@@ -491,7 +496,7 @@ impl Client {
             return Err(Error::BadSpan);
         }
         // SAFETY: the span is inside the arena (checked above), which is
-        // inside our mapping, kept alive by `self.map`; `data` is private
+        // inside our mapping, kept alive by the ring ends; `data` is private
         // memory, so no overlap. Accepted race: the daemon (or a buggy
         // thread of ours through `arena_ptr`) may touch the same bytes
         // while we copy; we copy bytes by value, form no reference into the
@@ -724,7 +729,7 @@ impl Client {
         if self.disconnected {
             return Err(Error::Disconnected);
         }
-        let hdr = region_header(&self.map);
+        let hdr = region_header(self.map());
         let closed = hdr.daemon_state.load(std::sync::atomic::Ordering::Acquire) == STATE_CLOSED;
         let mut fds = [rustix::event::PollFd::new(
             &self.sock,
@@ -746,7 +751,7 @@ impl Client {
     /// The whole shared region, for tests that play a hostile client.
     #[doc(hidden)]
     pub fn raw_region(&mut self) -> (*mut u8, usize) {
-        (self.map.base(), self.map.len())
+        (self.map().base(), self.map().len())
     }
 
     /// The control socket, for tests.
