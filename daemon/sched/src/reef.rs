@@ -65,7 +65,7 @@ use std::sync::Arc;
 
 use shm_proto::Priority;
 
-use super::rt_only::{kernel_count, last_kernel_done, launch_kernels};
+use super::rt_only::{kernel_count, last_kernel_done, launch_kernels, launch_task};
 use super::{Ctx, Policy, Task, TaskDone, tag, untag};
 use sluice_gpu::occupancy::CuState;
 use sluice_gpu::{
@@ -533,9 +533,7 @@ impl Reef {
     /// Launches the rest of lane `l`'s current task, counting relaunches.
     /// A refused launch is the error: the caller fails the task.
     fn launch_rest(&mut self, cx: &mut Ctx<'_>, l: usize) -> Result<(), GpuError> {
-        let Some(lane) = self.lanes.get_mut(l) else {
-            return Ok(());
-        };
+        let lane = &mut self.lanes[l];
         let Some(cur) = lane.cur.as_mut() else {
             return Ok(());
         };
@@ -574,10 +572,8 @@ impl Reef {
     /// one is tried.
     fn start_next(&mut self, cx: &mut Ctx<'_>, l: usize) {
         loop {
-            let Some(lane) = self.lanes.get_mut(l) else {
-                return;
-            };
-            while lane.cur.is_none() {
+            let lane = &mut self.lanes[l];
+            if lane.cur.is_none() {
                 let Some(task) = lane.queue.pop_front() else {
                     return;
                 };
@@ -603,10 +599,7 @@ impl Reef {
             let Err(e) = self.launch_rest(cx, l) else {
                 return;
             };
-            let Some(lane) = self.lanes.get_mut(l) else {
-                return;
-            };
-            if let Some(cur) = lane.cur.take() {
+            if let Some(cur) = self.lanes[l].cur.take() {
                 cx.fail(cur.task, e);
             }
         }
@@ -846,22 +839,9 @@ impl Policy for Reef {
         };
         match task.priority {
             Priority::RealTime => {
-                let n = kernel_count(cx.models, task.model);
-                let launched = if n == 0 {
-                    Ok(0)
-                } else {
-                    launch_kernels(cx, rt, &task, 0..n)
-                };
-                match launched {
-                    Ok(0) => cx.done.push(TaskDone {
-                        task,
-                        finished: cx.gpu.now(),
-                    }),
-                    Ok(_) => {
-                        self.rt_tasks.push_back(task);
-                        self.preempt_all(cx);
-                    }
-                    Err(e) => cx.fail(task, e),
+                if launch_task(cx, rt, task) {
+                    self.rt_tasks.push_back(task);
+                    self.preempt_all(cx);
                 }
             }
             Priority::BestEffort => {
@@ -869,9 +849,7 @@ impl Policy for Reef {
                     Ok(l) => l,
                     Err(e) => return cx.fail(task, e),
                 };
-                let Some(lane) = self.lanes.get_mut(l) else {
-                    return; // lane_for returns an index into `lanes`
-                };
+                let lane = &mut self.lanes[l];
                 lane.queue.push_back(task);
                 if lane.cur.is_none() {
                     self.start_next(cx, l);

@@ -62,6 +62,27 @@ pub(super) fn launch_kernels(
     Ok(n)
 }
 
+/// Launches every kernel of `task` on `stream`; returns whether the task is
+/// now in flight. A task with no kernels (an empty or unknown model) is done
+/// at once, and one whose launch is refused fails ([`Ctx::fail`]).
+pub(super) fn launch_task(cx: &mut Ctx<'_>, stream: StreamId, task: Task) -> bool {
+    let n = kernel_count(cx.models, task.model);
+    if n == 0 {
+        cx.done.push(TaskDone {
+            task,
+            finished: cx.gpu.now(),
+        });
+        return false;
+    }
+    match launch_kernels(cx, stream, &task, 0..n) {
+        Ok(_) => true,
+        Err(e) => {
+            cx.fail(task, e);
+            false
+        }
+    }
+}
+
 /// If `ev` is the completion of a task's last kernel on `stream`, the task
 /// id and the completion time. Stream order makes the last kernel's
 /// completion the task's.
@@ -122,17 +143,8 @@ impl Policy for RtOnly {
             Ok(s) => s,
             Err(e) => return cx.fail(task, e),
         };
-        let n = kernel_count(cx.models, task.model);
-        if n == 0 {
-            cx.done.push(TaskDone {
-                task,
-                finished: cx.gpu.now(),
-            });
-            return;
-        }
-        match launch_kernels(cx, stream, &task, 0..n) {
-            Ok(_) => self.inflight.push_back(task),
-            Err(e) => cx.fail(task, e),
+        if launch_task(cx, stream, task) {
+            self.inflight.push_back(task);
         }
     }
 

@@ -10,7 +10,7 @@ use std::collections::VecDeque;
 
 use shm_proto::Priority;
 
-use super::rt_only::{kernel_count, last_kernel_done, launch_kernels, stream_in};
+use super::rt_only::{last_kernel_done, launch_task, stream_in};
 use super::{Ctx, Policy, Task, TaskDone};
 use sluice_gpu::{Event, StreamId};
 
@@ -44,19 +44,8 @@ impl Seq {
                     continue;
                 }
             };
-            let n = kernel_count(cx.models, task.model);
-            let launched = if n == 0 {
-                Ok(0)
-            } else {
-                launch_kernels(cx, stream, &task, 0..n)
-            };
-            match launched {
-                Ok(1..) => self.running = Some(task),
-                Ok(0) => cx.done.push(TaskDone {
-                    task,
-                    finished: cx.gpu.now(),
-                }),
-                Err(e) => cx.fail(task, e),
+            if launch_task(cx, stream, task) {
+                self.running = Some(task);
             }
         }
     }

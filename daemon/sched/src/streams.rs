@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 
 use shm_proto::Priority;
 
-use super::rt_only::{kernel_count, last_kernel_done, launch_kernels};
+use super::rt_only::{last_kernel_done, launch_task};
 use super::{Ctx, Policy, Task, TaskDone};
 use sluice_gpu::{Event, StreamId};
 
@@ -48,9 +48,7 @@ impl Policy for Streams {
         if self.lanes.len() <= c {
             self.lanes.resize_with(c + 1, || None);
         }
-        let Some(slot) = self.lanes.get_mut(c) else {
-            return; // resized above
-        };
+        let slot = &mut self.lanes[c];
         let lane = match slot {
             Some(lane) => lane,
             None => {
@@ -70,19 +68,8 @@ impl Policy for Streams {
                 })
             }
         };
-        let n = kernel_count(cx.models, task.model);
-        let launched = if n == 0 {
-            Ok(0)
-        } else {
-            launch_kernels(cx, lane.stream, &task, 0..n)
-        };
-        match launched {
-            Ok(1..) => lane.inflight.push_back(task),
-            Ok(0) => cx.done.push(TaskDone {
-                task,
-                finished: cx.gpu.now(),
-            }),
-            Err(e) => cx.fail(task, e),
+        if launch_task(cx, lane.stream, task) {
+            lane.inflight.push_back(task);
         }
     }
 
