@@ -99,7 +99,9 @@ use shm_proto::Priority;
 use super::{Ctx, Policy, Task, TaskDone, tag};
 use sluice_gpu::occupancy::{BankUse, CuState};
 use sluice_gpu::profile::MAX_REGISTER_BANKS;
-use sluice_gpu::{DeviceProfile, Event, Footprint, GpuError, KernelLaunch, Ns, Outcome, StreamId};
+use sluice_gpu::{
+    DeviceProfile, Event, Footprint, Gpu, GpuError, KernelLaunch, Ns, Outcome, StreamId,
+};
 use sluice_model::ModelRegistry;
 
 /// Paella's parameters.
@@ -695,6 +697,20 @@ fn cu_regs(cu: &CuState) -> u64 {
 }
 
 impl Shadow {
+    /// One more idle stream of `class` on every hardware queue. A stream
+    /// the device refuses stops it there; those made are kept.
+    fn add_streams(&mut self, gpu: &mut dyn Gpu, class: usize) -> Result<(), GpuError> {
+        for _ in 0..self.nhwq {
+            let s = gpu.create_stream(if class == RT { 1 } else { 0 })?;
+            let hq = s.0 as usize % self.nhwq;
+            if s.0 as usize >= self.by_stream.len() {
+                self.by_stream.resize(s.0 as usize + 1, NONE);
+            }
+            self.idle[class][hq].push(s.0);
+        }
+        Ok(())
+    }
+
     fn new(p: &DeviceProfile) -> Self {
         let ncu = p.compute_units as usize;
         let words = ncu.div_ceil(64);
@@ -1453,30 +1469,14 @@ impl Paella {
             }
             let class = class_of(job.task.priority);
             let h = dev.pick_hwq();
-            if dev.idle[class][h].is_empty() {
-                // One more stream on every hardware queue, for this class.
-                let mut made = Ok(());
-                for _ in 0..dev.nhwq {
-                    let s = match cx.gpu.create_stream(if class == RT { 1 } else { 0 }) {
-                        Ok(s) => s,
-                        Err(e) => {
-                            made = Err(e);
-                            break;
-                        }
-                    };
-                    let hq = s.0 as usize % dev.nhwq;
-                    if s.0 as usize >= dev.by_stream.len() {
-                        dev.by_stream.resize(s.0 as usize + 1, NONE);
-                    }
-                    dev.idle[class][hq].push(s.0);
-                }
-                if let Err(e) = made {
-                    // No stream for the job: it fails; the next one tries.
-                    self.take(slot);
-                    let now = cx.gpu.now();
-                    self.finish_job(cx, slot, now, Some(e));
-                    continue;
-                }
+            if dev.idle[class][h].is_empty()
+                && let Err(e) = dev.add_streams(cx.gpu, class)
+            {
+                // No stream for the job: it fails; the next one tries.
+                self.take(slot);
+                let now = cx.gpu.now();
+                self.finish_job(cx, slot, now, Some(e));
+                continue;
             }
             let Some(stream) = dev.idle[class][h].pop() else {
                 return; // the device maps streams differently; cannot happen
