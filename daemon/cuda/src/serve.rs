@@ -311,7 +311,8 @@ struct Running {
     started: Option<Ns>,
     /// Its client went away: no completion.
     cancelled: bool,
-    /// A launch could not be resolved: completes with `DEVICE_ERROR`.
+    /// A launch could not be resolved, or the policy failed the task
+    /// ([`Ctx::fail`]): completes with `DEVICE_ERROR`.
     failed: bool,
 }
 
@@ -630,8 +631,19 @@ impl CudaServer {
         self.broken = Some(why);
     }
 
-    /// Turns the policy's finished tasks into completions.
+    /// Turns the policy's finished and failed tasks into completions.
     fn complete(&mut self, done: &mut Vec<Finished>) {
+        // A task the policy failed completes as one whose launch could not
+        // be resolved: DEVICE_ERROR when the policy gave up on it.
+        for f in self.failed.drain(..) {
+            if let Some(r) = self.running.get_mut(&f.task.id) {
+                r.failed = true;
+            }
+            self.fresh.push(TaskDone {
+                task: f.task,
+                finished: f.at,
+            });
+        }
         let mut fresh = std::mem::take(&mut self.fresh);
         for d in fresh.drain(..) {
             let Some(r) = self.running.remove(&d.task.id) else {
@@ -661,29 +673,6 @@ impl CudaServer {
             });
         }
         self.fresh = fresh;
-        let mut failed = std::mem::take(&mut self.failed);
-        for f in failed.drain(..) {
-            let Some(r) = self.running.remove(&f.task.id) else {
-                continue;
-            };
-            if let Some(pool) = self.pools.get_mut(r.pool) {
-                pool.free.push(r.inst);
-            }
-            if r.cancelled {
-                continue;
-            }
-            let at = self.mono(f.at);
-            done.push(Finished {
-                client: r.job.client,
-                request_id: r.job.request_id,
-                status: status::DEVICE_ERROR,
-                output_len: 0,
-                received_ns: r.job.received_ns,
-                started_ns: r.started.map_or(at, |s| self.mono(s)),
-                finished_ns: at,
-            });
-        }
-        self.failed = failed;
     }
 
     fn write_output(&mut self, r: &Running) -> (u32, u64) {

@@ -183,14 +183,19 @@ impl Backend for ModeledBackend {
 
     fn poll(&mut self, now_ns: u64, done: &mut Vec<Finished>) {
         self.advance(now_ns);
-        let mut fresh = std::mem::take(&mut self.fresh);
-        for d in fresh.drain(..) {
-            let Some(p) = self.jobs.remove(&d.task.id) else {
+        // A failed task completes with DEVICE_ERROR when the policy gave up
+        // on it; a finished one with its output.
+        let completed = self.fresh.drain(..).map(|d| (d.task.id, d.finished, false));
+        let refused = self.failed.drain(..).map(|f| (f.task.id, f.at, true));
+        for (id, at, failed) in completed.chain(refused) {
+            let Some(p) = self.jobs.remove(&id) else {
                 continue; // its client went away
             };
-            let finished = self.epoch + d.finished;
+            let finished = self.epoch + at;
             let started = p.started.map_or(finished, |s| self.epoch + s);
-            let (status, output_len) = if p.job.deadline_ns != 0 && started > p.job.deadline_ns {
+            let (status, output_len) = if failed {
+                (status::DEVICE_ERROR, 0)
+            } else if p.job.deadline_ns != 0 && started > p.job.deadline_ns {
                 (status::DEADLINE_MISSED, 0)
             } else {
                 super::fifo::compute_output(&self.models, &mut self.buf, &p.job)
@@ -205,24 +210,6 @@ impl Backend for ModeledBackend {
                 finished_ns: finished,
             });
         }
-        self.fresh = fresh;
-        let mut failed = std::mem::take(&mut self.failed);
-        for f in failed.drain(..) {
-            let Some(p) = self.jobs.remove(&f.task.id) else {
-                continue; // its client went away
-            };
-            let at = self.epoch + f.at;
-            done.push(Finished {
-                client: p.job.client,
-                request_id: p.job.request_id,
-                status: status::DEVICE_ERROR,
-                output_len: 0,
-                received_ns: p.job.received_ns,
-                started_ns: p.started.map_or(at, |s| self.epoch + s),
-                finished_ns: at,
-            });
-        }
-        self.failed = failed;
     }
 
     fn next_event_ns(&self) -> Option<u64> {
