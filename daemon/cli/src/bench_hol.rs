@@ -125,6 +125,8 @@ pub fn registry() -> ModelRegistry {
         kernel_time_us: KERNEL_US,
         block_time_us: KERNEL_US,
         idempotent: true,
+        wave_us: Vec::new(),
+        mem_intensity: None,
     };
     let manifest = Manifest {
         name: "hol_job".to_owned(),
@@ -262,7 +264,7 @@ impl Policy for Metered<'_> {
                     self.busy_slot_ns += u128::from(b - a);
                 }
             }
-            Event::Preempted(_) => {}
+            Event::Preempted(_) | Event::BlocksCompleted { .. } => {}
         }
         self.inner.on_event(cx, ev);
     }

@@ -158,6 +158,7 @@ fn fig19(
             regs_per_thread: 32,
             shared_mem: 0,
             block_time_ns: kernel_ns,
+            wave_ns: Vec::new(),
             idempotent: true,
             mem_intensity: None,
             tag: i,

@@ -161,6 +161,7 @@ pub fn fig19_once(
                 regs_per_thread: 32,
                 shared_mem: 0,
                 block_time_ns: kernel_ns,
+                wave_ns: Vec::new(),
                 idempotent: true,
                 mem_intensity: None,
                 tag: i,

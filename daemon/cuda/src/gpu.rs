@@ -597,6 +597,7 @@ mod tests {
             regs_per_thread: 32,
             shared_mem: 0,
             block_time_ns: block_ns,
+            wave_ns: Vec::new(),
             idempotent: true,
             mem_intensity: None,
             tag: t,

@@ -821,6 +821,7 @@ impl Gpu for Bound<'_> {
                     KernelLaunch {
                         grid_blocks: 1,
                         block_time_ns: 0,
+                        wave_ns: Vec::new(),
                         ..k
                     },
                 )

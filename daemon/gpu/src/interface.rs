@@ -84,6 +84,18 @@ pub trait Gpu {
     fn wait_based_preempt(&mut self, stream: StreamId) -> Result<(), GpuError>;
     /// Lets a preempted `stream` run again.
     fn resume(&mut self, stream: StreamId) -> Result<(), GpuError>;
+    /// Asks for [`Event::BlocksCompleted`] on `stream`: one notification per
+    /// `every` completed blocks of each of its kernels (Paella §4.1 with the
+    /// aggregation of Fig. 15; 0 turns them off). Backends without
+    /// instrumented kernels say [`GpuError::Unsupported`].
+    fn set_block_notify(&mut self, stream: StreamId, every: u32) -> Result<(), GpuError> {
+        let _ = (stream, every);
+        Err(GpuError::Unsupported {
+            backend: "this backend",
+            op: "notify block completions",
+            why: "its kernels are not instrumented; the policy sees whole kernels finish",
+        })
+    }
     /// Whether [`Gpu::launch_padded`] and [`Gpu::set_packed_placement`]
     /// work (REEF's fused `dkp` launch); policies skip padding otherwise.
     fn supports_fused_launch(&self) -> bool {

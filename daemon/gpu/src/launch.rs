@@ -28,8 +28,14 @@ pub struct KernelLaunch {
     pub regs_per_thread: u32,
     /// Shared memory per block, bytes.
     pub shared_mem: u32,
-    /// Time one block takes alone, ns.
+    /// Time one block takes alone (one block of this kernel on its CU), ns.
     pub block_time_ns: Ns,
+    /// Measured wave times: entry `j` is the time, ns, for `j + 1` blocks of
+    /// this kernel resident side by side on one CU to finish together (REEF's
+    /// per-occupancy `latency[j]`, launch floor removed). Empty: no
+    /// measurement; the model estimates from `block_time_ns` (see
+    /// `docs/gpu-model.md`). Beyond the last entry the model extrapolates.
+    pub wave_ns: Vec<Ns>,
     /// Whether re-running the kernel gives the same result (carried for the
     /// caller's restore logic; the model does not act on it).
     pub idempotent: bool,
@@ -51,7 +57,12 @@ impl KernelLaunch {
             // `as` saturates and maps NaN to 0; manifests are validated.
             block_time_ns: (k.block_time_us * 1000.0).round() as Ns,
             idempotent: k.idempotent,
-            mem_intensity: None,
+            wave_ns: k
+                .wave_us
+                .iter()
+                .map(|&us| (us * 1000.0).round() as Ns)
+                .collect(),
+            mem_intensity: k.mem_intensity,
             tag,
         }
     }
@@ -109,6 +120,22 @@ pub enum Event {
     },
     /// A preemption of a stream finished: the stream is idle.
     Preempted(PreemptReport),
+    /// Paella's block-completion notification (§4.1): `blocks` more blocks
+    /// of the kernel have completed since the last notification. Emitted
+    /// only for streams that asked with `Gpu::set_block_notify`, once per
+    /// `every` completed blocks (the aggregation of Paella Fig. 15); the
+    /// blocks left when the kernel finishes are reported by its
+    /// `KernelFinished` instead.
+    BlocksCompleted {
+        /// When.
+        t: Ns,
+        /// Its stream.
+        stream: StreamId,
+        /// Which kernel.
+        kernel: KernelRef,
+        /// Blocks completed since the last notification for this kernel.
+        blocks: u32,
+    },
 }
 
 /// The result of a preemption, emitted once the stream is idle.

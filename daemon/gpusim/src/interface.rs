@@ -44,6 +44,9 @@ impl Gpu for GpuSim {
     fn resume(&mut self, stream: StreamId) -> Result<(), GpuError> {
         Ok(self.timed(|g| GpuSim::resume(g, stream))?)
     }
+    fn set_block_notify(&mut self, stream: StreamId, every: u32) -> Result<(), GpuError> {
+        Ok(GpuSim::set_block_notify(self, stream, every)?)
+    }
     fn model_work_ns(&self) -> u64 {
         GpuSim::model_work_ns(self)
     }

@@ -100,6 +100,8 @@ struct Kern {
     /// [`GpuSim::fused`], not from a hardware queue.
     fused: bool,
     push_seq: u64,
+    /// Blocks completed and not yet reported by [`Event::BlocksCompleted`].
+    unreported: u32,
 }
 
 impl Kern {
@@ -159,6 +161,8 @@ struct Stream {
     packed: bool,
     /// The kernel dispatching or running (stream order allows one).
     active: Option<u32>,
+    /// [`Event::BlocksCompleted`] every this many blocks; 0: never.
+    notify_every: u32,
     next_exec: u64,
     pending: Option<Pending>,
 }
@@ -313,6 +317,7 @@ impl GpuSim {
             in_fused: 0,
             packed: false,
             active: None,
+            notify_every: 0,
             next_exec: 0,
             pending: None,
         });
@@ -346,6 +351,14 @@ impl GpuSim {
     pub fn set_packed_placement(&mut self, stream: StreamId, packed: bool) -> Result<(), OpError> {
         let s = self.stream_index(stream)?;
         self.streams[s].packed = packed;
+        Ok(())
+    }
+
+    /// Emits [`Event::BlocksCompleted`] for `stream`'s kernels once per
+    /// `every` completed blocks (Paella §4.1, Fig. 15); 0 turns it off.
+    pub fn set_block_notify(&mut self, stream: StreamId, every: u32) -> Result<(), OpError> {
+        let s = self.stream_index(stream)?;
+        self.streams[s].notify_every = every;
         Ok(())
     }
 
@@ -475,6 +488,7 @@ impl GpuSim {
             aborted: false,
             fused,
             push_seq: 0,
+            unreported: 0,
         };
         let id = match self.free_kernels.pop() {
             Some(id) => {
@@ -1047,9 +1061,28 @@ impl GpuSim {
         if !g.live || g.generation != generation {
             return; // killed earlier
         }
+        let count = self.groups[gid as usize].count;
         let kid = self.release_group(gid);
+        let s = self.kernels[kid as usize].stream as usize;
+        let every = self.streams[s].notify_every;
+        let k = &mut self.kernels[kid as usize];
+        let last = k.blocks_running == 0 && k.blocks_left == 0;
+        if every > 0 && !last {
+            k.unreported += count;
+            if k.unreported >= every {
+                let blocks = k.unreported - k.unreported % every;
+                k.unreported -= blocks;
+                let kernel = k.kref();
+                self.out.push_back(Event::BlocksCompleted {
+                    t: self.now,
+                    stream: StreamId(s as u32),
+                    kernel,
+                    blocks,
+                });
+            }
+        }
         let k = &self.kernels[kid as usize];
-        if k.blocks_running == 0 && k.blocks_left == 0 {
+        if last {
             let outcome = if k.aborted {
                 Outcome::Aborted
             } else {
@@ -1162,6 +1195,7 @@ mod tests {
             regs_per_thread: 32,
             shared_mem: smem,
             block_time_ns: block_ns,
+            wave_ns: Vec::new(),
             idempotent: true,
             mem_intensity: None,
             tag,
@@ -1638,6 +1672,7 @@ mod tests {
                 },
                 Event::KernelStarted { kernel, .. } => panic!("{kernel:?} started after the flag"),
                 Event::Preempted(r) => break r,
+                Event::BlocksCompleted { .. } => {}
             }
         };
         assert_eq!(
@@ -1931,6 +1966,7 @@ mod tests {
                 regs_per_thread: 32,
                 shared_mem: 0,
                 block_time_ns: 1_000,
+                wave_ns: Vec::new(),
                 idempotent: true,
                 mem_intensity: None,
                 tag: 0,
@@ -1980,6 +2016,7 @@ mod tests {
                 regs_per_thread: regs,
                 shared_mem: smem,
                 block_time_ns: 1_000,
+                wave_ns: Vec::new(),
                 idempotent: true,
                 mem_intensity: None,
                 tag: 0,

@@ -54,6 +54,17 @@ pub struct Kernel {
     pub block_time_us: f64,
     /// Whether re-running the kernel after a kill gives the same result.
     pub idempotent: bool,
+    /// Measured wave times, µs: entry `j` is the time for `j + 1` blocks of
+    /// this kernel resident side by side on one CU (REEF's per-occupancy
+    /// `latency[j]` with the launch floor removed; `docs/models.md`). Empty
+    /// when not measured.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub wave_us: Vec<f64>,
+    /// Share of the device's memory bandwidth the kernel uses alone at full
+    /// occupancy, 0 to 1 (derived from its buffer sizes over its measured
+    /// time; `docs/models.md`). `None`: the device profile's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_intensity: Option<f64>,
 }
 
 impl Kernel {
@@ -122,6 +133,10 @@ struct RawKernel {
     kernel_time_us: f64,
     block_time_us: f64,
     idempotent: bool,
+    #[serde(default)]
+    wave_us: Vec<f64>,
+    #[serde(default)]
+    mem_intensity: Option<f64>,
     #[serde(default, deserialize_with = "de_ranges")]
     reads: Vec<ByteRange>,
     #[serde(default, deserialize_with = "de_ranges")]
@@ -159,6 +174,8 @@ impl RawManifest {
                 kernel_time_us: k.kernel_time_us,
                 block_time_us: k.block_time_us,
                 idempotent: k.idempotent,
+                wave_us: k.wave_us,
+                mem_intensity: k.mem_intensity,
             });
             memory.push(KernelMemory {
                 reads: k.reads,

@@ -1715,7 +1715,7 @@ impl Policy for Paella {
                 self.on_finished(cx, t, stream, kernel.tag, outcome);
                 self.pump(cx);
             }
-            Event::Preempted(_) => {}
+            Event::Preempted(_) | Event::BlocksCompleted { .. } => {}
         }
         self.debug_check();
     }
@@ -1743,6 +1743,8 @@ mod tests {
             kernel_time_us: us * f64::from(grid),
             block_time_us: us,
             idempotent: true,
+            wave_us: Vec::new(),
+            mem_intensity: None,
         }
     }
 

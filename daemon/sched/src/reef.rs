@@ -722,6 +722,7 @@ impl Reef {
                 regs_per_thread: v.proxy_regs,
                 shared_mem: v.shared_mem,
                 block_time_ns: v.block_time_ns,
+                wave_ns: Vec::new(),
                 idempotent: v.idempotent,
                 mem_intensity: None,
                 tag: t,
@@ -819,7 +820,7 @@ impl Reef {
                     self.restore(cx, l);
                 }
             }
-            Event::KernelStarted { .. } => {}
+            Event::KernelStarted { .. } | Event::BlocksCompleted { .. } => {}
         }
     }
 }
@@ -861,7 +862,9 @@ impl Policy for Reef {
     fn on_event(&mut self, cx: &mut Ctx<'_>, ev: &Event) {
         let Some(rt) = self.rt else { return };
         let stream = match ev {
-            Event::KernelStarted { stream, .. } | Event::KernelFinished { stream, .. } => *stream,
+            Event::KernelStarted { stream, .. }
+            | Event::KernelFinished { stream, .. }
+            | Event::BlocksCompleted { stream, .. } => *stream,
             Event::Preempted(r) => r.stream,
         };
         if stream == rt {
