@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use sluice_cli::disb::{self, DisbWorkload};
 use sluice_cli::roles::{self, BenchMode, BenchRole, ClientRole, Pattern};
-use sluice_cli::{bench_hol, bench_ipc, bench_preempt, demo};
+use sluice_cli::{bench_hol, bench_ipc, bench_preempt, bench_sim, demo};
 use sluice_gpu::DeviceProfile;
 use sluice_sched::PolicyKind;
 use sluice_service::Status;
@@ -275,6 +275,28 @@ enum Bench {
         /// Seed of the arrival process.
         #[arg(long)]
         seed: Option<u64>,
+        /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What the GPU model itself costs: one real-time VGG-19 (DISB C's
+    /// load) beside N closed-loop best-effort clients (the DISB models in
+    /// turn), wall-clock seconds on this machine per simulated second, per
+    /// device profile, policy and N. Compare rows of one run only.
+    Sim {
+        /// Device profiles (default mi50,gv100).
+        #[arg(long = "device", value_delimiter = ',')]
+        devices: Vec<String>,
+        /// Policies (default reef,streams).
+        #[arg(long = "policy", value_name = "NAME", num_args = 1.., value_delimiter = ',', value_parser = parse_policy)]
+        policies: Vec<PolicyKind>,
+        /// Best-effort client counts (default 1,5,20,100).
+        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        clients: Vec<u32>,
+        /// Virtual time during which clients issue tasks, ms; tasks in
+        /// flight then finish.
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+        sim_ms: u64,
         /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
@@ -632,6 +654,44 @@ fn main() -> ExitCode {
             } else {
                 print!("{}", bench_hol::table(&r));
                 ExitCode::SUCCESS
+            }
+        }
+        Cmd::Bench {
+            which:
+                Bench::Sim {
+                    devices,
+                    policies,
+                    clients,
+                    sim_ms,
+                    json,
+                },
+        } => {
+            let d = bench_sim::SimBenchOptions::default();
+            let opts = bench_sim::SimBenchOptions {
+                devices: if devices.is_empty() {
+                    d.devices
+                } else {
+                    devices
+                },
+                policies: if policies.is_empty() {
+                    d.policies
+                } else {
+                    policies
+                },
+                clients: if clients.is_empty() {
+                    d.clients
+                } else {
+                    clients
+                },
+                sim_ms,
+            };
+            match bench_sim::run(&opts, &mut |line| eprintln!("{line}")) {
+                Ok(r) if json => print_json(&r),
+                Ok(r) => {
+                    print!("{}", bench_sim::table(&r));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail_chain(&e),
             }
         }
         Cmd::Kernels { which } => kernels_cmd(which),
