@@ -9,6 +9,8 @@
 //!   (REEF's DISB, REEF Fig. 19 preemption latency, Paella's head-of-line
 //!   blocking) on the GPU model, and [`bench_preempt_device`] for the
 //!   preemption benchmark on a real device;
+//! - [`bench_padding`]: REEF §6.5's one-to-one padding matrix on the GPU
+//!   model;
 //! - [`bench_sim`]: what the GPU model itself costs to run, per simulated
 //!   second, as clients grow;
 //! - [`cuda_models`]: `sluice check|profile --device cuda` (the models' real
@@ -21,6 +23,7 @@
 
 pub mod bench_hol;
 pub mod bench_ipc;
+pub mod bench_padding;
 pub mod bench_preempt;
 pub mod bench_preempt_device;
 pub mod bench_sim;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use sluice_cli::disb::{self, DisbWorkload};
 use sluice_cli::roles::{self, BenchMode, BenchRole, ClientRole, Pattern};
-use sluice_cli::{bench_hol, bench_ipc, bench_preempt, bench_sim, demo};
+use sluice_cli::{bench_hol, bench_ipc, bench_padding, bench_preempt, bench_sim, demo};
 use sluice_gpu::DeviceProfile;
 use sluice_sched::PolicyKind;
 use sluice_service::Status;
@@ -276,6 +276,29 @@ enum Bench {
         #[arg(long)]
         seed: Option<u64>,
         /// Print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// REEF §6.5's one-to-one dynamic kernel padding matrix on the
+    /// simulated GPU: one closed-loop real-time and one closed-loop
+    /// best-effort client for every ordered pair of models, under streams,
+    /// reef without padding, reef with padding (DKP) and with multi-version
+    /// selection (DKP-MV); RT latency over standalone and overall
+    /// normalised throughput, beside REEF's published figures.
+    Padding {
+        /// Device profile of the simulated GPU (mi50, gv100, h100).
+        #[arg(long, default_value = "mi50")]
+        device: String,
+        /// Models (default: the DISB five).
+        #[arg(long = "model", value_delimiter = ',')]
+        models: Vec<String>,
+        /// Virtual time of each run, ms.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+        duration_ms: u64,
+        /// Worker threads (default: the number of CPUs).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+        jobs: Option<u64>,
+        /// Print one JSON object instead of tables.
         #[arg(long)]
         json: bool,
     },
@@ -689,6 +712,38 @@ fn main() -> ExitCode {
                 Ok(r) if json => print_json(&r),
                 Ok(r) => {
                     print!("{}", bench_sim::table(&r));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail_chain(&e),
+            }
+        }
+        Cmd::Bench {
+            which:
+                Bench::Padding {
+                    device,
+                    models,
+                    duration_ms,
+                    jobs,
+                    json,
+                },
+        } => {
+            let d = bench_padding::PaddingOptions::default();
+            let opts = bench_padding::PaddingOptions {
+                device,
+                models: if models.is_empty() { d.models } else { models },
+                duration_ms,
+                jobs: jobs.map_or(d.jobs, |j| j as usize),
+            };
+            let mut progress = |done: usize, total: usize| {
+                eprint!("\rpadding matrix: {done}/{total} runs");
+                if done == total {
+                    eprintln!();
+                }
+            };
+            match bench_padding::run(&opts, &mut progress) {
+                Ok(r) if json => print_json(&r),
+                Ok(r) => {
+                    print!("{}", bench_padding::table(&r));
                     ExitCode::SUCCESS
                 }
                 Err(e) => fail_chain(&e),
