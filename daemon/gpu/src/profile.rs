@@ -16,6 +16,9 @@ use serde::Deserialize;
 /// Most register banks (SIMDs / SM sub-partitions) a CU may have.
 pub const MAX_REGISTER_BANKS: u32 = 8;
 
+/// Longest per-kernel queue or preemption cost a profile may give, ns (1 s).
+pub const MAX_QUEUE_COST_NS: u64 = 1_000_000_000;
+
 /// The shipped profiles: (name, file, contents).
 const BUILTIN: &[(&str, &str, &str)] = &[
     ("mi50", "mi50.toml", include_str!("../profiles/mi50.toml")),
@@ -74,9 +77,17 @@ pub struct QueueParams {
     /// from a host queue into its device queue, ns.
     pub host_launch_ns: u64,
     /// Time the command processor takes to fetch one kernel packet from a
-    /// device queue and make it ready to dispatch, ns. Paid by every kernel,
-    /// including lazily evicted ones.
+    /// device queue, ns. Fetches are pipelined: a packet's fetch starts when
+    /// it enters the device queue, concurrently with any others, so the
+    /// fetch is on the critical path only for a kernel that arrives at an
+    /// idle stream. A packet keeps its device-queue slot until it is
+    /// launched.
     pub cp_fetch_ns: u64,
+    /// Device-side cost of launching one kernel, ns: from "fetched and its
+    /// stream's previous kernel finished" until its blocks may be
+    /// dispatched. Launches of different streams overlap, also within one
+    /// hardware queue. A lazily evicted kernel pays this and then exits.
+    pub launch_ns: u64,
 }
 
 /// Costs of the preemption mechanisms (REEF §4.3, §4.5, §4.6).
@@ -86,6 +97,11 @@ pub struct PreemptParams {
     /// Time from a kill request until the stream's running blocks are gone
     /// and their CUs free, ns (CU reset on AMD, trap handler on NVIDIA).
     pub kill_ns: u64,
+    /// Time from a host-queue reset until the host side of the stream is
+    /// clear, ns (REEF's asynchronous memory reclamation). The host queue is
+    /// emptied at once; the stream is reported idle no earlier than this.
+    /// Runs concurrently with eviction and kill.
+    pub host_reset_ns: u64,
 }
 
 /// The co-run slowdown model; see `docs/gpu-model.md`.
@@ -313,6 +329,23 @@ impl DeviceProfile {
                 "use at most 1024",
             ));
         }
+        let times: [(&'static str, u64); 5] = [
+            ("queues.host_launch_ns", self.queues.host_launch_ns),
+            ("queues.cp_fetch_ns", self.queues.cp_fetch_ns),
+            ("queues.launch_ns", self.queues.launch_ns),
+            ("preempt.kill_ns", self.preempt.kill_ns),
+            ("preempt.host_reset_ns", self.preempt.host_reset_ns),
+        ];
+        for (key, value) in times {
+            if value > MAX_QUEUE_COST_NS {
+                return Err(bad(
+                    key,
+                    value.to_string(),
+                    "is longer than a second, implausible for a per-kernel queue cost",
+                    "give the cost in nanoseconds (e.g. 7750 for 7.75 us)",
+                ));
+            }
+        }
         let m = &self.memory;
         if !(m.default_intensity.is_finite() && (0.0..=1.0).contains(&m.default_intensity)) {
             return Err(bad(
@@ -412,6 +445,32 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("memory.default_intensity = 1.5"), "{e}");
+
+        let text = mi50_text().replace("launch_ns = 7750", "launch_ns = 7750000000");
+        let e = DeviceProfile::parse("p.toml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("queues.launch_ns = 7750000000") && e.contains("nanoseconds"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn command_processor_costs_are_reef_components() {
+        // REEF Fig. 20(b): a capacity-4 device queue resets in 31 us; §4.2:
+        // ~20 us per queued kernel to fetch and launch; 3 us host reset.
+        let p = DeviceProfile::mi50();
+        assert_eq!(4 * p.queues.launch_ns, 31_000);
+        assert_eq!(p.queues.cp_fetch_ns + p.queues.launch_ns, 20_000);
+        assert_eq!(p.preempt.host_reset_ns, 3_000);
+        assert_eq!(p.preempt.kill_ns, 3_000);
+        // No NVIDIA component measurement: borrowed from the MI50.
+        for nv in [DeviceProfile::gv100(), DeviceProfile::h100()] {
+            assert_eq!(nv.queues.launch_ns, p.queues.launch_ns);
+            assert_eq!(nv.queues.cp_fetch_ns, p.queues.cp_fetch_ns);
+            assert_eq!(nv.preempt.host_reset_ns, p.preempt.host_reset_ns);
+        }
     }
 
     #[test]
