@@ -117,6 +117,37 @@ pub struct MemoryParams {
     pub contention: f64,
 }
 
+/// How a wave of blocks stretches with the threads sharing its CU, for
+/// kernels without measured wave times (`KernelLaunch::wave_ns`); see
+/// `docs/gpu-model.md`. Derived from REEF's MI50 kernels by
+/// `scripts/derive-occupancy-curve.py`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OccupancyCurve {
+    /// Share of the CU's `max_threads` resident, strictly increasing, 0 to 1.
+    pub thread_fraction: Vec<f64>,
+    /// A wave's time at that share against one block alone; positive and
+    /// non-decreasing, one per `thread_fraction`.
+    pub wave_ratio: Vec<f64>,
+}
+
+impl OccupancyCurve {
+    /// The ratio at thread fraction `x`: linear between the points, the end
+    /// values beyond them.
+    pub fn ratio(&self, x: f64) -> f64 {
+        let (xs, rs) = (&self.thread_fraction, &self.wave_ratio);
+        let i = xs.partition_point(|&p| p <= x);
+        if i == 0 {
+            return rs[0];
+        }
+        if i == xs.len() {
+            return rs[xs.len() - 1];
+        }
+        let (x0, x1, r0, r1) = (xs[i - 1], xs[i], rs[i - 1], rs[i]);
+        r0 + (r1 - r0) * (x - x0) / (x1 - x0)
+    }
+}
+
 /// One device profile, as parsed and validated.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -135,6 +166,8 @@ pub struct DeviceProfile {
     pub preempt: PreemptParams,
     /// Co-run slowdown parameters.
     pub memory: MemoryParams,
+    /// Wave time against CU occupancy, for unmeasured kernels.
+    pub occupancy: OccupancyCurve,
 }
 
 /// Why a profile could not be loaded.
@@ -363,6 +396,31 @@ impl DeviceProfile {
                 "use 0.0 (no slowdown) to a few units",
             ));
         }
+        let o = &self.occupancy;
+        let xs_ok = !o.thread_fraction.is_empty()
+            && o.thread_fraction
+                .iter()
+                .all(|x| x.is_finite() && (0.0..=1.0).contains(x))
+            && o.thread_fraction.windows(2).all(|w| w[0] < w[1]);
+        if !xs_ok {
+            return Err(bad(
+                "occupancy.thread_fraction",
+                format!("{:?}", o.thread_fraction),
+                "is empty, outside 0..=1 or not strictly increasing",
+                "regenerate it with scripts/derive-occupancy-curve.py --write",
+            ));
+        }
+        let rs_ok = o.wave_ratio.len() == o.thread_fraction.len()
+            && o.wave_ratio.iter().all(|r| r.is_finite() && *r > 0.0)
+            && o.wave_ratio.windows(2).all(|w| w[0] <= w[1]);
+        if !rs_ok {
+            return Err(bad(
+                "occupancy.wave_ratio",
+                format!("{:?}", o.wave_ratio),
+                "is not one positive, non-decreasing ratio per thread_fraction",
+                "regenerate it with scripts/derive-occupancy-curve.py --write",
+            ));
+        }
         Ok(())
     }
 }
@@ -452,6 +510,25 @@ mod tests {
             .to_string();
         assert!(
             e.contains("queues.launch_ns = 7750000000") && e.contains("nanoseconds"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn occupancy_curve_interpolates_and_is_validated() {
+        let c = DeviceProfile::mi50().occupancy;
+        assert_eq!(c.ratio(0.0), 1.0);
+        assert_eq!(c.ratio(-1.0), 1.0);
+        assert_eq!(c.ratio(1.0), *c.wave_ratio.last().unwrap());
+        let (x0, x1) = (c.thread_fraction[2], c.thread_fraction[3]);
+        let mid = c.ratio((x0 + x1) / 2.0);
+        assert!((mid - (c.wave_ratio[2] + c.wave_ratio[3]) / 2.0).abs() < 1e-9);
+        let text = mi50_text().replace("wave_ratio = [1.000, 1.000", "wave_ratio = [1.000, 0.500");
+        let e = DeviceProfile::parse("p.toml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("occupancy.wave_ratio") && e.contains("derive-occupancy"),
             "{e}"
         );
     }
