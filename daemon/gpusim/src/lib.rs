@@ -127,6 +127,10 @@ struct Kern {
     launched: bool,
     started: bool,
     aborted: bool,
+    /// Has tried to place blocks on every CU, and placed all that fit: from
+    /// now on only CUs with freed resources ([`GpuSim::dirty`]) can take
+    /// more of it.
+    tried: bool,
     /// Rides a fused launch ([`GpuSim::launch_padded`]): dispatched from
     /// [`GpuSim::fused`], not from a hardware queue.
     fused: bool,
@@ -255,7 +259,18 @@ pub struct GpuSim {
     /// Dispatch order: priority, waiting since, then a hardware queue
     /// (`false`, index) or a fused kernel (`true`, index into `fused`).
     scratch_heads: Vec<(Reverse<i32>, Ns, bool, u32)>,
+    /// Fits of the CUs in `scratch_cands`, in the same order.
     scratch_fit: Vec<u32>,
+    /// CUs a placement considers, in placement order.
+    scratch_cands: Vec<u32>,
+    /// CUs whose resources grew since the last dispatch: the only places a
+    /// head that has already tried every CU can now go.
+    dirty: Vec<u32>,
+    dirty_mark: Vec<bool>,
+    /// Something changed that dispatch must look at: a new or launched
+    /// head, freed resources, a flag, a fused kernel. Without it dispatch
+    /// does nothing.
+    wake: bool,
     /// Whether [`Self::model_work_ns`] is counted.
     time_model: bool,
     model_work_ns: u64,
@@ -285,7 +300,11 @@ impl GpuSim {
             cursor: 0,
             out: VecDeque::new(),
             scratch_heads: Vec::with_capacity(nhwq),
-            scratch_fit: vec![0; ncu],
+            scratch_fit: Vec::with_capacity(ncu),
+            scratch_cands: Vec::with_capacity(ncu),
+            dirty: Vec::with_capacity(ncu),
+            dirty_mark: vec![false; ncu],
+            wake: false,
             time_model: false,
             model_work_ns: 0,
             profile,
@@ -445,6 +464,7 @@ impl GpuSim {
             });
         }
         let (id, kref) = self.admit(s, &k, true)?;
+        self.wake = true;
         self.streams[s].cur = Some(id);
         self.kernels[id as usize].launched = true;
         self.fused.push(Fused {
@@ -530,6 +550,7 @@ impl GpuSim {
             launched: false,
             started: false,
             aborted: false,
+            tried: false,
             fused,
             unreported: 0,
         };
@@ -591,6 +612,7 @@ impl GpuSim {
         let s = self.stream_index(stream)?;
         self.ensure_pending(s);
         self.streams[s].flag = true;
+        self.wake = true;
         if let Some(id) = self.streams[s].cur {
             let k = &self.kernels[id as usize];
             if k.launched && !k.started && !k.fused {
@@ -821,6 +843,7 @@ impl GpuSim {
         q.fifo.push_back(id);
         if q.fifo.len() == 1 {
             q.head_since = self.now;
+            self.wake = true;
         }
         self.try_launch(s);
     }
@@ -851,6 +874,7 @@ impl GpuSim {
     fn on_launch_done(&mut self, id: u32) {
         let k = &mut self.kernels[id as usize];
         k.launched = true;
+        self.wake = true;
         if self.streams[k.stream as usize].flag {
             self.evict(id);
         }
@@ -865,6 +889,7 @@ impl GpuSim {
             q.fifo.remove(pos);
             if pos == 0 {
                 q.head_since = self.now;
+                self.wake = true;
             }
         }
         self.finish(id, Outcome::Evicted);
@@ -874,10 +899,14 @@ impl GpuSim {
         let q = &mut self.hwqs[h];
         if q.fifo.pop_front().is_some() {
             q.head_since = self.now;
+            self.wake = true;
         }
     }
 
     fn dispatch(&mut self) {
+        if !self.wake {
+            return;
+        }
         let mut heads = std::mem::take(&mut self.scratch_heads);
         heads.clear();
         for (h, q) in self.hwqs.iter().enumerate() {
@@ -949,6 +978,12 @@ impl GpuSim {
         if fused_done {
             self.fused.retain(|f| f.kernel != u32::MAX);
         }
+        // Every head that had tried every CU has now seen the freed ones.
+        for &c in &self.dirty {
+            self.dirty_mark[c as usize] = false;
+        }
+        self.dirty.clear();
+        self.wake = false;
     }
 
     /// Dispatches fused entry `i`; returns whether it is done with (then
@@ -993,50 +1028,69 @@ impl GpuSim {
     }
 
     /// Places as many unplaced blocks of kernel `id` as fit; returns how many.
+    ///
+    /// The first attempt looks at every CU; later ones only at the CUs
+    /// whose resources grew since the last dispatch, since every other CU
+    /// had no room left for this kernel then and has only lost resources
+    /// since. Either way the result is the same as a scan of every CU.
     fn place(&mut self, id: u32) -> u32 {
         let ncu = self.cus.len();
-        let (fp, remaining) = {
-            let k = &self.kernels[id as usize];
-            (k.fp, k.blocks_left)
+        let (fp, remaining, tried) = {
+            let k = &mut self.kernels[id as usize];
+            let tried = k.tried;
+            k.tried = true;
+            (k.fp, k.blocks_left, tried)
         };
+        if tried && self.dirty.is_empty() {
+            return 0;
+        }
+        let packed = self.streams[self.kernels[id as usize].stream as usize].packed;
+        // Candidates in placement order: from the cursor round-robin, or
+        // lowest first when packed.
+        let mut cands = std::mem::take(&mut self.scratch_cands);
+        cands.clear();
+        let cursor = if packed { 0 } else { self.cursor };
+        if tried {
+            cands.extend_from_slice(&self.dirty);
+            cands.sort_unstable_by_key(|&c| (c as usize + ncu - cursor) % ncu);
+        } else {
+            cands.extend((cursor..ncu).chain(0..cursor).map(|c| c as u32));
+        }
+        let mut fit = std::mem::take(&mut self.scratch_fit);
+        fit.clear();
         let mut total: u64 = 0;
-        let mut max_fit = 0;
-        for c in 0..ncu {
-            let f = self.cus[c].fit(&fp).0.min(remaining);
-            self.scratch_fit[c] = f;
+        for &c in &cands {
+            let f = self.cus[c as usize].fit(&fp).0.min(remaining);
+            fit.push(f);
             total += u64::from(f);
-            max_fit = max_fit.max(f);
         }
         if total == 0 {
+            self.scratch_cands = cands;
+            self.scratch_fit = fit;
             return 0;
         }
         let to_place = u32::try_from(total.min(u64::from(remaining))).unwrap_or(remaining);
-        let packed = self.streams[self.kernels[id as usize].stream as usize].packed;
         // Water-filling: every CU gets min(fit, level - 1), then one more
         // for CUs with room, round-robin from the cursor, until done.
         let mut extra_from = 0;
         if packed {
             // Lowest CUs first, each filled before the next.
             let mut left = to_place;
-            for f in self.scratch_fit.iter_mut() {
+            for f in fit.iter_mut() {
                 *f = (*f).min(left);
                 left -= *f;
             }
         } else if u64::from(to_place) < total {
             let mut level = 1;
             loop {
-                let s: u64 = self
-                    .scratch_fit
-                    .iter()
-                    .map(|&f| u64::from(f.min(level)))
-                    .sum();
+                let s: u64 = fit.iter().map(|&f| u64::from(f.min(level))).sum();
                 if s >= u64::from(to_place) {
                     break;
                 }
                 level += 1;
             }
             let mut base: u32 = 0;
-            for f in self.scratch_fit.iter_mut() {
+            for f in fit.iter_mut() {
                 let room = *f >= level;
                 *f = (*f).min(level - 1);
                 base += *f;
@@ -1053,9 +1107,9 @@ impl GpuSim {
         let d = self.demand as f64 / DEMAND_ONE;
         let factor = 1.0 + self.profile.memory.contention * k.intensity * (d - 1.0).max(0.0);
         let mut last_extra = None;
-        for i in 0..ncu {
-            let c = (self.cursor + i) % ncu;
-            let mut m = self.scratch_fit[c];
+        for (&c, &f) in cands.iter().zip(&fit) {
+            let c = c as usize;
+            let mut m = f;
             if m & (1 << 31) != 0 {
                 m &= !(1 << 31);
                 if extra_from > 0 {
@@ -1102,6 +1156,8 @@ impl GpuSim {
             );
         }
         debug_assert_eq!(extra_from, 0);
+        self.scratch_cands = cands;
+        self.scratch_fit = fit;
         if let Some(c) = last_extra {
             self.cursor = (c + 1) % ncu;
         }
@@ -1150,6 +1206,11 @@ impl GpuSim {
         if self.cu_blocks[c] == 0 {
             self.occupied_cus -= 1;
         }
+        if !self.dirty_mark[c] {
+            self.dirty_mark[c] = true;
+            self.dirty.push(c as u32);
+        }
+        self.wake = true;
         kid
     }
 
@@ -2367,6 +2428,75 @@ mod tests {
             finished(&ev, small, 1).unwrap(),
         );
         assert_eq!(t1 - t0, 5_000);
+    }
+
+    /// One RT stream and `be` closed-loop best-effort streams of VGG-like
+    /// kernels (grid 100–2000 blocks of 256 threads, 20–200 µs waves) on
+    /// gv100, for `sim_ns` of virtual time: (internal events, wall seconds).
+    fn many_streams(be: u32, sim_ns: Ns) -> (u64, f64) {
+        let mut gpu = GpuSim::new(DeviceProfile::gv100());
+        let rt = gpu.create_stream(1);
+        let streams: Vec<StreamId> = (0..be).map(|_| gpu.create_stream(0)).collect();
+        let mut lcg = 12345u64;
+        let mut next = move || {
+            lcg = lcg
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (lcg >> 33) as u32
+        };
+        let mut kernel = |tag| {
+            let mut k = uniform(100 + next() % 1900, 256, 0, 0, tag);
+            k.block_time_ns = Ns::from(20_000 + next() % 180_000);
+            k
+        };
+        let t0 = std::time::Instant::now();
+        for &s in &streams {
+            for i in 0..4 {
+                gpu.launch(s, kernel(i)).unwrap();
+            }
+        }
+        let mut tag = 0;
+        while gpu.now() < sim_ns {
+            // An RT request of 20 kernels every 2 ms.
+            if gpu.now() / 2_000_000 >= tag / 20 {
+                for _ in 0..20 {
+                    gpu.launch(rt, kernel(tag)).unwrap();
+                    tag += 1;
+                }
+            }
+            let Some(e) = gpu.step() else { break };
+            if let Event::KernelFinished {
+                stream, kernel: k, ..
+            } = e
+                && stream != rt
+            {
+                gpu.launch(stream, kernel(k.tag + 4)).unwrap();
+            }
+        }
+        (gpu.seq, t0.elapsed().as_secs_f64())
+    }
+
+    /// Prints the model's cost with many streams. Not a check; run it with
+    /// `cargo test -p sluice-gpusim --release --lib tests::print_scaling -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "prints the model's cost against the number of streams"]
+    fn print_scaling() {
+        let sim_ns = 200_000_000;
+        println!(
+            "gv100, 1 RT + N closed-loop BE streams, {} ms simulated",
+            sim_ns / 1_000_000
+        );
+        let mut base = None;
+        for be in [5u32, 20, 100] {
+            let (events, wall) = many_streams(be, sim_ns);
+            let per_sim_s = wall / (sim_ns as f64 / 1e9);
+            let b = *base.get_or_insert(per_sim_s);
+            println!(
+                "  {be:>3} BE: {events:>9} events, {:.2} M events/s, {per_sim_s:.3} wall s per simulated s ({:.2}x the 5-stream figure)",
+                events as f64 / wall / 1e6,
+                per_sim_s / b
+            );
+        }
     }
 
     proptest! {
