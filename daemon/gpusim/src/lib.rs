@@ -267,6 +267,8 @@ pub struct GpuSim {
     /// head that has already tried every CU can now go.
     dirty: Vec<u32>,
     dirty_mark: Vec<bool>,
+    /// `scratch_heads` no longer matches the heads (one left or came).
+    heads_stale: bool,
     /// Something changed that dispatch must look at: a new or launched
     /// head, freed resources, a flag, a fused kernel. Without it dispatch
     /// does nothing.
@@ -305,6 +307,7 @@ impl GpuSim {
             dirty: Vec::with_capacity(ncu),
             dirty_mark: vec![false; ncu],
             wake: false,
+            heads_stale: true,
             time_model: false,
             model_work_ns: 0,
             profile,
@@ -465,6 +468,7 @@ impl GpuSim {
         }
         let (id, kref) = self.admit(s, &k, true)?;
         self.wake = true;
+        self.heads_stale = true;
         self.streams[s].cur = Some(id);
         self.kernels[id as usize].launched = true;
         self.fused.push(Fused {
@@ -844,6 +848,7 @@ impl GpuSim {
         if q.fifo.len() == 1 {
             q.head_since = self.now;
             self.wake = true;
+            self.heads_stale = true;
         }
         self.try_launch(s);
     }
@@ -890,6 +895,7 @@ impl GpuSim {
             if pos == 0 {
                 q.head_since = self.now;
                 self.wake = true;
+                self.heads_stale = true;
             }
         }
         self.finish(id, Outcome::Evicted);
@@ -900,6 +906,7 @@ impl GpuSim {
         if q.fifo.pop_front().is_some() {
             q.head_since = self.now;
             self.wake = true;
+            self.heads_stale = true;
         }
     }
 
@@ -908,22 +915,26 @@ impl GpuSim {
             return;
         }
         let mut heads = std::mem::take(&mut self.scratch_heads);
-        heads.clear();
-        for (h, q) in self.hwqs.iter().enumerate() {
-            if let Some(&id) = q.fifo.front() {
-                let s = self.kernels[id as usize].stream as usize;
-                heads.push((
-                    Reverse(self.streams[s].priority),
-                    q.head_since,
-                    false,
-                    h as u32,
-                ));
+        if self.heads_stale {
+            // Only when a head left or came: otherwise the order stands.
+            heads.clear();
+            for (h, q) in self.hwqs.iter().enumerate() {
+                if let Some(&id) = q.fifo.front() {
+                    let s = self.kernels[id as usize].stream as usize;
+                    heads.push((
+                        Reverse(self.streams[s].priority),
+                        q.head_since,
+                        false,
+                        h as u32,
+                    ));
+                }
             }
+            for (i, f) in self.fused.iter().enumerate() {
+                heads.push((Reverse(f.priority), f.since, true, i as u32));
+            }
+            heads.sort_unstable();
+            self.heads_stale = false;
         }
-        for (i, f) in self.fused.iter().enumerate() {
-            heads.push((Reverse(f.priority), f.since, true, i as u32));
-        }
-        heads.sort_unstable();
         let mut fused_done = false;
         for &(_, _, fused, h) in &heads {
             if fused {
@@ -977,6 +988,7 @@ impl GpuSim {
         self.scratch_heads = heads;
         if fused_done {
             self.fused.retain(|f| f.kernel != u32::MAX);
+            self.heads_stale = true;
         }
         // Every head that had tried every CU has now seen the freed ones.
         for &c in &self.dirty {
@@ -1041,7 +1053,12 @@ impl GpuSim {
             k.tried = true;
             (k.fp, k.blocks_left, tried)
         };
-        if tried && self.dirty.is_empty() {
+        if tried
+            && !self
+                .dirty
+                .iter()
+                .any(|&c| self.cus[c as usize].fits_one(&fp))
+        {
             return 0;
         }
         let packed = self.streams[self.kernels[id as usize].stream as usize].packed;
@@ -1266,6 +1283,7 @@ impl GpuSim {
             if self.kernels[kid as usize].fused {
                 // Still dispatching beside its host kernel.
                 self.fused.retain(|f| f.kernel != kid);
+                self.heads_stale = true;
             } else {
                 // Still dispatching, so it is the head of its hardware queue.
                 let h = self.streams[s].hwq as usize;
