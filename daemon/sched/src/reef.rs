@@ -20,17 +20,21 @@
 //!   earlier kernel flagged idempotent. Every kernel launched again counts in
 //!   [`relaunched_kernels`](super::PolicyStats::relaunched_kernels).
 //! - **Dynamic kernel padding (§5.2).** RT kernels run as REEF's `dkp`
-//!   kernel runs them (§5.1, Fig. 12): packed onto the first CUs, as many
-//!   as the kernel needs at its occupancy ([`GpuSim::set_packed_placement`](sluice_gpusim::GpuSim::set_packed_placement)),
-//!   leaving the other CUs whole for best-effort blocks. When an RT kernel
+//!   kernel runs them (§5.1, Fig. 12): packed onto the first CUs, each
+//!   holding as many blocks as spreading the grid would give it
+//!   ([`GpuSim::set_packed_placement`](sluice_gpusim::GpuSim::set_packed_placement)),
+//!   so its waves are no longer than spread ones, leaving the other CUs
+//!   whole for best-effort blocks (which the device fills from the highest
+//!   CU down). When an RT kernel
 //!   starts, each parked BE lane may launch blocks of its next kernel beside
 //!   it, as REEF's greedy selection does ("a set of blocks from candidate
 //!   best-effort kernels ... for the remaining CUs"): *rule 1*, the padded
 //!   work finishes before the RT kernel is expected to: a block no longer
 //!   than the RT kernel, and as many rounds of blocks as fit in its time;
 //!   *rule 2*, the blocks fit in the leftover room (whole free CUs at the
-//!   BE kernel's occupancy plus what the RT kernel's last CU has left;
-//!   occupancy helpers of [`sluice_gpu::occupancy`]). A kernel may take
+//!   BE kernel's occupancy; occupancy helpers of [`sluice_gpu::occupancy`]);
+//!   rule 1 counts a padded block at its wave time at full occupancy (the
+//!   profile's occupancy curve), since padded blocks share their CUs. A kernel may take
 //!   several padded launches to cover; the lane counts its progress in
 //!   [`UNITS_PER_BLOCK`]ths of a block and, when it runs freely again,
 //!   launches only the blocks left. One padded launch per lane is in flight
@@ -67,7 +71,6 @@ use shm_proto::Priority;
 
 use super::rt_only::{kernel_count, last_kernel_done, launch_kernels, launch_task};
 use super::{Ctx, Policy, Task, TaskDone, tag, untag};
-use sluice_gpu::occupancy::CuState;
 use sluice_gpu::{
     DeviceProfile, Event, Footprint, Gpu, GpuError, KernelLaunch, KernelRef, Ns, Outcome, StreamId,
     blocks_per_cu,
@@ -224,8 +227,6 @@ pub fn proxy_regs(profile: &DeviceProfile, regs: u32) -> u32 {
 /// A kernel as the RT stream runs it.
 #[derive(Debug, Clone, Copy)]
 struct RtKernel {
-    /// What one block takes from a CU.
-    fp: Footprint,
     /// Blocks one CU holds at once.
     occupancy: u32,
     /// Blocks in the grid.
@@ -252,7 +253,6 @@ struct ModelTable {
 #[derive(Debug, Clone)]
 struct Tables {
     models: Vec<ModelTable>,
-    empty_cu: CuState,
     cus: u32,
 }
 
@@ -332,12 +332,12 @@ impl Tables {
                 let threads = u32::try_from(k.threads_per_block()).unwrap_or(u32::MAX);
                 let fp = Footprint::new(profile, threads, k.regs_per_thread, k.shared_mem_bytes);
                 let bpc = blocks_per_cu(profile, &fp).0.max(1);
-                let bt = (k.block_time_us * 1000.0).round() as Ns;
                 t.rt.push(RtKernel {
-                    fp,
                     occupancy: bpc,
                     grid,
-                    time: Ns::from(grid.div_ceil(ncu * bpc)) * bt,
+                    // The manifest's time alone (measured, for the REEF
+                    // models): the deadline padding must meet.
+                    time: k.kernel_time_ns(),
                 });
                 let start = t.versions.len() as u32;
                 t.versions.extend(versions_of(profile, k, factors, splits));
@@ -349,7 +349,6 @@ impl Tables {
         }
         Self {
             models: tables,
-            empty_cu: CuState::empty(profile),
             cus: ncu,
         }
     }
@@ -663,19 +662,22 @@ impl Reef {
         else {
             return;
         };
-        // Rule 2's room: the RT kernel packed onto the first CUs (whole
-        // ones, then one partly filled), the rest of the CUs empty. A
-        // kernel of more than one wave takes every CU: nothing to pad.
+        // Rule 2's room: the RT kernel packed onto the first CUs at the
+        // per-CU count spreading would give it (`set_packed_placement`),
+        // whole CUs after them free; a kernel of more than one wave takes
+        // every CU: nothing to pad. The RT kernel's CUs are not shared, so
+        // padding never stretches its waves.
         let occ = rk.occupancy.max(1);
         if u64::from(rk.grid) > u64::from(occ) * u64::from(tables.cus) {
             return;
         }
-        let mut free_cus = tables.cus - rk.grid / occ;
-        let mut partial = tables.empty_cu;
-        if rk.grid % occ != 0 {
-            free_cus -= 1;
-            partial.take(&rk.fp, rk.grid % occ);
+        let level = rk.grid.div_ceil(tables.cus).clamp(1, occ);
+        let mut free_cus = tables.cus.saturating_sub(rk.grid.div_ceil(level));
+        if free_cus == 0 {
+            return;
         }
+        let curve = cx.gpu.profile().occupancy.clone();
+        let max_threads = f64::from(cx.gpu.profile().cu.max_threads);
         let now = cx.gpu.now();
         let deadline = now + rk.time;
         for lane in &mut self.lanes {
@@ -700,19 +702,28 @@ impl Reef {
                 if now + v.block_time_ns > deadline {
                     break; // rule 1; versions are sorted by block time
                 }
+                // Padded blocks fill the free CUs at their occupancy, and a
+                // block's time grows with what shares its CU: rule 1 on the
+                // wave at full occupancy over one block alone (the most the
+                // GPU model stretches a block by).
+                let x = |n: u32| f64::from(n * v.footprint.threads) / max_threads;
+                let stretch = curve.ratio(x(v.occupancy)) / curve.ratio(x(1));
+                let wave = (v.block_time_ns as f64 * stretch).ceil() as Ns;
+                if now + wave > deadline {
+                    continue;
+                }
                 // Rule 2: as many of the kernel's remaining blocks as the
                 // leftover CUs hold at once (REEF selects "a set of blocks").
-                let in_partial = partial.fit(&v.footprint).0;
-                let room = u64::from(free_cus) * u64::from(v.occupancy) + u64::from(in_partial);
-                let waves = (deadline - now) / v.block_time_ns.max(1);
+                let room = u64::from(free_cus) * u64::from(v.occupancy);
+                let waves = (deadline - now) / wave.max(1);
                 let want = left.div_ceil(v.units.max(1));
                 let blocks = u32::try_from((room * waves).min(u64::from(want))).unwrap_or(want);
                 if blocks > 0 {
-                    pick = Some((*v, blocks, in_partial.min(blocks)));
+                    pick = Some((*v, blocks));
                     break;
                 }
             }
-            let Some((v, blocks, in_partial)) = pick else {
+            let Some((v, blocks)) = pick else {
                 continue;
             };
             let t = tag(cur.task.id, cur.next);
@@ -734,14 +745,11 @@ impl Reef {
                     continue;
                 }
             };
-            let one_wave = u64::from(free_cus) * u64::from(v.occupancy) + u64::from(in_partial);
+            let one_wave = u64::from(free_cus) * u64::from(v.occupancy);
             if u64::from(blocks) >= one_wave {
                 free_cus = 0;
-                partial = tables.empty_cu;
-                partial.take(&v.footprint, v.occupancy);
             } else {
-                partial.take(&v.footprint, in_partial);
-                free_cus -= (blocks - in_partial).div_ceil(v.occupancy.max(1));
+                free_cus -= blocks.div_ceil(v.occupancy.max(1));
             }
             let units = (blocks * v.units).min(left);
             if cur.next < cur.launched && cur.covered == 0 {
