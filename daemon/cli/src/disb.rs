@@ -322,6 +322,9 @@ pub struct Standalone {
     pub manifest_ms: f64,
     /// Standalone maximum throughput, requests/s (`1000 / time_ms`).
     pub max_rps: f64,
+    /// Where the model's kernels come from: the manifest's `provenance`
+    /// (measured: the REEF MI50 artifact; synthetic: `scripts/gen-models.py`).
+    pub provenance: String,
 }
 
 /// A client of a workload, as the report describes it.
@@ -549,6 +552,7 @@ impl Normalisers {
                 time_ms: t as f64 / 1e6,
                 manifest_ms: m.total_time_ns as f64 / 1e6,
                 max_rps: 1e9 / t as f64,
+                provenance: m.manifest.provenance.clone(),
             });
         }
         Ok(Self { time_ns, report })
@@ -1358,12 +1362,15 @@ pub fn table(r: &DisbReport) -> String {
         r.device
     );
     s += &format!(
-        "{:<10} {:>14} {:>12} {:>10}\n",
+        "{:<10} {:>14} {:>12} {:>10}  kernels from\n",
         "model", "standalone ms", "manifest ms", "max req/s"
     );
     for m in &r.standalone {
+        // The provenance's first word: measured (the REEF artifact, by
+        // its authors on an MI50), estimated or synthetic.
+        let from = m.provenance.split([' ', ':']).next().unwrap_or("");
         s += &format!(
-            "{:<10} {:>14.3} {:>12.3} {:>10.1}\n",
+            "{:<10} {:>14.3} {:>12.3} {:>10.1}  {from}\n",
             m.model, m.time_ms, m.manifest_ms, m.max_rps
         );
     }
