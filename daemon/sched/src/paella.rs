@@ -148,7 +148,7 @@ impl Default for PaellaConfig {
         Self {
             extra_blocks: 8,
             deficit_threshold: 16.0,
-            launch_ahead: 2,
+            launch_ahead: 4,
             notify_every: 16,
             queueing: Queueing::Srpt,
         }
@@ -1881,10 +1881,11 @@ impl Paella {
         };
         let tail = &dev.kernels[job.tail as usize];
         let h = tail.hwq as usize;
-        // Not behind a kernel still placing waves of its own; its hardware
-        // queue holds nothing but this job's kernels that wait to start;
-        // another hardware queue stays free for jobs that can start now.
-        if (tail.unplaced > 0 && !tail.queued) || dev.busy_hwq[h] != job.unstarted {
+        // Its hardware queue holds nothing but this job's kernels that wait
+        // to start or to place more waves; another hardware queue stays
+        // free for jobs that can start now.
+        let own = if tail.queued { 0 } else { tail.unplaced };
+        if dev.busy_hwq[h] != job.unstarted + u32::from(own > 0) {
             return false;
         }
         let other_free = if dev.nhwq > 1 {
@@ -1897,14 +1898,21 @@ impl Paella {
         }
         let launch = &self.launches[job.task.model as usize][job.next as usize];
         let grid = launch.grid_blocks;
-        let est = grid.saturating_sub(dev.room_after(&tail.fig, tail_blocks(tail), &fig));
+        let room = dev.room_after(&tail.fig, tail_blocks(tail), &fig);
+        let est = grid.saturating_sub(room);
         let class = class_of(job.task.priority);
+        // Blocks waiting for room, but those of the job's own last kernel
+        // (which it waits behind anyway).
         let pending = if class == RT {
             dev.pending_class[RT]
         } else {
             dev.pending_blocks + dev.ahead_pend
-        };
-        if pending + u64::from(est) > u64::from(self.cfg.extra_blocks) {
+        } - u64::from(own);
+        // As for a kernel that starts now: within B, or, a kernel larger
+        // than the room, when nothing else waits (its later waves wait for
+        // its own earlier ones).
+        if pending + u64::from(est) > u64::from(self.cfg.extra_blocks) && (pending > 0 || room == 0)
+        {
             return false;
         }
         let stream = tail.stream;
@@ -2481,6 +2489,158 @@ mod tests {
         for d in r.done.iter().filter(|d| d.task.model != 1) {
             assert_eq!(d.finished, d.task.arrival);
         }
+    }
+
+    /// A real-time task arrives while a best-effort kernel has far more
+    /// than `B` blocks waiting for room: it is dispatched at once (the
+    /// device serves it before the waiting best-effort blocks), not once the
+    /// best-effort backlog has drained to `B`.
+    #[test]
+    fn a_real_time_kernel_goes_while_more_than_b_best_effort_blocks_wait() {
+        let models = registry(vec![
+            // 80 blocks of half an SM on 4 SMs: 10 waves of 100 us.
+            ("big", vec![kernel(80, 1024, 16, 0, 100.0)]),
+            ("rt", vec![full(100.0)]),
+        ]);
+        let ids = |n: &str| models.lookup(n).expect("model").0;
+        let w = Workload {
+            clients: vec![
+                client(ids("big"), Arrival::Trace(vec![0])),
+                ClientSpec {
+                    priority: Priority::RealTime,
+                    model: ids("rt"),
+                    arrival: Arrival::Trace(vec![50_000]),
+                },
+            ],
+            duration_ns: 2_000_000,
+        };
+        let mut p = Paella::new(&models);
+        let mut gpu = sluice_gpusim::GpuSim::new(small_device());
+        let r = workload::run_on(&mut gpu, &models, &mut p, &w);
+        assert_eq!(r.unfinished, 0);
+        let rt = r
+            .done
+            .iter()
+            .find(|d| d.task.priority == Priority::RealTime)
+            .expect("rt done");
+        let be = r
+            .done
+            .iter()
+            .find(|d| d.task.priority == Priority::BestEffort)
+            .expect("be done");
+        // 72 blocks were pending (B = 8) when it arrived. Dispatched at
+        // once, it takes the room of the first wave (at 100 us) and
+        // finishes a wave later; held back until 8 blocks were left, it
+        // would have started after about 9 waves.
+        let latency = rt.finished - rt.task.arrival;
+        assert!(latency < 300_000, "RT latency {latency} ns: {r:?}");
+        assert!(be.finished > rt.finished, "{r:?}");
+    }
+
+    /// A model alone runs under `paella` within 10% of its time under `seq`
+    /// (one stream, all kernels launched at once), on the GPU model: the
+    /// launch and fetch of each next kernel overlap the kernel before it.
+    #[test]
+    fn a_model_alone_takes_at_most_1_1_times_its_seq_time() {
+        let models = Arc::new(ModelRegistry::builtin());
+        let mut worst = Vec::new();
+        for (id, m) in models.iter() {
+            if m.manifest.kernels.is_empty() {
+                continue;
+            }
+            let w = Workload {
+                clients: vec![client(id, Arrival::Trace(vec![0]))],
+                duration_ns: 1,
+            };
+            let time = |p: &mut dyn Policy| {
+                let r = workload::run(&DeviceProfile::mi50(), &models, p, &w);
+                assert_eq!(r.done.len(), 1, "{}", m.manifest.name);
+                r.done[0].finished
+            };
+            let seq = time(&mut crate::seq::Seq::new());
+            let paella = time(&mut Paella::new(&models));
+            let ratio = paella as f64 / seq as f64;
+            eprintln!(
+                "{}: seq {seq} ns, paella {paella} ns, {ratio:.3}",
+                m.manifest.name
+            );
+            worst.push((ratio, m.manifest.name.clone()));
+        }
+        for (ratio, name) in worst {
+            assert!(ratio <= 1.1, "{name}: paella/seq = {ratio:.3}");
+        }
+    }
+
+    /// A `BlocksCompleted` report gives its blocks' room back to the
+    /// occupancy model before the kernel finishes, and a kernel waiting for
+    /// room is placed in it.
+    #[test]
+    fn block_group_completions_free_occupancy_before_the_kernel_finishes() {
+        use sluice_gpu::Clocked;
+        use sluice_gpusim::GpuSim;
+        // Two one-kernel jobs of 32 blocks of a quarter SM: the first fills
+        // the 4 SMs (16 blocks) and has 16 more waiting, so with B = 16 the
+        // second is held until blocks complete.
+        let models = registry(vec![
+            ("a", vec![kernel(32, 512, 16, 0, 100.0)]),
+            ("b", vec![kernel(16, 512, 16, 0, 100.0)]),
+        ]);
+        let mut gpu = GpuSim::new(small_device());
+        let mut p = Paella::with_config(
+            &models,
+            PaellaConfig {
+                extra_blocks: 16,
+                ..PaellaConfig::default()
+            },
+        );
+        let mut done = Vec::new();
+        let mut call = |gpu: &mut GpuSim, p: &mut Paella, f: &dyn Fn(&mut Paella, &mut Ctx<'_>)| {
+            let (mut failed, mut stats) = (Vec::new(), Default::default());
+            let mut cx = Ctx {
+                gpu,
+                models: &models,
+                done: &mut done,
+                failed: &mut failed,
+                stats: &mut stats,
+            };
+            f(p, &mut cx);
+        };
+        let task = |id: u64, model| Task {
+            id,
+            client: id as u32,
+            priority: Priority::BestEffort,
+            model,
+            arrival: 0,
+        };
+        call(&mut gpu, &mut p, &|p, cx| p.on_arrival(cx, task(0, 0)));
+        call(&mut gpu, &mut p, &|p, cx| p.on_arrival(cx, task(1, 1)));
+        assert_eq!(p.outstanding(), (1, 16), "the second job is held");
+        let placed = |p: &Paella| p.dev.as_ref().map_or(0, |d| d.placed_blocks);
+        assert_eq!(placed(&p), 16);
+        let mut evs = Vec::new();
+        let mut reports = 0;
+        let mut finished = 0;
+        while Clocked::advance(&mut gpu, None, &mut evs).is_some() {
+            for ev in std::mem::take(&mut evs) {
+                call(&mut gpu, &mut p, &|p, cx| p.on_event(cx, &ev));
+                match ev {
+                    Event::BlocksCompleted { blocks, .. } if finished == 0 => {
+                        reports += 1;
+                        assert_eq!(blocks, 16);
+                        // The first wave's room went to the waiting blocks
+                        // of the first kernel (still 16 placed, none
+                        // pending), and the second kernel went too.
+                        assert_eq!(p.outstanding(), (2, 16), "after report {reports}");
+                        assert_eq!(placed(&p), 16);
+                    }
+                    Event::KernelFinished { .. } => finished += 1,
+                    _ => {}
+                }
+            }
+        }
+        assert_eq!(reports, 1, "one report before the first kernel finished");
+        assert_eq!(finished, 2);
+        assert_eq!(done.len(), 2);
     }
 
     fn arb_kernel() -> impl Strategy<Value = Kernel> {
