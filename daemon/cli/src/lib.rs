@@ -10,6 +10,10 @@
 //!   Paella's head-of-line blocking, Paella's §7 evaluation) on the GPU
 //!   model, and [`bench_preempt_device`] for the preemption benchmark on a
 //!   real device;
+//! - [`bench_padding`]: REEF §6.5's one-to-one padding matrix on the GPU
+//!   model;
+//! - [`bench_sim`]: what the GPU model itself costs to run, per simulated
+//!   second, as clients grow;
 //! - [`cuda_models`]: `sluice check|profile --device cuda` (the models' real
 //!   layers against the CPU reference; measured manifests);
 //! - [`roles`]: the client processes the benchmarks and the demo start;
@@ -20,9 +24,11 @@
 
 pub mod bench_hol;
 pub mod bench_ipc;
+pub mod bench_padding;
 pub mod bench_paella;
 pub mod bench_preempt;
 pub mod bench_preempt_device;
+pub mod bench_sim;
 pub mod cuda_models;
 pub mod demo;
 pub mod disb;

@@ -7,7 +7,9 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 use sluice_cli::disb::{self, DisbWorkload};
 use sluice_cli::roles::{self, BenchMode, BenchRole, ClientRole, Pattern};
-use sluice_cli::{bench_hol, bench_ipc, bench_paella, bench_preempt, demo};
+use sluice_cli::{
+    bench_hol, bench_ipc, bench_padding, bench_paella, bench_preempt, bench_sim, demo,
+};
 use sluice_gpu::DeviceProfile;
 use sluice_sched::PolicyKind;
 use sluice_service::Status;
@@ -279,6 +281,29 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// REEF §6.5's one-to-one dynamic kernel padding matrix on the
+    /// simulated GPU: one closed-loop real-time and one closed-loop
+    /// best-effort client for every ordered pair of models, under streams,
+    /// reef without padding, reef with padding (DKP) and with multi-version
+    /// selection (DKP-MV); RT latency over standalone and overall
+    /// normalised throughput, beside REEF's published figures.
+    Padding {
+        /// Device profile of the simulated GPU (mi50, gv100, h100).
+        #[arg(long, default_value = "mi50")]
+        device: String,
+        /// Models (default: the DISB five).
+        #[arg(long = "model", value_delimiter = ',')]
+        models: Vec<String>,
+        /// Virtual time of each run, ms.
+        #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+        duration_ms: u64,
+        /// Worker threads (default: the number of CPUs).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+        jobs: Option<u64>,
+        /// Print one JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// Paella's own evaluation (Paella SOSP'23 §7, Fig. 11 and Fig. 12) on
     /// the simulated GPU: open-loop lognormal arrivals (sigma 1.5 and 2) of
     /// a uniform mix of Table 2's models (Fig. 11: p99 latency and
@@ -313,6 +338,28 @@ enum Bench {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
         jobs: Option<u64>,
         /// Print one JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What the GPU model itself costs: one real-time VGG-19 (DISB C's
+    /// load) beside N closed-loop best-effort clients (the DISB models in
+    /// turn), wall-clock seconds on this machine per simulated second, per
+    /// device profile, policy and N. Compare rows of one run only.
+    Sim {
+        /// Device profiles (default mi50,gv100).
+        #[arg(long = "device", value_delimiter = ',')]
+        devices: Vec<String>,
+        /// Policies (default reef,streams).
+        #[arg(long = "policy", value_name = "NAME", num_args = 1.., value_delimiter = ',', value_parser = parse_policy)]
+        policies: Vec<PolicyKind>,
+        /// Best-effort client counts (default 1,5,20,100).
+        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        clients: Vec<u32>,
+        /// Virtual time during which clients issue tasks, ms; tasks in
+        /// flight then finish.
+        #[arg(long, default_value_t = 200, value_parser = clap::value_parser!(u64).range(1..=600_000))]
+        sim_ms: u64,
+        /// Print one JSON object instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -669,6 +716,76 @@ fn main() -> ExitCode {
             } else {
                 print!("{}", bench_hol::table(&r));
                 ExitCode::SUCCESS
+            }
+        }
+        Cmd::Bench {
+            which:
+                Bench::Sim {
+                    devices,
+                    policies,
+                    clients,
+                    sim_ms,
+                    json,
+                },
+        } => {
+            let d = bench_sim::SimBenchOptions::default();
+            let opts = bench_sim::SimBenchOptions {
+                devices: if devices.is_empty() {
+                    d.devices
+                } else {
+                    devices
+                },
+                policies: if policies.is_empty() {
+                    d.policies
+                } else {
+                    policies
+                },
+                clients: if clients.is_empty() {
+                    d.clients
+                } else {
+                    clients
+                },
+                sim_ms,
+            };
+            match bench_sim::run(&opts, &mut |line| eprintln!("{line}")) {
+                Ok(r) if json => print_json(&r),
+                Ok(r) => {
+                    print!("{}", bench_sim::table(&r));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail_chain(&e),
+            }
+        }
+        Cmd::Bench {
+            which:
+                Bench::Padding {
+                    device,
+                    models,
+                    duration_ms,
+                    jobs,
+                    json,
+                },
+        } => {
+            let d = bench_padding::PaddingOptions::default();
+            let opts = bench_padding::PaddingOptions {
+                device,
+                models: if models.is_empty() { d.models } else { models },
+                duration_ms,
+                jobs: jobs.map_or(d.jobs, |j| j as usize),
+            };
+            let mut progress = |done: usize, total: usize| {
+                eprint!("\rpadding matrix: {done}/{total} runs");
+                if done == total {
+                    eprintln!();
+                }
+            };
+            match bench_padding::run(&opts, &mut progress) {
+                Ok(r) if json => print_json(&r),
+                Ok(r) => {
+                    print!("{}", bench_padding::table(&r));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail_chain(&e),
             }
         }
         Cmd::Bench {
