@@ -101,8 +101,8 @@ impl Default for PaellaBenchOptions {
     fn default() -> Self {
         Self {
             device: "mi50".to_owned(),
-            seconds: 2.0,
-            loads: vec![0.2, 0.4, 0.6, 0.8, 0.9, 1.0, 1.1, 1.2, 1.4, 1.6],
+            seconds: 1.0,
+            loads: vec![0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6],
             sigmas: vec![1.5, 2.0],
             policies: POLICIES.to_vec(),
             clients_per_model: 16,

@@ -2837,6 +2837,9 @@ mod tests {
         More(usize, u32),
         /// Release the in-flight kernel at this index.
         Release(usize),
+        /// This many blocks of the in-flight kernel at this index completed
+        /// (`Shadow::release_completed`).
+        Done(usize, u32),
     }
 
     fn arb_op() -> impl Strategy<Value = Op> {
@@ -2844,6 +2847,7 @@ mod tests {
             3 => arb_launch().prop_map(Op::Place),
             1 => (any::<usize>(), 1u32..=64).prop_map(|(i, n)| Op::More(i, n)),
             2 => any::<usize>().prop_map(Op::Release),
+            2 => (any::<usize>(), 1u32..=48).prop_map(|(i, n)| Op::Done(i, n)),
         ]
     }
 
@@ -2958,7 +2962,40 @@ mod tests {
                         sh.release(slot);
                         model.release(k, &fp);
                     }
-                    Op::More(..) | Op::Release(_) => continue,
+                    Op::Done(i, n) if !live.is_empty() => {
+                        // The per-CU model gives back, CU by CU, what the
+                        // class model says it gave back: each must be a
+                        // holding of that kernel there.
+                        let (slot, k, fp) = live[i % live.len()];
+                        let mut given = Vec::new();
+                        sh.release_completed(slot, n, |m, used, cus| {
+                            given.push((m, *used, cus.to_vec()));
+                        });
+                        for (m, used, cus) in given {
+                            for (w, &bits) in cus.iter().enumerate() {
+                                let mut b = bits;
+                                while b != 0 {
+                                    let cu = w * 64 + b.trailing_zeros() as usize;
+                                    b &= b - 1;
+                                    let at = model.held[k]
+                                        .iter()
+                                        .position(|&(c, hm, hu)| c == cu && hm == m && hu == used);
+                                    let Some(at) = at else {
+                                        return Err(TestCaseError::fail(format!(
+                                            "gave back {m} blocks on CU {cu} it does not hold"
+                                        )));
+                                    };
+                                    let (_, _, hu) = model.held[k].swap_remove(at);
+                                    model.cus[cu].give(&fp, m, &hu);
+                                }
+                            }
+                        }
+                        // What is left of the credit covers no CU of any
+                        // piece still held.
+                        let kf = &sh.kernels[slot as usize];
+                        prop_assert!(kf.pieces.iter().all(|&(m, _)| m > kf.credit));
+                    }
+                    Op::More(..) | Op::Release(_) | Op::Done(..) => continue,
                 }
                 prop_assert_eq!(sh.cursor, model.cursor);
                 prop_assert_eq!(&sh.cu_states(), &model.cus);
