@@ -1,11 +1,16 @@
 #!/usr/bin/env python3
-"""Generate sluice's model manifests (daemon/model/manifests/*.json).
+"""Generate sluice's synthetic model manifests (daemon/model/manifests/*.json).
+
+Only for the models the REEF artifact has no data for (YOLOv3, BERT-base with
+Table 1's 393 kernels, GPT-2) and the test models null and echo_small; the
+measured ones (ResNet-152, VGG-19 and seven more) are written by
+scripts/import-reef.py from the REEF authors' MI50 profiles.
 
 What is real and what is made up (see docs/models.md for the long form):
 
 * Real, from REEF (TOCS 2025) Table 1: the number of kernels TVM generates for
-  each of ResNet-152, VGG-19, YOLOv3, BERT-base and GPT-2, and each model's
-  total GPU time on an AMD Radeon Instinct MI50.  From its Section 6 setup:
+  each of YOLOv3, BERT-base and GPT-2, and each model's total GPU time on an
+  AMD Radeon Instinct MI50.  From its Section 6 setup:
   BERT and GPT-2 take a 128-token sequence and GPT-2 runs one forward pass.
 * Synthetic, generated here from a fixed seed: everything per kernel -- the
   names, the split of the total time over the kernels, grid and block
@@ -17,8 +22,8 @@ What is real and what is made up (see docs/models.md for the long form):
   unchanged by it): each kernel's device-memory `reads`/`writes` byte ranges
   over a made-up buffer layout (see `accesses`), and `group_start`, the start
   of its minimal idempotent group (REEF Section 4.4), computed by a port of
-  daemon/model/src/idempotent.rs that the Rust test
-  model::tests::group_starts_are_current cross-checks.
+  daemon/model/src/idempotent.rs (scripts/manifestgen/groups.py) that the
+  Rust test model::tests::group_starts_are_current cross-checks.
 
 block_time_us follows a simplified GCN occupancy model of the 60-CU MI50
 (see `blocks_per_cu`):  kernel_time_us = block_time_us * rounds, where
@@ -29,11 +34,14 @@ The output is deterministic: rerunning rewrites every file byte for byte.
 """
 
 import argparse
-import json
 import math
 import os
 import random
 import sys
+
+sys.dont_write_bytecode = True  # no __pycache__ in scripts/
+from manifestgen.groups import align, minimal_groups  # noqa: E402
+from manifestgen.output import render, write_or_check  # noqa: E402
 
 SEED = 1
 
@@ -73,14 +81,13 @@ def rounds(grid, block, regs, shared):
 # --- kernel kinds -----------------------------------------------------------
 # Relative cost model (only ratios matter; the model total rescales it):
 # time = flops / FLOPS + bytes / BANDWIDTH + FLOOR, times log-normal noise.
-FLOPS = {"conv": 6e12, "wino": 7e12, "gemm": 5e12, "bmm": 3e12}
+FLOPS = {"conv": 6e12, "gemm": 5e12, "bmm": 3e12}
 BANDWIDTH = 6e11
 FLOOR_S = 3e-6
 
 # kind -> (block shapes, regs choices, shared-memory choices, outputs/thread)
 KINDS = {
     "conv": ([(8, 8, 4), (16, 16, 1), (64, 1, 1), (128, 1, 1)], [48, 64, 80, 96, 128], [8192, 12288, 16384, 24576, 32768], 8),
-    "wino": ([(16, 16, 1), (8, 8, 4)], [64, 80, 96], [8192, 16384, 24576], 8),
     "gemm": ([(16, 16, 1), (8, 8, 1), (64, 1, 1)], [48, 64, 96], [4096, 8192, 16384], 4),
     "bmm": ([(16, 16, 1), (8, 8, 1)], [40, 48, 64], [4096, 8192], 8),
     "ewise": ([(256, 1, 1), (128, 1, 1), (1024, 1, 1), (64, 1, 1)], [16, 20, 24, 32], [0], 4),
@@ -121,16 +128,6 @@ def conv(h, w, cin, cout, k, op="conv2d"):
     return Layer(op, "conv", out, flops, nbytes, cout=cout, wbytes=4 * cin * cout * k * k)
 
 
-def winograd(h, w, cin, cout):
-    """3x3 convolution as TVM's Winograd F(4x4, 3x3): three kernels."""
-    tiles = math.ceil(h / 4) * math.ceil(w / 4)
-    return [
-        Layer("winograd_input_transform", "ewise", 36 * tiles * cin),
-        Layer("winograd_batch_gemm", "wino", 36 * tiles * cout, 2 * 36 * tiles * cin * cout, 4 * 36 * (tiles * cin + cin * cout + tiles * cout), cout=cout, wbytes=4 * 36 * cin * cout),
-        Layer("winograd_output_transform_bias_relu", "ewise", h * w * cout),
-    ]
-
-
 def dense(m, k, n, op="dense"):
     if m == 1:  # matrix-vector: one thread per output and 1024-wide K slice
         return Layer(op, "gemm", n, 2 * k * n, 4 * (k + k * n + n), work=n * math.ceil(k / 1024), wbytes=4 * k * n)
@@ -139,47 +136,6 @@ def dense(m, k, n, op="dense"):
 
 def ewise(op, elems):
     return Layer(op, "ewise", elems)
-
-
-def resnet152():
-    ls = [ewise("layout_transform", 3 * 224 * 224), conv(112, 112, 3, 64, 7, "conv2d_stem_bias_relu"), Layer("max_pool2d", "pool", 56 * 56 * 64)]
-    cin = 64
-    for nblocks, hw, mid, cout in [(3, 56, 64, 256), (8, 28, 128, 512), (36, 14, 256, 1024), (3, 7, 512, 2048)]:
-        for b in range(nblocks):
-            ls.append(conv(hw, hw, cin, mid, 1, "conv2d_1x1_bias_relu"))
-            ls.append(conv(hw, hw, mid, mid, 3, "conv2d_3x3_bias_relu"))
-            if b == 0:
-                ls.append(conv(hw, hw, cin, cout, 1, "conv2d_1x1_downsample"))
-            if hw in (56, 7):  # residual add + relu fused into the conv
-                ls.append(conv(hw, hw, mid, cout, 1, "conv2d_1x1_bias_add_relu"))
-            else:
-                ls.append(conv(hw, hw, mid, cout, 1, "conv2d_1x1_bias"))
-                ls.append(ewise("add_relu", hw * hw * cout))
-            cin = cout
-    ls += [Layer("global_avg_pool2d", "reduce", 2048, nbytes=4 * 7 * 7 * 2048), dense(1, 2048, 1000), Layer("softmax", "reduce", 1000)]
-    return ls, ["layout_transform", "copy"]
-
-
-def vgg19():
-    ls = [ewise("layout_transform", 3 * 224 * 224)]
-    cin, hw = 3, 224
-    for cout, n in [(64, 2), (128, 2), (256, 4), (512, 4), (512, 4)]:
-        for _ in range(n):
-            if cin < 128:
-                ls.append(conv(hw, hw, cin, cout, 3, "conv2d_3x3_bias_relu"))
-            else:
-                ls += winograd(hw, hw, cin, cout)
-            cin = cout
-        hw //= 2
-        ls.append(Layer("max_pool2d", "pool", hw * hw * cout))
-    ls += [
-        ewise("batch_flatten", 7 * 7 * 512),
-        dense(1, 25088, 4096), ewise("bias_add_relu", 4096),
-        dense(1, 4096, 4096), ewise("bias_add_relu", 4096),
-        dense(1, 4096, 1000), ewise("bias_add", 1000),
-        Layer("softmax", "reduce", 1000),
-    ]
-    return ls, ["pad", "layout_transform"]
 
 
 def yolov3():
@@ -274,10 +230,6 @@ def gpt2():
 
 # name -> (display name, builder, kernels, total ms, input bytes, output bytes, tensor description)
 MODELS = {
-    "resnet152": ("ResNet-152", resnet152, 207, 9.1, 3 * 224 * 224, 1000 * 4,
-                  "input 3x224x224 uint8 image (150528 B); output 1000 fp32 class scores (4000 B)"),
-    "vgg19": ("VGG-19", vgg19, 71, 3.7, 3 * 224 * 224, 1000 * 4,
-              "input 3x224x224 uint8 image (150528 B); output 1000 fp32 class scores (4000 B)"),
     "yolov3": ("YOLOv3", yolov3, 144, 10.0, 3 * 416 * 416, 10647 * 6 * 2,
                "input 3x416x416 uint8 image (519168 B); output 10647 boxes x (x, y, w, h, score, class) fp16 (127764 B)"),
     "bert_base": ("BERT-base", bert_base, 393, 8.1, 128 * 4, 128 * 768 * 2,
@@ -299,14 +251,13 @@ PROVENANCE = (
 # --- synthetic memory accesses (REEF §4.4 idempotent groups) ----------------
 # Deterministic, no random numbers: the layout follows from the layer list and
 # the non-idempotent set, so adding it changed no other field of the files.
-ALIGN = 256
 # Ops whose kernel also reads an earlier activation (a residual/skip input):
 # the output of the kernel SKIP_BACK launches before the current producer.
 SKIP_OPS = {"add", "add_relu", "bias_residual_add"}
 SKIP_BACK = 3
 # Ops that write the shared workspace instead of a new activation; the next
 # kernel reads the workspace as well as the current activation.
-WORKSPACE_OPS = {"winograd_input_transform", "layer_norm_mean_var"}
+WORKSPACE_OPS = {"layer_norm_mean_var"}
 
 
 def weight_bytes(l):
@@ -320,10 +271,6 @@ def weight_bytes(l):
     if l.op == "layer_norm_normalize":  # gamma and beta
         return 8 * min(l.out_elems, 4096)
     return 0
-
-
-def align(n):
-    return -(-n // ALIGN) * ALIGN
 
 
 def accesses(layers, in_place, in_bytes):
@@ -377,59 +324,6 @@ def accesses(layers, in_place, in_bytes):
             ws_pending = False
         out.append((reads, writes))
     return out
-
-
-def rs(ranges):
-    """Canonical range set: sorted, merged, non-empty (start, end) pairs."""
-    v = sorted((a, b) for a, b in ranges if b > a)
-    merged = []
-    for a, b in v:
-        if merged and a <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
-        else:
-            merged.append((a, b))
-    return merged
-
-
-def rs_diff(x, y):
-    out = []
-    for a, b in x:
-        cur = a
-        for c, d in y:
-            if d <= cur or c >= b:
-                continue
-            if c > cur:
-                out.append((cur, c))
-            cur = max(cur, d)
-        if cur < b:
-            out.append((cur, b))
-    return out
-
-
-def rs_meets(x, y):
-    return any(max(a, c) < min(b, d) for a, b in x for c, d in y)
-
-
-def minimal_groups(acc):
-    """Start of the minimal idempotent group ending at each kernel.
-
-    A port of `minimal_groups` in daemon/model/src/idempotent.rs (REEF §4.4):
-    grow the group backwards until its inputs and outputs are disjoint.
-    The Rust test `model::tests::group_starts_are_current` recomputes every
-    shipped manifest's groups with the Rust checker and fails if this port
-    ever disagrees.
-    """
-    starts = []
-    for k, (r, w) in enumerate(acc):
-        inputs, outputs, i = rs(r), rs(w), k
-        while rs_meets(inputs, outputs):
-            assert i > 0, f"kernel {k} has no idempotent group"
-            i -= 1
-            ri, wi = acc[i]
-            inputs = rs(ri + rs_diff(inputs, rs(wi)))
-            outputs = rs(outputs + wi)
-        starts.append(i)
-    return starts
 
 
 def split_total(rng, layers, total_cus):
@@ -531,23 +425,6 @@ def special_models():
     return {"null": null, "echo_small": echo}
 
 
-def render(m):
-    """Stable formatting: one key per line, one kernel per line."""
-    out = ["{"]
-    for key, value in m.items():
-        if key == "kernels":
-            if not value:
-                out.append(' "kernels": []')
-                continue
-            out.append(' "kernels": [')
-            rows = ["  " + json.dumps(k, separators=(", ", ": ")) for k in value]
-            out.append(",\n".join(rows))
-            out.append(" ]")
-        else:
-            out.append(f" {json.dumps(key)}: {json.dumps(value)},")
-    return "\n".join(out) + "\n}\n"
-
-
 def all_models():
     models = {name: build(name) for name in MODELS}
     models.update(special_models())
@@ -558,35 +435,16 @@ def main():
     here = os.path.dirname(os.path.abspath(__file__))
     default_out = os.path.join(here, "..", "daemon", "model", "manifests")
     ap = argparse.ArgumentParser(
-        description="Generate sluice's model manifests (daemon/model/manifests/*.json) from REEF TOCS'25 "
+        description="Generate sluice's synthetic model manifests (daemon/model/manifests/"
+                    f"{{{','.join([*MODELS, *special_models()])}}}.json) from REEF TOCS'25 "
                     "Table 1 (kernel counts, MI50 totals) plus synthetic per-kernel detail "
-                    f"(seed {SEED}). Rerunning rewrites the files byte for byte.")
+                    f"(seed {SEED}). Rerunning rewrites the files byte for byte. The measured "
+                    "models come from scripts/import-reef.py.")
     ap.add_argument("--out", default=default_out, help="output directory (default: daemon/model/manifests)")
     ap.add_argument("--check", action="store_true",
                     help="write nothing; exit 1 if any file in --out differs from what would be generated")
     args = ap.parse_args()
-    stale = []
-    for name, text in all_models().items():
-        path = os.path.join(args.out, f"{name}.json")
-        if args.check:
-            try:
-                with open(path, encoding="utf-8") as f:
-                    current = f.read()
-            except FileNotFoundError:
-                current = None
-            if current != text:
-                stale.append(path)
-            continue
-        os.makedirs(args.out, exist_ok=True)
-        with open(path, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        print(f"wrote {os.path.normpath(path)}")
-    if stale:
-        for p in stale:
-            print(f"stale: {os.path.normpath(p)} (run python3 scripts/gen-models.py)", file=sys.stderr)
-        return 1
-    return 0
-
+    return write_or_check(all_models(), args.out, args.check, "python3 scripts/gen-models.py")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,8 +12,8 @@ sluice_tests::role_entry!();
 #[test]
 fn client_killed_in_flight() {
     let _w = sluice_tests::watchdog("client_killed_in_flight", 60);
-    // Time x100: each resnet152 request takes 0.91 s, so the flood below
-    // (256 real-time requests) would keep the device busy for ~4 minutes,
+    // Time x100: each resnet152 request takes 1.34 s, so the flood below
+    // (256 real-time requests) would keep the device busy for ~6 minutes,
     // far past the watchdog, unless the daemon cancels it.
     let mut daemon = DaemonProc::spawn(DaemonOpts {
         time_scale: 100.0,

@@ -1764,9 +1764,19 @@ mod tests {
         let text = serde_json::to_string(&r).unwrap();
         let back: DisbReport = serde_json::from_str(&text).unwrap();
         assert_eq!(back.results.len(), r.results.len());
-        assert_eq!(
-            back.results[0].rt_norm_latency,
-            r.results[0].rt_norm_latency
+        // serde_json's default float parser may be 1 ulp off.
+        let (a, b) = (
+            &back.results[0].rt_norm_latency,
+            &r.results[0].rt_norm_latency,
+        );
+        let close = |x: f64, y: f64| (x - y).abs() <= 1e-12 * y.abs().max(1.0);
+        assert!(
+            a.count == b.count
+                && [(a.mean, b.mean), (a.p50, b.p50), (a.p99, b.p99)]
+                    .into_iter()
+                    .chain([(a.p999, b.p999), (a.max, b.max)])
+                    .all(|(x, y)| close(x, y)),
+            "{a:?} vs {b:?}"
         );
         assert_eq!(back.standalone, r.standalone);
         // A preempting policy's figures survive as numbers too.

@@ -28,19 +28,26 @@ pub struct KernelLaunch {
     pub regs_per_thread: u32,
     /// Shared memory per block, bytes.
     pub shared_mem: u32,
-    /// Time one block takes alone (one block of this kernel on its CU), ns.
+    /// Time of one wave of this kernel's blocks when it is alone on the
+    /// device, at the occupancy it then has on each CU (`min(blocks_per_cu,
+    /// ceil(grid / CUs))` blocks), ns: the manifests' `kernel_time / rounds`
+    /// (`docs/models.md`). Without `wave_ns` the GPU model scales it by the
+    /// profile's occupancy curve for other occupancies; with `wave_ns` it
+    /// only counts the kernel's work (`Event::KernelFinished::work_ns`).
     pub block_time_ns: Ns,
     /// Measured wave times: entry `j` is the time, ns, for `j + 1` blocks of
     /// this kernel resident side by side on one CU to finish together (REEF's
     /// per-occupancy `latency[j]`, launch floor removed). Empty: no
     /// measurement; the model estimates from `block_time_ns` (see
-    /// `docs/gpu-model.md`). Beyond the last entry the model extrapolates.
+    /// `docs/gpu-model.md`). Beyond the last entry the model extrapolates
+    /// linearly (throughput saturated).
     pub wave_ns: Vec<Ns>,
     /// Whether re-running the kernel gives the same result (carried for the
     /// caller's restore logic; the model does not act on it).
     pub idempotent: bool,
     /// Share of the device's memory bandwidth the kernel uses alone at full
-    /// occupancy, 0 to 1; `None` takes the profile's default.
+    /// occupancy, 0 to 1, which drives the model's co-run slowdown; `None`
+    /// takes the profile's `memory.default_intensity` (an estimate).
     pub mem_intensity: Option<f64>,
     /// Caller's label, echoed in events (e.g. the model's kernel index).
     pub tag: u64,
@@ -183,10 +190,12 @@ pub struct HostReset {
 pub struct QueueLens {
     /// In the host queue.
     pub host: usize,
-    /// In the device queue (including one being fetched).
+    /// In the device queue: being fetched, or fetched and waiting for the
+    /// stream's previous kernel (a kernel holds its slot until its launch
+    /// starts).
     pub device: usize,
-    /// Fetched, waiting in the hardware queue (or riding a fused launch,
-    /// waiting to place its first block).
+    /// Launching, or launched and waiting at the head of its hardware queue
+    /// (or riding a fused launch) to place its first block: 0 or 1.
     pub hardware: usize,
     /// Whether a kernel is dispatching or running.
     pub active: bool,

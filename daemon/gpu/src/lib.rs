@@ -41,9 +41,10 @@
 //!         done = Some(t);
 //!     }
 //! }
-//! // host push + command-processor fetch + one round of blocks.
+//! // host push + command-processor fetch + launch + one round of blocks.
 //! let p = gpu.profile();
-//! assert_eq!(done, Some(p.queues.host_launch_ns + p.queues.cp_fetch_ns + 10_000));
+//! let q = &p.queues;
+//! assert_eq!(done, Some(q.host_launch_ns + q.cp_fetch_ns + q.launch_ns + 10_000));
 //! ```
 
 pub mod interface;

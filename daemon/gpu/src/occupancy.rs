@@ -138,6 +138,25 @@ impl CuState {
         best
     }
 
+    /// Whether one more block of `fp` fits: the same answer as
+    /// `self.fit(fp).0 > 0`, without divisions.
+    pub fn fits_one(&self, fp: &Footprint) -> bool {
+        if self.blocks == 0 || self.threads < fp.threads || self.shared_mem < fp.shared_mem {
+            return false;
+        }
+        if fp.wave_regs == 0 || fp.waves == 0 {
+            return true;
+        }
+        let mut waves = 0;
+        for &free in &self.banks[..self.nbanks as usize] {
+            waves += free / fp.wave_regs;
+            if waves >= fp.waves {
+                return true;
+            }
+        }
+        false
+    }
+
     /// Takes `n` blocks of `fp`, which must fit (see [`Self::fit`]); returns
     /// the registers taken from each bank. Each wavefront goes to the bank
     /// with the most free registers (lowest index on a tie), which spreads
@@ -305,8 +324,10 @@ mod tests {
             prop_assert!(broken, "{limit:?} named but {m} blocks of {fp:?} would fit");
             // Taking them really fits, and leaves no room for another.
             let mut cu = CuState::empty(&p);
+            prop_assert_eq!(cu.fits_one(&fp), n > 0);
             let used = cu.take(&fp, n);
             prop_assert_eq!(cu.fit(&fp).0, 0);
+            prop_assert!(!cu.fits_one(&fp));
             cu.give(&fp, n, &used);
             prop_assert_eq!(cu, CuState::empty(&p));
         }

@@ -16,6 +16,9 @@ use serde::Deserialize;
 /// Most register banks (SIMDs / SM sub-partitions) a CU may have.
 pub const MAX_REGISTER_BANKS: u32 = 8;
 
+/// Longest per-kernel queue or preemption cost a profile may give, ns (1 s).
+pub const MAX_QUEUE_COST_NS: u64 = 1_000_000_000;
+
 /// The shipped profiles: (name, file, contents).
 const BUILTIN: &[(&str, &str, &str)] = &[
     ("mi50", "mi50.toml", include_str!("../profiles/mi50.toml")),
@@ -74,9 +77,17 @@ pub struct QueueParams {
     /// from a host queue into its device queue, ns.
     pub host_launch_ns: u64,
     /// Time the command processor takes to fetch one kernel packet from a
-    /// device queue and make it ready to dispatch, ns. Paid by every kernel,
-    /// including lazily evicted ones.
+    /// device queue, ns. Fetches are pipelined: a packet's fetch starts when
+    /// it enters the device queue, concurrently with any others, so the
+    /// fetch is on the critical path only for a kernel that arrives at an
+    /// idle stream. A packet keeps its device-queue slot until it is
+    /// launched.
     pub cp_fetch_ns: u64,
+    /// Device-side cost of launching one kernel, ns: from "fetched and its
+    /// stream's previous kernel finished" until its blocks may be
+    /// dispatched. Launches of different streams overlap, also within one
+    /// hardware queue. A lazily evicted kernel pays this and then exits.
+    pub launch_ns: u64,
 }
 
 /// Costs of the preemption mechanisms (REEF §4.3, §4.5, §4.6).
@@ -86,6 +97,11 @@ pub struct PreemptParams {
     /// Time from a kill request until the stream's running blocks are gone
     /// and their CUs free, ns (CU reset on AMD, trap handler on NVIDIA).
     pub kill_ns: u64,
+    /// Time from a host-queue reset until the host side of the stream is
+    /// clear, ns (REEF's asynchronous memory reclamation). The host queue is
+    /// emptied at once; the stream is reported idle no earlier than this.
+    /// Runs concurrently with eviction and kill.
+    pub host_reset_ns: u64,
 }
 
 /// The co-run slowdown model; see `docs/gpu-model.md`.
@@ -99,6 +115,37 @@ pub struct MemoryParams {
     /// How hard over-subscription bites: a block's time is multiplied by
     /// `1 + contention * intensity * max(0, demand - 1)`.
     pub contention: f64,
+}
+
+/// How a wave of blocks stretches with the threads sharing its CU, for
+/// kernels without measured wave times (`KernelLaunch::wave_ns`); see
+/// `docs/gpu-model.md`. Derived from REEF's MI50 kernels by
+/// `scripts/derive-occupancy-curve.py`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OccupancyCurve {
+    /// Share of the CU's `max_threads` resident, strictly increasing, 0 to 1.
+    pub thread_fraction: Vec<f64>,
+    /// A wave's time at that share against one block alone; positive and
+    /// non-decreasing, one per `thread_fraction`.
+    pub wave_ratio: Vec<f64>,
+}
+
+impl OccupancyCurve {
+    /// The ratio at thread fraction `x`: linear between the points, the end
+    /// values beyond them.
+    pub fn ratio(&self, x: f64) -> f64 {
+        let (xs, rs) = (&self.thread_fraction, &self.wave_ratio);
+        let i = xs.partition_point(|&p| p <= x);
+        if i == 0 {
+            return rs[0];
+        }
+        if i == xs.len() {
+            return rs[xs.len() - 1];
+        }
+        let (x0, x1, r0, r1) = (xs[i - 1], xs[i], rs[i - 1], rs[i]);
+        r0 + (r1 - r0) * (x - x0) / (x1 - x0)
+    }
 }
 
 /// One device profile, as parsed and validated.
@@ -119,6 +166,8 @@ pub struct DeviceProfile {
     pub preempt: PreemptParams,
     /// Co-run slowdown parameters.
     pub memory: MemoryParams,
+    /// Wave time against CU occupancy, for unmeasured kernels.
+    pub occupancy: OccupancyCurve,
 }
 
 /// Why a profile could not be loaded.
@@ -313,6 +362,23 @@ impl DeviceProfile {
                 "use at most 1024",
             ));
         }
+        let times: [(&'static str, u64); 5] = [
+            ("queues.host_launch_ns", self.queues.host_launch_ns),
+            ("queues.cp_fetch_ns", self.queues.cp_fetch_ns),
+            ("queues.launch_ns", self.queues.launch_ns),
+            ("preempt.kill_ns", self.preempt.kill_ns),
+            ("preempt.host_reset_ns", self.preempt.host_reset_ns),
+        ];
+        for (key, value) in times {
+            if value > MAX_QUEUE_COST_NS {
+                return Err(bad(
+                    key,
+                    value.to_string(),
+                    "is longer than a second, implausible for a per-kernel queue cost",
+                    "give the cost in nanoseconds (e.g. 7750 for 7.75 us)",
+                ));
+            }
+        }
         let m = &self.memory;
         if !(m.default_intensity.is_finite() && (0.0..=1.0).contains(&m.default_intensity)) {
             return Err(bad(
@@ -328,6 +394,31 @@ impl DeviceProfile {
                 m.contention.to_string(),
                 "is outside 0..=100",
                 "use 0.0 (no slowdown) to a few units",
+            ));
+        }
+        let o = &self.occupancy;
+        let xs_ok = !o.thread_fraction.is_empty()
+            && o.thread_fraction
+                .iter()
+                .all(|x| x.is_finite() && (0.0..=1.0).contains(x))
+            && o.thread_fraction.windows(2).all(|w| w[0] < w[1]);
+        if !xs_ok {
+            return Err(bad(
+                "occupancy.thread_fraction",
+                format!("{:?}", o.thread_fraction),
+                "is empty, outside 0..=1 or not strictly increasing",
+                "regenerate it with scripts/derive-occupancy-curve.py --write",
+            ));
+        }
+        let rs_ok = o.wave_ratio.len() == o.thread_fraction.len()
+            && o.wave_ratio.iter().all(|r| r.is_finite() && *r > 0.0)
+            && o.wave_ratio.windows(2).all(|w| w[0] <= w[1]);
+        if !rs_ok {
+            return Err(bad(
+                "occupancy.wave_ratio",
+                format!("{:?}", o.wave_ratio),
+                "is not one positive, non-decreasing ratio per thread_fraction",
+                "regenerate it with scripts/derive-occupancy-curve.py --write",
             ));
         }
         Ok(())
@@ -412,6 +503,51 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("memory.default_intensity = 1.5"), "{e}");
+
+        let text = mi50_text().replace("launch_ns = 7750", "launch_ns = 7750000000");
+        let e = DeviceProfile::parse("p.toml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("queues.launch_ns = 7750000000") && e.contains("nanoseconds"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn occupancy_curve_interpolates_and_is_validated() {
+        let c = DeviceProfile::mi50().occupancy;
+        assert_eq!(c.ratio(0.0), 1.0);
+        assert_eq!(c.ratio(-1.0), 1.0);
+        assert_eq!(c.ratio(1.0), *c.wave_ratio.last().unwrap());
+        let (x0, x1) = (c.thread_fraction[2], c.thread_fraction[3]);
+        let mid = c.ratio((x0 + x1) / 2.0);
+        assert!((mid - (c.wave_ratio[2] + c.wave_ratio[3]) / 2.0).abs() < 1e-9);
+        let text = mi50_text().replace("wave_ratio = [1.000, 1.000", "wave_ratio = [1.000, 0.500");
+        let e = DeviceProfile::parse("p.toml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("occupancy.wave_ratio") && e.contains("derive-occupancy"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn command_processor_costs_are_reef_components() {
+        // REEF Fig. 20(b): a capacity-4 device queue resets in 31 us; §4.2:
+        // ~20 us per queued kernel to fetch and launch; 3 us host reset.
+        let p = DeviceProfile::mi50();
+        assert_eq!(4 * p.queues.launch_ns, 31_000);
+        assert_eq!(p.queues.cp_fetch_ns + p.queues.launch_ns, 20_000);
+        assert_eq!(p.preempt.host_reset_ns, 3_000);
+        assert_eq!(p.preempt.kill_ns, 3_000);
+        // No NVIDIA component measurement: borrowed from the MI50.
+        for nv in [DeviceProfile::gv100(), DeviceProfile::h100()] {
+            assert_eq!(nv.queues.launch_ns, p.queues.launch_ns);
+            assert_eq!(nv.queues.cp_fetch_ns, p.queues.cp_fetch_ns);
+            assert_eq!(nv.preempt.host_reset_ns, p.preempt.host_reset_ns);
+        }
     }
 
     #[test]

@@ -606,8 +606,9 @@ pub enum ManifestError {
     /// ranges give.
     #[error(
         "model `{model}`: kernel {index} (`{kernel}`): group_start is {}, but its reads/writes \
-         ranges give {computed}; set it to {computed} (`python3 scripts/gen-models.py` regenerates \
-         the shipped manifests, `{BLESS_COMMAND}` rewrites their group_start fields)",
+         ranges give {computed}; set it to {computed} (`python3 scripts/gen-models.py` and \
+         `python3 scripts/import-reef.py` regenerate the shipped manifests, `{BLESS_COMMAND}` \
+         rewrites their group_start fields)",
         stored.map_or_else(|| "missing".to_owned(), |g| g.to_string())
     )]
     StaleGroupStart {
@@ -643,7 +644,8 @@ pub enum ManifestError {
     /// The kernel times do not add up to `total_time_us`.
     #[error(
         "model `{model}`: the kernel times sum to {sum_us} µs but total_time_us is {total_us}; \
-         make them agree within 0.1% or 1 µs (regenerate with scripts/gen-models.py)"
+         make them agree within 0.1% or 1 µs (regenerate with scripts/gen-models.py or \
+         scripts/import-reef.py)"
     )]
     TotalMismatch {
         /// Model name.
@@ -762,20 +764,33 @@ impl Model {
 
 /// The manifests compiled into the binary: (file name, contents).
 const BUILTIN: &[(&str, &str)] = &[
+    ("alexnet.json", include_str!("../manifests/alexnet.json")),
+    ("bert205.json", include_str!("../manifests/bert205.json")),
     (
         "bert_base.json",
         include_str!("../manifests/bert_base.json"),
     ),
+    ("densenet.json", include_str!("../manifests/densenet.json")),
     (
         "echo_small.json",
         include_str!("../manifests/echo_small.json"),
     ),
     ("gpt2.json", include_str!("../manifests/gpt2.json")),
+    (
+        "inception.json",
+        include_str!("../manifests/inception.json"),
+    ),
+    (
+        "mobilenet.json",
+        include_str!("../manifests/mobilenet.json"),
+    ),
     ("null.json", include_str!("../manifests/null.json")),
     (
         "resnet152.json",
         include_str!("../manifests/resnet152.json"),
     ),
+    ("resnet18.json", include_str!("../manifests/resnet18.json")),
+    ("resnet50.json", include_str!("../manifests/resnet50.json")),
     ("vgg19.json", include_str!("../manifests/vgg19.json")),
     ("yolov3.json", include_str!("../manifests/yolov3.json")),
 ];
@@ -1028,13 +1043,17 @@ mod tests {
         }
     }
 
+    /// Whether a shipped manifest is synthetic (scripts/gen-models.py)
+    /// rather than imported from the REEF measurements.
+    fn synthetic(m: &Model) -> bool {
+        m.manifest.provenance.starts_with("synthetic")
+    }
+
     #[test]
-    fn shipped_models_match_reef_table1() {
+    fn synthetic_models_match_reef_table1() {
         let reg = ModelRegistry::builtin();
         // REEF (TOCS'25) Table 1: TVM kernel counts, MI50 execution times.
         for (name, kernels, ms) in [
-            ("resnet152", 207, 9.1),
-            ("vgg19", 71, 3.7),
             ("yolov3", 144, 10.0),
             ("bert_base", 393, 8.1),
             ("gpt2", 440, 13.2),
@@ -1049,6 +1068,102 @@ mod tests {
             assert!(m.manifest.provenance.contains("synthetic"), "{name}");
             assert!(m.manifest.provenance.contains("Table 1"), "{name}");
         }
+    }
+
+    /// The models imported by scripts/import-reef.py from the REEF artifact
+    /// (../shared/data/reef): name, kernels in the data, non-idempotent
+    /// kernels (their buffers read and written).
+    const MEASURED: [(&str, usize, usize); 9] = [
+        ("resnet152", 207, 0),
+        ("vgg19", 71, 0),
+        ("bert205", 205, 6),
+        ("resnet50", 330, 0),
+        ("resnet18", 57, 0),
+        ("densenet", 207, 0),
+        ("inception", 146, 0),
+        ("mobilenet", 31, 0),
+        ("alexnet", 13, 0),
+    ];
+
+    #[test]
+    fn measured_models_follow_the_reef_artifact() {
+        let reg = ModelRegistry::builtin();
+        let measured = reg.iter().filter(|(_, m)| !synthetic(m)).count();
+        assert_eq!(measured, MEASURED.len());
+        for (name, kernels, non_idempotent) in MEASURED {
+            let (_, m) = reg.lookup(name).unwrap();
+            let p = &m.manifest.provenance;
+            assert!(p.starts_with("measured by the REEF authors"), "{name}: {p}");
+            assert!(
+                p.contains("SJTU-IPADS/reef") && p.contains("Apache-2.0"),
+                "{name}"
+            );
+            assert!(
+                p.contains("Estimated, not measured: regs_per_thread"),
+                "{name}"
+            );
+            let ks = &m.manifest.kernels;
+            assert_eq!(ks.len(), kernels, "{name}");
+            assert_eq!(m.memory.len(), kernels, "{name}: has ranges");
+            let non = ks.iter().filter(|k| !k.idempotent).count();
+            assert_eq!(non, non_idempotent, "{name}");
+            for k in ks {
+                // The launch floor is removed and every time is at least 1 µs.
+                assert!(
+                    k.kernel_time_us >= 1.0 && k.block_time_us >= 1.0,
+                    "{name}: {k:?}"
+                );
+                assert!(
+                    !k.wave_us.is_empty() && k.wave_us.iter().all(|&w| w >= 1.0),
+                    "{k:?}"
+                );
+                assert_eq!(k.block_time_us, k.wave_us[0].min(k.kernel_time_us), "{k:?}");
+                let i = k.mem_intensity.unwrap();
+                assert!((0.0..=1.0).contains(&i), "{name}: {k:?}");
+                // Registers (estimated) let len(wave_us) blocks share a CU
+                // unless threads, LDS or block slots already stop them.
+                let waves = k.threads_per_block().div_ceil(64);
+                let others = match k.shared_mem_bytes {
+                    0 => 40 / waves,
+                    s => (40 / waves).min(65536 / u64::from(s)),
+                };
+                let want = (k.wave_us.len() as u64).min(others);
+                let by_regs = 4 * (256 / u64::from(k.regs_per_thread)) / waves;
+                assert!(by_regs >= want, "{name}: {k:?}");
+                assert!([128, 96, 64, 48, 32, 24, 16].contains(&k.regs_per_thread));
+            }
+        }
+        // VGG-19 and ResNet-152 are the DISB builds at 3x64x64 fp32.
+        for name in ["resnet152", "vgg19"] {
+            assert_eq!(reg.lookup(name).unwrap().1.input_bytes, 3 * 64 * 64 * 4);
+        }
+    }
+
+    #[test]
+    fn bert205_softmax_updates_its_max_in_place() {
+        // fused_nn_softmax_1_kernel2 reads and writes T_softmax_maxelem,
+        // which kernel0 of the same softmax wrote: its group is the whole
+        // softmax so far (kernel0..kernel2), and kernel0/1/3 are idempotent.
+        let reg = ModelRegistry::builtin();
+        let (_, m) = reg.lookup("bert205").unwrap();
+        let ks = &m.manifest.kernels;
+        let mut seen = 0;
+        for (i, k) in ks.iter().enumerate() {
+            if k.name == "fused_nn_softmax_1_kernel2" {
+                assert!(!k.idempotent, "{i}");
+                assert_eq!(m.group_start(i), i - 2, "{i}");
+                assert_eq!(ks[i - 2].name, "fused_nn_softmax_1_kernel0");
+                let mem = &m.memory[i];
+                let r: idempotent::RangeSet = mem.reads.iter().collect();
+                let w: idempotent::RangeSet = mem.writes.iter().collect();
+                assert!(r.intersects(&w), "{i}");
+                seen += 1;
+            } else {
+                assert!(k.idempotent, "{i} {}", k.name);
+                assert_eq!(m.group_start(i), i);
+            }
+        }
+        assert_eq!(seen, 6);
     }
 
     #[test]
@@ -1075,11 +1190,18 @@ mod tests {
         assert_eq!(
             names,
             [
+                "alexnet",
+                "bert205",
                 "bert_base",
+                "densenet",
                 "echo_small",
                 "gpt2",
+                "inception",
+                "mobilenet",
                 "null",
                 "resnet152",
+                "resnet18",
+                "resnet50",
                 "vgg19",
                 "yolov3"
             ]
@@ -1089,9 +1211,9 @@ mod tests {
             assert_eq!(reg.get(id).unwrap().name(), m.name());
             assert_eq!(reg.lookup(m.name()).unwrap().0, id);
         }
-        assert_eq!(reg.len(), 7);
+        assert_eq!(reg.len(), 14);
         assert!(!reg.is_empty());
-        assert!(reg.get(7).is_none());
+        assert!(reg.get(14).is_none());
         assert!(reg.lookup("resnet").is_none());
         // Ids are a function of the name set, not of the input order.
         let mut shuffled: Vec<_> = reg
@@ -1133,8 +1255,11 @@ mod tests {
     }
 
     #[test]
-    fn shipped_block_times_follow_the_occupancy_formula() {
-        for (_, m) in ModelRegistry::builtin().iter() {
+    fn synthetic_block_times_follow_the_occupancy_formula() {
+        for (_, m) in ModelRegistry::builtin()
+            .iter()
+            .filter(|(_, m)| synthetic(m))
+        {
             for k in &m.manifest.kernels {
                 let rounds = mi50_rounds(k) as f64;
                 let err = (k.block_time_us * rounds - k.kernel_time_us).abs();
@@ -1145,9 +1270,9 @@ mod tests {
     }
 
     #[test]
-    fn shipped_models_have_some_non_idempotent_kernels() {
+    fn synthetic_models_have_some_non_idempotent_kernels() {
         let reg = ModelRegistry::builtin();
-        for name in ["resnet152", "vgg19", "yolov3", "bert_base", "gpt2"] {
+        for name in ["yolov3", "bert_base", "gpt2"] {
             let ks = &reg.lookup(name).unwrap().1.manifest.kernels;
             let non = ks.iter().filter(|k| !k.idempotent).count();
             assert!(non >= 1 && non * 10 <= ks.len(), "{name}: {non}");
@@ -1435,7 +1560,7 @@ mod tests {
                     assert_eq!(g, i, "{} {}", m.name(), k.name);
                 } else {
                     assert!(g < i, "{} {}: group {g}", m.name(), k.name);
-                    assert!(k.name.contains("_inplace_"), "{}", k.name);
+                    assert!(!synthetic(m) || k.name.contains("_inplace_"), "{}", k.name);
                     // In place: it reads and writes the same bytes.
                     let mem = &m.memory[i];
                     let r: idempotent::RangeSet = mem.reads.iter().collect();
@@ -1480,8 +1605,9 @@ mod tests {
         assert!(
             bless || stale.is_empty(),
             "stale group_start in {stale:?}; run `{BLESS_COMMAND}` (and, for generated \
-             manifests, fix the Python port in scripts/gen-models.py so that \
-             `python3 scripts/gen-models.py --check` agrees)"
+             manifests, fix the Python port in scripts/manifestgen/groups.py so that \
+             `python3 scripts/gen-models.py --check` and `python3 scripts/import-reef.py --check` \
+             agree)"
         );
     }
 

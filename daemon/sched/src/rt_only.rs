@@ -168,13 +168,16 @@ mod tests {
     #[test]
     fn rt_latency_is_the_standalone_time_and_be_tasks_are_dropped() {
         let models = Arc::new(ModelRegistry::builtin());
-        let (rn, m) = models.lookup("resnet152").unwrap();
+        // A synthetic model: its block times follow the occupancy formula, so
+        // the GPU model runs it for at least its manifest total
+        // (docs/models.md; the measured ones take times from REEF's data).
+        let (yolo, m) = models.lookup("yolov3").unwrap();
         let (vgg, _) = models.lookup("vgg19").unwrap();
         let w = Workload {
             clients: vec![
                 ClientSpec {
                     priority: Priority::RealTime,
-                    model: rn,
+                    model: yolo,
                     arrival: Arrival::Uniform {
                         period_ns: 20_000_000,
                         offset_ns: 1_000_000,
