@@ -5,10 +5,11 @@
 //! - [`demo`]: a real-time client beside best-effort clients on an embedded
 //!   daemon, per scheduler;
 //! - [`bench_ipc`]: the request path's round trip against a Unix socket;
-//! - [`disb`], [`bench_preempt`], [`bench_hol`]: the scheduling benchmarks
-//!   (REEF's DISB, REEF Fig. 19 preemption latency, Paella's head-of-line
-//!   blocking) on the GPU model, and [`bench_preempt_device`] for the
-//!   preemption benchmark on a real device;
+//! - [`disb`], [`bench_preempt`], [`bench_hol`], [`bench_paella`]: the
+//!   scheduling benchmarks (REEF's DISB, REEF Fig. 19 preemption latency,
+//!   Paella's head-of-line blocking, Paella's §7 evaluation) on the GPU
+//!   model, and [`bench_preempt_device`] for the preemption benchmark on a
+//!   real device;
 //! - [`bench_padding`]: REEF §6.5's one-to-one padding matrix on the GPU
 //!   model;
 //! - [`bench_sim`]: what the GPU model itself costs to run, per simulated
@@ -24,6 +25,7 @@
 pub mod bench_hol;
 pub mod bench_ipc;
 pub mod bench_padding;
+pub mod bench_paella;
 pub mod bench_preempt;
 pub mod bench_preempt_device;
 pub mod bench_sim;

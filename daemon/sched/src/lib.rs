@@ -12,7 +12,9 @@
 //! simulated daemon the same GPU model (`sluice_gpusim::GpuSim`), so their
 //! results compare like for like; on hardware a real backend. The policies
 //! are the ones of issue 3: `seq`, `streams`, `rt-only`, `wait-preempt`,
-//! `reef`, `paella` (see [`PolicyKind`]); each lives in its own module.
+//! `reef`, `paella`, and Paella's own baselines `paella-sjf` and
+//! `paella-rr` (see [`PolicyKind`]); each lives in its own module (the
+//! baselines in `paella`).
 //!
 //! Kernel tags encode the task and the kernel's index in its model
 //! ([`tag`], [`untag`]), so a policy can map GPU events back to tasks.
@@ -156,17 +158,25 @@ pub enum PolicyKind {
     Reef,
     /// Paella: software-defined, occupancy-aware kernel dispatch.
     Paella,
+    /// Paella's dispatcher with shortest-job-first queueing (Paella §7
+    /// baseline Paella-SJF).
+    PaellaSjf,
+    /// Paella's dispatcher with round-robin queueing, kernel by kernel
+    /// (Paella §7 baseline Paella-RR).
+    PaellaRr,
 }
 
 impl PolicyKind {
     /// Every policy, in the order reports list them.
-    pub const ALL: [Self; 6] = [
+    pub const ALL: [Self; 8] = [
         Self::RtOnly,
         Self::Seq,
         Self::Streams,
         Self::WaitPreempt,
         Self::Reef,
         Self::Paella,
+        Self::PaellaSjf,
+        Self::PaellaRr,
     ];
 
     /// The name as the config and the CLI spell it.
@@ -178,6 +188,8 @@ impl PolicyKind {
             Self::WaitPreempt => "wait-preempt",
             Self::Reef => "reef",
             Self::Paella => "paella",
+            Self::PaellaSjf => "paella-sjf",
+            Self::PaellaRr => "paella-rr",
         }
     }
 
@@ -223,6 +235,14 @@ pub fn make_policy(kind: PolicyKind, models: &Arc<ModelRegistry>) -> Option<Box<
             reef::ReefConfig::reef(),
         ))),
         PolicyKind::Paella => Some(Box::new(paella::Paella::new(models))),
+        PolicyKind::PaellaSjf => Some(Box::new(paella::Paella::with_config(
+            models,
+            paella::PaellaConfig::sjf(),
+        ))),
+        PolicyKind::PaellaRr => Some(Box::new(paella::Paella::with_config(
+            models,
+            paella::PaellaConfig::round_robin(),
+        ))),
     }
 }
 

@@ -1,0 +1,930 @@
+//! Paella's own evaluation (Paella SOSP'23 §7: Fig. 11 and Fig. 12), in
+//! virtual time on the GPU model. Every figure it prints is **simulated**
+//! and names its device profile.
+//!
+//! - **Fig. 11**: a uniform mix of the models of Table 2 (ResNet-18,
+//!   MobileNet, ResNet-50, DenseNet, Inception), open loop, lognormal
+//!   inter-arrival times with σ = 1.5 and σ = 2 (Paella §7 methodology), p99
+//!   latency and throughput against offered load.
+//! - **Fig. 12**: ResNet-18 (short) beside Inception (long), the ratio of
+//!   short to long requests inversely proportional to their standalone times
+//!   (so each gets the same GPU time), p99 latency of each against load.
+//!
+//! Policies (Paella Table 3): `paella`; `streams` (CUDA-MS: one stream per
+//! client; every request goes to its own client, up to
+//! [`PaellaBenchOptions::clients_per_model`] concurrent ones per model, so
+//! that concurrent requests have their own streams); `seq` (CUDA-SS: one
+//! stream, FIFO; it launches a job's kernels when the previous job has
+//! finished, so it also pays one launch and fetch per job, which CUDA-SS
+//! overlaps); `paella-sjf` and `paella-rr` (Paella's dispatcher with SJF and
+//! round-robin queueing).
+//!
+//! **Models.** The measured manifests of Table 2's models are looked up by
+//! name ([`PAPER_MODELS`], [`PAPER_SHORT`], [`PAPER_LONG`]); where they are
+//! missing from the registry, the run uses [`FALLBACK_MODELS`] (the
+//! synthetic built-in models) and says so in its output (`models`,
+//! `fallback`).
+//!
+//! **Loads.** Offered load is given in requests per second, calibrated from
+//! the standalone times the GPU model gives each model (one request alone
+//! under `seq`): the *serial capacity* is the rate at which back-to-back
+//! requests of the mix would keep the device busy, `1 / mean standalone
+//! time` (Fig. 12: two equal halves of GPU time, `2 / (1/t_s + 1/t_l)`...
+//! see [`fig12_rates`]). The sweep is a list of fractions of it.
+//!
+//! **Sustains.** A policy *sustains* a load when its throughput (requests
+//! finished before arrivals stop, over the arrival window) is at least 0.95
+//! of the rate at which requests actually arrived in that window
+//! (`arrived_rps`; lognormal gaps with σ = 2 make the realised rate of a
+//! short window stray far from the nominal `load_rps`). Requests still unfinished when the run stops count
+//! in the p99 with the time they had waited by then (a lower bound).
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use shm_proto::Priority;
+
+use sluice_gpu::{DeviceProfile, Ns};
+use sluice_gpusim::GpuSim;
+use sluice_model::ModelRegistry;
+use sluice_sched::workload::{self, Arrival, ClientSpec, Workload};
+use sluice_sched::{PolicyKind, make_policy};
+
+/// Fig. 11's mix: the models of Paella Table 2 that REEF's MI50 measurements
+/// cover, by manifest name.
+pub const PAPER_MODELS: [&str; 5] = ["resnet18", "mobilenet", "resnet50", "densenet", "inception"];
+/// Fig. 12's short model.
+pub const PAPER_SHORT: &str = "resnet18";
+/// Fig. 12's long model (InceptionV3).
+pub const PAPER_LONG: &str = "inception";
+/// The mix used when a model of [`PAPER_MODELS`] is not in the registry:
+/// the synthetic built-in models, shortest to longest.
+pub const FALLBACK_MODELS: [&str; 5] = ["vgg19", "bert_base", "resnet152", "yolov3", "gpt2"];
+/// Fig. 12's pair when the paper's is missing: the shortest and longest
+/// built-in models.
+pub const FALLBACK_PAIR: (&str, &str) = ("vgg19", "gpt2");
+
+/// The policies of the comparison, in the order reports list them.
+pub const POLICIES: [PolicyKind; 5] = [
+    PolicyKind::Paella,
+    PolicyKind::Streams,
+    PolicyKind::Seq,
+    PolicyKind::PaellaSjf,
+    PolicyKind::PaellaRr,
+];
+
+/// Throughput at or above this fraction of the offered load: sustained.
+pub const SUSTAIN: f64 = 0.95;
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PaellaBenchOptions {
+    /// Device profile of the GPU model.
+    pub device: String,
+    /// Virtual seconds of arrivals per point.
+    pub seconds: f64,
+    /// Offered loads, fractions of serial capacity.
+    pub loads: Vec<f64>,
+    /// Lognormal σ of the inter-arrival times.
+    pub sigmas: Vec<f64>,
+    /// Policies.
+    pub policies: Vec<PolicyKind>,
+    /// Clients per model; requests of a model go to them in turn.
+    pub clients_per_model: u32,
+    /// Seed of the arrival times and model choices.
+    pub seed: u64,
+    /// Worker threads.
+    pub jobs: usize,
+}
+
+impl Default for PaellaBenchOptions {
+    fn default() -> Self {
+        Self {
+            device: "mi50".to_owned(),
+            seconds: 1.0,
+            loads: vec![0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6],
+            sigmas: vec![1.5, 2.0],
+            policies: POLICIES.to_vec(),
+            clients_per_model: 16,
+            seed: 1,
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// Why the benchmark could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum PaellaBenchError {
+    /// The device profile does not exist.
+    #[error("no device profile `{0}`; use mi50, gv100 or h100")]
+    Device(String),
+    /// A model of the fallback table is missing too.
+    #[error("model `{0}` is not in the registry; the built-in manifests should have it")]
+    Model(String),
+    /// Nothing to run.
+    #[error("no {0} given; give at least one")]
+    Empty(&'static str),
+}
+
+/// A model of the mix.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ModelInfo {
+    /// Manifest name.
+    pub name: String,
+    /// Kernels.
+    pub kernels: usize,
+    /// One request alone under `seq` on the GPU model, ms.
+    pub standalone_ms: f64,
+}
+
+/// One point of Fig. 11.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Fig11Point {
+    /// Lognormal σ.
+    pub sigma: f64,
+    /// Policy name.
+    pub policy: String,
+    /// Offered load, requests/s.
+    pub load_rps: f64,
+    /// p99 latency, ms.
+    pub p99_ms: f64,
+    /// Requests finished in the arrival window, per second of it.
+    pub throughput_rps: f64,
+}
+
+/// One point of Fig. 12.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Fig12Point {
+    /// Lognormal σ.
+    pub sigma: f64,
+    /// Policy name.
+    pub policy: String,
+    /// Offered load (both models), requests/s.
+    pub load_rps: f64,
+    /// p99 latency of the short model, ms.
+    pub short_p99_ms: f64,
+    /// p99 latency of the long model, ms.
+    pub long_p99_ms: f64,
+}
+
+/// The goals of the issue, evaluated on this run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Goal {
+    /// Lognormal σ.
+    pub sigma: f64,
+    /// Fig. 11: the highest offered load each policy sustains with every
+    /// lower load sustained too, requests/s (0: none), as (policy, load).
+    pub fig11_saturation_rps: Vec<(String, f64)>,
+    /// Fig. 11: paella sustains every load `streams` does.
+    pub fig11_met: bool,
+    /// Fig. 12: the highest load both `paella` and `streams` sustain.
+    pub fig12_load_rps: Option<f64>,
+    /// Fig. 12: `streams`' short-model p99 over `paella`'s there.
+    pub fig12_short_p99_ratio: Option<f64>,
+    /// Fig. 12: that ratio is at least 2.
+    pub fig12_met: bool,
+}
+
+/// Everything the benchmark measured.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PaellaBenchResult {
+    /// Device profile of the GPU model.
+    pub device: String,
+    /// Always true: virtual time on the GPU model.
+    pub simulated: bool,
+    /// Whether the paper's models were missing and the fallback ran.
+    pub fallback: bool,
+    /// Virtual seconds of arrivals per point.
+    pub seconds: f64,
+    /// Fig. 11's mix.
+    pub models: Vec<ModelInfo>,
+    /// Serial capacity of Fig. 11's mix, requests/s.
+    pub capacity_rps: f64,
+    /// Fig. 12's short and long model.
+    pub short: ModelInfo,
+    /// Fig. 12's long model.
+    pub long: ModelInfo,
+    /// Serial capacity of Fig. 12's pair, requests/s.
+    pub fig12_capacity_rps: f64,
+    /// Fig. 11 points.
+    pub fig11: Vec<Fig11Point>,
+    /// Fig. 12 points.
+    pub fig12: Vec<Fig12Point>,
+    /// Per figure, σ and nominal load: the realised arrival rate and which
+    /// policies sustain it.
+    pub sustained: Vec<Sustained>,
+    /// The issue's goals per σ.
+    pub goals: Vec<Goal>,
+}
+
+/// Which policies sustain one load of one figure.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Sustained {
+    /// 11 or 12.
+    pub fig: u8,
+    /// Lognormal σ.
+    pub sigma: f64,
+    /// Nominal offered load, requests/s.
+    pub load_rps: f64,
+    /// Requests that arrived in the window, per second of it.
+    pub arrived_rps: f64,
+    /// Policies whose throughput is at least [`SUSTAIN`] × `arrived_rps`.
+    pub policies: Vec<String>,
+}
+
+/// Progress of a run.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress {
+    /// Runs done.
+    pub done: usize,
+    /// Runs in all.
+    pub total: usize,
+}
+
+/// A uniform sample in (0, 1) from a splitmix64 stream.
+fn unit(state: &mut u64) -> f64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    ((shm_proto::sim::splitmix64(*state) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+}
+
+/// `n` lognormal inter-arrival gaps of mean `mean_ns` and shape `sigma`
+/// (`mu = ln(mean) - sigma^2 / 2`), by Box-Muller, as arrival times from 0
+/// until `until`.
+pub fn lognormal_arrivals(mean_ns: f64, sigma: f64, until: Ns, seed: u64) -> Vec<Ns> {
+    let mu = mean_ns.ln() - sigma * sigma / 2.0;
+    let mut rng = seed;
+    let mut t = 0.0f64;
+    let mut out = Vec::new();
+    loop {
+        let (u1, u2) = (unit(&mut rng), unit(&mut rng));
+        let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        t += (mu + sigma * z).exp();
+        if t >= until as f64 {
+            return out;
+        }
+        out.push(t as Ns);
+    }
+}
+
+/// Per-model arrival rates of Fig. 12 at `total_rps` requests/s: equal GPU
+/// time for each (`rate_short / rate_long = time_long / time_short`).
+pub fn fig12_rates(total_rps: f64, short_ms: f64, long_ms: f64) -> (f64, f64) {
+    let short_share = long_ms / (short_ms + long_ms);
+    (total_rps * short_share, total_rps * (1.0 - short_share))
+}
+
+/// One request of `model` alone under `seq` on the GPU model, ns.
+fn standalone_ns(profile: &DeviceProfile, models: &Arc<ModelRegistry>, model: u32) -> Ns {
+    let mut p = sluice_sched::seq::Seq::new();
+    let w = Workload {
+        clients: vec![ClientSpec {
+            priority: Priority::BestEffort,
+            model,
+            arrival: Arrival::Trace(vec![0]),
+        }],
+        duration_ns: 1,
+    };
+    let r = workload::run_on(&mut GpuSim::new(profile.clone()), models, &mut p, &w);
+    r.done.first().map_or(0, |d| d.finished)
+}
+
+/// One open-loop run: the requests (arrival, model index into `mix`).
+struct Point {
+    fig: u8,
+    sigma: f64,
+    load_rps: f64,
+    policy: PolicyKind,
+    clients: Vec<ClientSpec>,
+    /// Per client, the index of its model in `mix`.
+    client_model: Vec<usize>,
+    /// Requests arriving in the window, per second of it.
+    arrived_rps: f64,
+}
+
+/// What one run gave: p99 per model index (and all), throughput.
+struct Outcome {
+    p99_all_ms: f64,
+    p99_ms: Vec<f64>,
+    throughput_rps: f64,
+}
+
+/// Builds the clients of one point: one lognormal arrival stream of
+/// `total_rps`, each request of model `i` with probability `share[i]`,
+/// handed to the `k` clients of its model in turn.
+fn clients_for(
+    ids: &[u32],
+    share: &[f64],
+    total_rps: f64,
+    sigma: f64,
+    until: Ns,
+    k: u32,
+    seed: u64,
+) -> (Vec<ClientSpec>, Vec<usize>) {
+    let times = lognormal_arrivals(1e9 / total_rps, sigma, until, seed);
+    let k = k.max(1) as usize;
+    let mut traces: Vec<Vec<Ns>> = vec![Vec::new(); ids.len() * k];
+    let mut turn = vec![0usize; ids.len()];
+    let mut rng = seed ^ 0x5eed;
+    for t in times {
+        let u = unit(&mut rng);
+        let mut acc = 0.0;
+        let mut m = ids.len() - 1;
+        for (i, s) in share.iter().enumerate() {
+            acc += s;
+            if u < acc {
+                m = i;
+                break;
+            }
+        }
+        traces[m * k + turn[m] % k].push(t);
+        turn[m] += 1;
+    }
+    let mut clients = Vec::new();
+    let mut client_model = Vec::new();
+    for (c, trace) in traces.into_iter().enumerate() {
+        clients.push(ClientSpec {
+            priority: Priority::BestEffort,
+            model: ids[c / k],
+            arrival: Arrival::Trace(trace),
+        });
+        client_model.push(c / k);
+    }
+    (clients, client_model)
+}
+
+fn p99(mut v: Vec<Ns>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_unstable();
+    let i = ((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len()) - 1;
+    v[i] as f64 / 1e6
+}
+
+fn run_point(
+    profile: &DeviceProfile,
+    models: &Arc<ModelRegistry>,
+    pt: &Point,
+    nmodels: usize,
+    until: Ns,
+) -> Outcome {
+    let w = Workload {
+        clients: pt.clients.clone(),
+        duration_ns: until,
+    };
+    let Some(mut policy) = make_policy(pt.policy, models) else {
+        return Outcome {
+            p99_all_ms: 0.0,
+            p99_ms: vec![0.0; nmodels],
+            throughput_rps: 0.0,
+        };
+    };
+    let mut gpu = GpuSim::new(profile.clone());
+    let r = workload::run_on(&mut gpu, models, policy.as_mut(), &w);
+    let mut lat: Vec<Vec<Ns>> = vec![Vec::new(); nmodels];
+    let mut in_window = 0u64;
+    let mut seen = std::collections::HashSet::new();
+    for d in &r.done {
+        lat[pt.client_model[d.task.client as usize]].push(d.finished - d.task.arrival);
+        seen.insert((d.task.client, d.task.arrival));
+        if d.finished <= until {
+            in_window += 1;
+        }
+    }
+    // Unfinished requests: the time they had waited when the run stopped.
+    for (c, spec) in pt.clients.iter().enumerate() {
+        if let Arrival::Trace(ts) = &spec.arrival {
+            for &t in ts {
+                if !seen.contains(&(c as u32, t)) {
+                    lat[pt.client_model[c]].push(r.end_ns.saturating_sub(t));
+                }
+            }
+        }
+    }
+    let all: Vec<Ns> = lat.iter().flatten().copied().collect();
+    Outcome {
+        p99_all_ms: p99(all),
+        p99_ms: lat.into_iter().map(p99).collect(),
+        throughput_rps: in_window as f64 / (until as f64 / 1e9),
+    }
+}
+
+/// Runs both figures; `progress` sees every finished run.
+pub fn run(
+    opts: &PaellaBenchOptions,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<PaellaBenchResult, PaellaBenchError> {
+    let profile = DeviceProfile::builtin(&opts.device)
+        .map_err(|_| PaellaBenchError::Device(opts.device.clone()))?;
+    if opts.loads.is_empty() {
+        return Err(PaellaBenchError::Empty("loads"));
+    }
+    if opts.sigmas.is_empty() {
+        return Err(PaellaBenchError::Empty("sigmas"));
+    }
+    if opts.policies.is_empty() {
+        return Err(PaellaBenchError::Empty("policies"));
+    }
+    let models = Arc::new(ModelRegistry::builtin());
+    let fallback = PAPER_MODELS
+        .iter()
+        .chain([&PAPER_SHORT, &PAPER_LONG])
+        .any(|n| models.lookup(n).is_none());
+    let (mix, (short, long)) = if fallback {
+        (FALLBACK_MODELS, FALLBACK_PAIR)
+    } else {
+        (PAPER_MODELS, (PAPER_SHORT, PAPER_LONG))
+    };
+    let info = |name: &str| -> Result<(u32, ModelInfo), PaellaBenchError> {
+        let (id, m) = models
+            .lookup(name)
+            .ok_or_else(|| PaellaBenchError::Model(name.to_owned()))?;
+        Ok((
+            id,
+            ModelInfo {
+                name: name.to_owned(),
+                kernels: m.manifest.kernels.len(),
+                standalone_ms: standalone_ns(&profile, &models, id) as f64 / 1e6,
+            },
+        ))
+    };
+    let mix: Vec<(u32, ModelInfo)> = mix.iter().map(|n| info(n)).collect::<Result<_, _>>()?;
+    let (short_id, short_info) = info(short)?;
+    let (long_id, long_info) = info(long)?;
+    let mean_ms = mix.iter().map(|(_, m)| m.standalone_ms).sum::<f64>() / mix.len() as f64;
+    let capacity = 1e3 / mean_ms;
+    let (ts, tl) = (short_info.standalone_ms, long_info.standalone_ms);
+    // At capacity the two halves of GPU time add up to the whole device:
+    // r_s t_s + r_l t_l = 1 s with r_s t_s = r_l t_l.
+    let cap12 = {
+        let (rs, rl) = fig12_rates(1.0, ts, tl);
+        1e3 / (rs * ts + rl * tl)
+    };
+    let until = (opts.seconds * 1e9) as Ns;
+    let mut points = Vec::new();
+    for &sigma in &opts.sigmas {
+        for (li, &load) in opts.loads.iter().enumerate() {
+            let seed = opts.seed ^ (li as u64) << 20 ^ (sigma.to_bits() >> 40);
+            let ids: Vec<u32> = mix.iter().map(|(id, _)| *id).collect();
+            let share = vec![1.0 / ids.len() as f64; ids.len()];
+            let rps = load * capacity;
+            let (c11, m11) = clients_for(
+                &ids,
+                &share,
+                rps,
+                sigma,
+                until,
+                opts.clients_per_model,
+                seed,
+            );
+            let rps12 = load * cap12;
+            let (rs, _) = fig12_rates(rps12, ts, tl);
+            let (c12, m12) = clients_for(
+                &[short_id, long_id],
+                &[rs / rps12, 1.0 - rs / rps12],
+                rps12,
+                sigma,
+                until,
+                opts.clients_per_model,
+                seed ^ 12,
+            );
+            let arrived = |cs: &[ClientSpec]| {
+                cs.iter()
+                    .map(|c| match &c.arrival {
+                        Arrival::Trace(ts) => ts.len(),
+                        _ => 0,
+                    })
+                    .sum::<usize>() as f64
+                    / opts.seconds
+            };
+            let (a11, a12) = (arrived(&c11), arrived(&c12));
+            for &policy in &opts.policies {
+                points.push(Point {
+                    fig: 11,
+                    sigma,
+                    load_rps: rps,
+                    policy,
+                    clients: c11.clone(),
+                    client_model: m11.clone(),
+                    arrived_rps: a11,
+                });
+                points.push(Point {
+                    fig: 12,
+                    sigma,
+                    load_rps: rps12,
+                    policy,
+                    clients: c12.clone(),
+                    client_model: m12.clone(),
+                    arrived_rps: a12,
+                });
+            }
+        }
+    }
+    // The longest runs (highest load) first, so the workers finish together.
+    points.sort_by(|a, b| b.load_rps.total_cmp(&a.load_rps));
+    let total = points.len();
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
+    let progress = Mutex::new(progress);
+    std::thread::scope(|s| {
+        for _ in 0..opts.jobs.clamp(1, total.max(1)) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(pt) = points.get(i) else { return };
+                    let n = if pt.fig == 11 { mix.len() } else { 2 };
+                    let o = run_point(&profile, &models, pt, n, until);
+                    let done = {
+                        let mut r = results.lock().unwrap_or_else(|e| e.into_inner());
+                        r.push((i, o));
+                        r.len()
+                    };
+                    let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
+                    (*p)(Progress { done, total });
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    results.sort_by_key(|(i, _)| *i);
+    let mut fig11 = Vec::new();
+    let mut fig12 = Vec::new();
+    // (sigma, policy, load, throughput) of Fig. 12, for the goals.
+    let mut thr12 = Vec::new();
+    let mut sustained: Vec<Sustained> = Vec::new();
+    for (i, o) in results {
+        let pt = &points[i];
+        let at = match sustained
+            .iter()
+            .position(|x| x.fig == pt.fig && x.sigma == pt.sigma && x.load_rps == pt.load_rps)
+        {
+            Some(at) => at,
+            None => {
+                sustained.push(Sustained {
+                    fig: pt.fig,
+                    sigma: pt.sigma,
+                    load_rps: pt.load_rps,
+                    arrived_rps: pt.arrived_rps,
+                    policies: Vec::new(),
+                });
+                sustained.len() - 1
+            }
+        };
+        if o.throughput_rps >= SUSTAIN * pt.arrived_rps {
+            sustained[at].policies.push(pt.policy.as_str().to_owned());
+        }
+        if pt.fig == 11 {
+            fig11.push(Fig11Point {
+                sigma: pt.sigma,
+                policy: pt.policy.as_str().to_owned(),
+                load_rps: pt.load_rps,
+                p99_ms: o.p99_all_ms,
+                throughput_rps: o.throughput_rps,
+            });
+        } else {
+            thr12.push((pt.sigma, pt.policy, pt.load_rps));
+            fig12.push(Fig12Point {
+                sigma: pt.sigma,
+                policy: pt.policy.as_str().to_owned(),
+                load_rps: pt.load_rps,
+                short_p99_ms: o.p99_ms[0],
+                long_p99_ms: o.p99_ms[1],
+            });
+        }
+    }
+    let order = |p: &str| opts.policies.iter().position(|k| k.as_str() == p);
+    fig11.sort_by(|a, b| {
+        (a.sigma, order(&a.policy), a.load_rps)
+            .partial_cmp(&(b.sigma, order(&b.policy), b.load_rps))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    fig12.sort_by(|a, b| {
+        (a.sigma, order(&a.policy), a.load_rps)
+            .partial_cmp(&(b.sigma, order(&b.policy), b.load_rps))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    sustained.sort_by(|a, b| {
+        (a.fig, a.sigma, a.load_rps)
+            .partial_cmp(&(b.fig, b.sigma, b.load_rps))
+            .unwrap_or(std::cmp::Ordering::Equal)
+    });
+    let goals = opts
+        .sigmas
+        .iter()
+        .map(|&sigma| goal(sigma, &opts.policies, &fig12, &sustained))
+        .collect();
+    Ok(PaellaBenchResult {
+        device: profile.name.clone(),
+        simulated: true,
+        fallback,
+        seconds: opts.seconds,
+        models: mix.into_iter().map(|(_, m)| m).collect(),
+        capacity_rps: capacity,
+        short: short_info,
+        long: long_info,
+        fig12_capacity_rps: cap12,
+        fig11,
+        fig12,
+        sustained,
+        goals,
+    })
+}
+
+/// Whether `policy` sustains `load` of figure `fig` at `sigma`.
+fn sustains(sustained: &[Sustained], fig: u8, sigma: f64, load: f64, policy: &str) -> bool {
+    sustained.iter().any(|x| {
+        x.fig == fig
+            && x.sigma == sigma
+            && x.load_rps == load
+            && x.policies.iter().any(|p| p == policy)
+    })
+}
+
+fn goal(
+    sigma: f64,
+    policies: &[PolicyKind],
+    fig12: &[Fig12Point],
+    sustained: &[Sustained],
+) -> Goal {
+    // The highest nominal load below the first one not sustained (0: none;
+    // `sustained` is sorted by load). A lone sustained point above a
+    // failure is a window with few arrivals, not capacity.
+    let sat = |fig: u8, p: &str| {
+        sustained
+            .iter()
+            .filter(|x| x.fig == fig && x.sigma == sigma)
+            .take_while(|x| x.policies.iter().any(|q| q == p))
+            .map(|x| x.load_rps)
+            .fold(0.0, f64::max)
+    };
+    let sat11 = |p: &str| sat(11, p);
+    let fig11_saturation_rps: Vec<(String, f64)> = policies
+        .iter()
+        .map(|k| (k.as_str().to_owned(), sat11(k.as_str())))
+        .collect();
+    let fig11_met = sat11("paella") >= sat11("streams");
+    let both = sat(12, "paella").min(sat(12, "streams"));
+    let fig12_load_rps = (both > 0.0).then_some(both);
+    let short_p99 = |p: &str, load: f64| {
+        fig12
+            .iter()
+            .find(|x| x.sigma == sigma && x.policy == p && x.load_rps == load)
+            .map(|x| x.short_p99_ms)
+    };
+    let fig12_short_p99_ratio = fig12_load_rps.and_then(|l| {
+        let (pa, st) = (short_p99("paella", l)?, short_p99("streams", l)?);
+        (pa > 0.0).then(|| st / pa)
+    });
+    Goal {
+        sigma,
+        fig11_saturation_rps,
+        fig11_met,
+        fig12_load_rps,
+        fig12_short_p99_ratio,
+        fig12_met: fig12_short_p99_ratio.is_some_and(|r| r >= 2.0),
+    }
+}
+
+/// The result as readable tables.
+pub fn table(r: &PaellaBenchResult) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "Paella §7 evaluation, simulated on the GPU model (device profile {}), {} s of arrivals per point{}",
+        r.device,
+        r.seconds,
+        if r.fallback {
+            "; the paper's models are not in the registry: fallback mix of built-in synthetic models"
+        } else {
+            ""
+        }
+    );
+    let _ = writeln!(s, "\nModels (standalone: one request alone under seq):");
+    for m in r.models.iter().chain([&r.short, &r.long]) {
+        let _ = writeln!(
+            s,
+            "  {:<12} {:>4} kernels  {:>8.3} ms",
+            m.name, m.kernels, m.standalone_ms
+        );
+    }
+    let _ = writeln!(
+        s,
+        "Fig. 11 serial capacity {:.1} req/s; Fig. 12 ({} : {}) {:.1} req/s",
+        r.capacity_rps, r.short.name, r.long.name, r.fig12_capacity_rps
+    );
+    let _ = writeln!(
+        s,
+        "\nFig. 11: uniform mix, p99 ms / throughput req/s (* = sustains: throughput >= {SUSTAIN} x the rate that arrived)"
+    );
+    let policies: Vec<&str> = {
+        let mut v: Vec<&str> = Vec::new();
+        for p in &r.fig11 {
+            if !v.contains(&p.policy.as_str()) {
+                v.push(&p.policy);
+            }
+        }
+        v
+    };
+    let sigmas: Vec<f64> = {
+        let mut v: Vec<f64> = r.fig11.iter().map(|p| p.sigma).collect();
+        v.dedup();
+        v.sort_by(f64::total_cmp);
+        v.dedup();
+        v
+    };
+    for &sigma in &sigmas {
+        let _ = write!(s, "sigma {sigma}\n  {:>9}", "load r/s");
+        for p in &policies {
+            let _ = write!(s, " {:>19}", p);
+        }
+        let _ = writeln!(s);
+        let mut loads: Vec<f64> = r
+            .fig11
+            .iter()
+            .filter(|p| p.sigma == sigma)
+            .map(|p| p.load_rps)
+            .collect();
+        loads.sort_by(f64::total_cmp);
+        loads.dedup();
+        for &l in &loads {
+            let _ = write!(s, "  {l:>9.1}");
+            for p in &policies {
+                match r
+                    .fig11
+                    .iter()
+                    .find(|x| x.sigma == sigma && x.policy == *p && x.load_rps == l)
+                {
+                    Some(x) => {
+                        let mark = if sustains(&r.sustained, 11, sigma, l, p) {
+                            '*'
+                        } else {
+                            ' '
+                        };
+                        let _ = write!(s, " {:>9.2} /{:>7.1}{mark}", x.p99_ms, x.throughput_rps);
+                    }
+                    None => {
+                        let _ = write!(s, " {:>19}", "-");
+                    }
+                }
+            }
+            let _ = writeln!(s);
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\nFig. 12: {} (short) beside {} (long), p99 ms short / long (* = sustains)",
+        r.short.name, r.long.name
+    );
+    for &sigma in &sigmas {
+        let _ = write!(s, "sigma {sigma}\n  {:>9}", "load r/s");
+        for p in &policies {
+            let _ = write!(s, " {:>19}", p);
+        }
+        let _ = writeln!(s);
+        let mut loads: Vec<f64> = r
+            .fig12
+            .iter()
+            .filter(|p| p.sigma == sigma)
+            .map(|p| p.load_rps)
+            .collect();
+        loads.sort_by(f64::total_cmp);
+        loads.dedup();
+        for &l in &loads {
+            let _ = write!(s, "  {l:>9.1}");
+            for p in &policies {
+                match r
+                    .fig12
+                    .iter()
+                    .find(|x| x.sigma == sigma && x.policy == *p && x.load_rps == l)
+                {
+                    Some(x) => {
+                        let mark = if sustains(&r.sustained, 12, sigma, l, p) {
+                            '*'
+                        } else {
+                            ' '
+                        };
+                        let _ = write!(s, " {:>8.2} /{:>8.2}{mark}", x.short_p99_ms, x.long_p99_ms);
+                    }
+                    None => {
+                        let _ = write!(s, " {:>19}", "-");
+                    }
+                }
+            }
+            let _ = writeln!(s);
+        }
+    }
+    let _ = writeln!(s, "\nGoals:");
+    for g in &r.goals {
+        let sat: Vec<String> = g
+            .fig11_saturation_rps
+            .iter()
+            .map(|(p, l)| format!("{p} {l:.1}"))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  sigma {}: Fig. 11 highest sustained load (req/s): {}; paella >= streams: {}",
+            g.sigma,
+            sat.join(", "),
+            if g.fig11_met { "met" } else { "NOT met" }
+        );
+        let _ = writeln!(
+            s,
+            "  sigma {}: Fig. 12 short p99 streams/paella at {}: {} (goal >= 2: {})",
+            g.sigma,
+            g.fig12_load_rps
+                .map_or("no load both sustain".to_owned(), |l| format!(
+                    "{l:.1} req/s"
+                )),
+            g.fig12_short_p99_ratio
+                .map_or("-".to_owned(), |x| format!("{x:.2}x")),
+            if g.fig12_met { "met" } else { "NOT met" }
+        );
+    }
+    s
+}
+
+/// A progress line on stderr.
+pub fn stderr_progress() -> impl FnMut(Progress) + Send {
+    let start = std::time::Instant::now();
+    move |p: Progress| {
+        eprint!(
+            "\rbench paella: {}/{} runs ({:.1} s)",
+            p.done,
+            p.total,
+            start.elapsed().as_secs_f64()
+        );
+        if p.done == p.total {
+            eprintln!();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lognormal_gaps_have_the_asked_mean() {
+        let ts = lognormal_arrivals(1e6, 1.5, 20_000_000_000, 3);
+        let mean = 20e9 / ts.len() as f64;
+        assert!((mean / 1e6 - 1.0).abs() < 0.2, "mean gap {mean} ns");
+    }
+
+    #[test]
+    fn fig12_gives_each_model_the_same_gpu_time() {
+        let (rs, rl) = fig12_rates(100.0, 1.5, 30.0);
+        assert!((rs * 1.5 - rl * 30.0).abs() < 1e-9);
+        assert!((rs + rl - 100.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_small_run_has_every_field_and_policy() {
+        let opts = PaellaBenchOptions {
+            seconds: 0.05,
+            loads: vec![0.5],
+            sigmas: vec![1.5],
+            jobs: 2,
+            ..PaellaBenchOptions::default()
+        };
+        let r = run(&opts, &mut |_| {}).expect("runs");
+        let v = serde_json::to_value(&r).expect("serialises");
+        assert_eq!(v["device"], "mi50");
+        assert_eq!(v["simulated"], true);
+        for (fig, fields) in [
+            (
+                "fig11",
+                &["sigma", "policy", "load_rps", "p99_ms", "throughput_rps"][..],
+            ),
+            (
+                "fig12",
+                &["sigma", "policy", "load_rps", "short_p99_ms", "long_p99_ms"][..],
+            ),
+        ] {
+            let pts = v[fig].as_array().expect("array");
+            assert_eq!(pts.len(), POLICIES.len(), "{fig}");
+            for p in pts {
+                let keys: Vec<&str> = p
+                    .as_object()
+                    .expect("object")
+                    .keys()
+                    .map(|k| k.as_str())
+                    .collect();
+                let mut want = fields.to_vec();
+                want.sort_unstable();
+                let mut got = keys.clone();
+                got.sort_unstable();
+                assert_eq!(got, want, "{fig}");
+                assert!(p["load_rps"].as_f64().expect("number") > 0.0);
+            }
+            for k in POLICIES {
+                assert!(
+                    pts.iter().any(|p| p["policy"] == k.as_str()),
+                    "{fig}: {k} missing"
+                );
+            }
+        }
+        assert!(!table(&r).is_empty());
+    }
+}
