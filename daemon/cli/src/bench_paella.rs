@@ -633,6 +633,58 @@ pub fn run(
 }
 
 /// Whether `policy` sustains `load` of figure `fig` at `sigma`.
+/// One table cell: a figure's point for one policy, already formatted.
+struct Cell<'a> {
+    sigma: f64,
+    policy: &'a str,
+    load: f64,
+    text: String,
+}
+
+/// One figure as a table per σ: a row per offered load, a column per
+/// policy, `*` after the points the policy sustains.
+fn write_figure(
+    s: &mut String,
+    sigmas: &[f64],
+    policies: &[&str],
+    cells: &[Cell<'_>],
+    sustained: impl Fn(f64, f64, &str) -> bool,
+) {
+    use std::fmt::Write;
+    for &sigma in sigmas {
+        let _ = write!(s, "sigma {sigma}\n  {:>9}", "load r/s");
+        for p in policies {
+            let _ = write!(s, " {:>19}", p);
+        }
+        let _ = writeln!(s);
+        let mut loads: Vec<f64> = cells
+            .iter()
+            .filter(|c| c.sigma == sigma)
+            .map(|c| c.load)
+            .collect();
+        loads.sort_by(f64::total_cmp);
+        loads.dedup();
+        for &l in &loads {
+            let _ = write!(s, "  {l:>9.1}");
+            for &p in policies {
+                match cells
+                    .iter()
+                    .find(|c| c.sigma == sigma && c.policy == p && c.load == l)
+                {
+                    Some(c) => {
+                        let mark = if sustained(sigma, l, p) { '*' } else { ' ' };
+                        let _ = write!(s, " {}{mark}", c.text);
+                    }
+                    None => {
+                        let _ = write!(s, " {:>19}", "-");
+                    }
+                }
+            }
+            let _ = writeln!(s);
+        }
+    }
+}
+
 fn sustains(sustained: &[Sustained], fig: u8, sigma: f64, load: f64, policy: &str) -> bool {
     sustained.iter().any(|x| {
         x.fig == fig
@@ -734,87 +786,37 @@ pub fn table(r: &PaellaBenchResult) -> String {
         v.dedup();
         v
     };
-    for &sigma in &sigmas {
-        let _ = write!(s, "sigma {sigma}\n  {:>9}", "load r/s");
-        for p in &policies {
-            let _ = write!(s, " {:>19}", p);
-        }
-        let _ = writeln!(s);
-        let mut loads: Vec<f64> = r
-            .fig11
-            .iter()
-            .filter(|p| p.sigma == sigma)
-            .map(|p| p.load_rps)
-            .collect();
-        loads.sort_by(f64::total_cmp);
-        loads.dedup();
-        for &l in &loads {
-            let _ = write!(s, "  {l:>9.1}");
-            for p in &policies {
-                match r
-                    .fig11
-                    .iter()
-                    .find(|x| x.sigma == sigma && x.policy == *p && x.load_rps == l)
-                {
-                    Some(x) => {
-                        let mark = if sustains(&r.sustained, 11, sigma, l, p) {
-                            '*'
-                        } else {
-                            ' '
-                        };
-                        let _ = write!(s, " {:>9.2} /{:>7.1}{mark}", x.p99_ms, x.throughput_rps);
-                    }
-                    None => {
-                        let _ = write!(s, " {:>19}", "-");
-                    }
-                }
-            }
-            let _ = writeln!(s);
-        }
-    }
+    let fig11: Vec<Cell<'_>> = r
+        .fig11
+        .iter()
+        .map(|x| Cell {
+            sigma: x.sigma,
+            policy: &x.policy,
+            load: x.load_rps,
+            text: format!("{:>9.2} /{:>7.1}", x.p99_ms, x.throughput_rps),
+        })
+        .collect();
+    write_figure(&mut s, &sigmas, &policies, &fig11, |sigma, l, p| {
+        sustains(&r.sustained, 11, sigma, l, p)
+    });
     let _ = writeln!(
         s,
         "\nFig. 12: {} (short) beside {} (long), p99 ms short / long (* = sustains)",
         r.short.name, r.long.name
     );
-    for &sigma in &sigmas {
-        let _ = write!(s, "sigma {sigma}\n  {:>9}", "load r/s");
-        for p in &policies {
-            let _ = write!(s, " {:>19}", p);
-        }
-        let _ = writeln!(s);
-        let mut loads: Vec<f64> = r
-            .fig12
-            .iter()
-            .filter(|p| p.sigma == sigma)
-            .map(|p| p.load_rps)
-            .collect();
-        loads.sort_by(f64::total_cmp);
-        loads.dedup();
-        for &l in &loads {
-            let _ = write!(s, "  {l:>9.1}");
-            for p in &policies {
-                match r
-                    .fig12
-                    .iter()
-                    .find(|x| x.sigma == sigma && x.policy == *p && x.load_rps == l)
-                {
-                    Some(x) => {
-                        let mark = if sustains(&r.sustained, 12, sigma, l, p) {
-                            '*'
-                        } else {
-                            ' '
-                        };
-                        let _ = write!(s, " {:>8.2} /{:>8.2}{mark}", x.short_p99_ms, x.long_p99_ms);
-                    }
-                    None => {
-                        let _ = write!(s, " {:>19}", "-");
-                    }
-                }
-            }
-            let _ = writeln!(s);
-        }
-    }
+    let fig12: Vec<Cell<'_>> = r
+        .fig12
+        .iter()
+        .map(|x| Cell {
+            sigma: x.sigma,
+            policy: &x.policy,
+            load: x.load_rps,
+            text: format!("{:>8.2} /{:>8.2}", x.short_p99_ms, x.long_p99_ms),
+        })
+        .collect();
+    write_figure(&mut s, &sigmas, &policies, &fig12, |sigma, l, p| {
+        sustains(&r.sustained, 12, sigma, l, p)
+    });
     let _ = writeln!(s, "\nGoals:");
     for g in &r.goals {
         let sat: Vec<String> = g
