@@ -267,6 +267,17 @@ pub struct GpuSim {
     /// head that has already tried every CU can now go.
     dirty: Vec<u32>,
     dirty_mark: Vec<bool>,
+    /// Most free threads, shared memory and registers (all banks) of any
+    /// CU in `dirty` with a free block slot, taken when a dispatch starts:
+    /// CUs only lose resources while it runs, so a block needing more of
+    /// one of them fits on no CU in `dirty`.
+    dirty_max: (u32, u32, u32),
+    /// Per hardware queue: the footprint of its head when that head has
+    /// tried every CU, is launched and has blocks no CU could take at the
+    /// end of its last placement. Until the head changes or a stream's
+    /// preemption flag is set, only a CU in `dirty` can take its blocks,
+    /// so dispatch checks those without touching the kernel.
+    parked: Vec<Option<Footprint>>,
     /// `scratch_heads` no longer matches the heads (one left or came).
     heads_stale: bool,
     /// Something changed that dispatch must look at: a new or launched
@@ -306,6 +317,8 @@ impl GpuSim {
             scratch_cands: Vec::with_capacity(ncu),
             dirty: Vec::with_capacity(ncu),
             dirty_mark: vec![false; ncu],
+            dirty_max: (0, 0, 0),
+            parked: vec![None; nhwq],
             wake: false,
             heads_stale: true,
             time_model: false,
@@ -619,6 +632,8 @@ impl GpuSim {
         let s = self.stream_index(stream)?;
         self.ensure_pending(s);
         self.streams[s].flag = true;
+        // A parked head must see the flag at the next dispatch.
+        self.parked.fill(None);
         self.wake = true;
         if let Some(id) = self.streams[s].cur {
             let k = &self.kernels[id as usize];
@@ -849,6 +864,7 @@ impl GpuSim {
         let q = &mut self.hwqs[self.streams[s].hwq as usize];
         q.fifo.push_back(id);
         if q.fifo.len() == 1 {
+            self.parked[self.streams[s].hwq as usize] = None;
             q.head_since = self.now;
             self.wake = true;
             self.heads_stale = true;
@@ -896,6 +912,7 @@ impl GpuSim {
         if let Some(pos) = q.fifo.iter().position(|&k| k == id) {
             q.fifo.remove(pos);
             if pos == 0 {
+                self.parked[self.streams[s].hwq as usize] = None;
                 q.head_since = self.now;
                 self.wake = true;
                 self.heads_stale = true;
@@ -907,6 +924,7 @@ impl GpuSim {
     fn pop_head(&mut self, h: usize) {
         let q = &mut self.hwqs[h];
         if q.fifo.pop_front().is_some() {
+            self.parked[h] = None;
             q.head_since = self.now;
             self.wake = true;
             self.heads_stale = true;
@@ -917,6 +935,19 @@ impl GpuSim {
         if !self.wake {
             return;
         }
+        let mut max = (0, 0, 0);
+        for &c in &self.dirty {
+            let cu = &self.cus[c as usize];
+            if cu.blocks > 0 {
+                let regs: u32 = cu.banks[..cu.nbanks as usize].iter().sum();
+                max = (
+                    max.0.max(cu.threads),
+                    max.1.max(cu.shared_mem),
+                    max.2.max(regs),
+                );
+            }
+        }
+        self.dirty_max = max;
         let mut heads = std::mem::take(&mut self.scratch_heads);
         if self.heads_stale {
             // Only when a head left or came: otherwise the order stands.
@@ -945,6 +976,13 @@ impl GpuSim {
                 continue;
             }
             let h = h as usize;
+            if let Some(fp) = self.parked[h] {
+                // What `place` would find first, without touching the kernel.
+                if !self.room_in_dirty(&fp) {
+                    continue;
+                }
+                self.parked[h] = None;
+            }
             while let Some(&id) = self.hwqs[h].fifo.front() {
                 let k = &self.kernels[id as usize];
                 let s = k.stream as usize;
@@ -984,6 +1022,8 @@ impl GpuSim {
                 if self.kernels[id as usize].blocks_left == 0 {
                     self.pop_head(h);
                 } else {
+                    // No CU has room for another block (see `place`).
+                    self.parked[h] = Some(self.kernels[id as usize].fp);
                     break; // head-of-line: nothing behind it may start
                 }
             }
@@ -1056,12 +1096,7 @@ impl GpuSim {
             k.tried = true;
             (k.fp, k.blocks_left, tried)
         };
-        if tried
-            && !self
-                .dirty
-                .iter()
-                .any(|&c| self.cus[c as usize].fits_one(&fp))
-        {
+        if tried && !self.room_in_dirty(&fp) {
             return 0;
         }
         let packed = self.streams[self.kernels[id as usize].stream as usize].packed;
@@ -1216,6 +1251,20 @@ impl GpuSim {
         k.blocks_left -= to_place;
         k.blocks_running += to_place;
         to_place
+    }
+
+    /// Whether a CU in `dirty` has room for one block of `fp`.
+    fn room_in_dirty(&self, fp: &Footprint) -> bool {
+        let (threads, shared_mem, regs) = self.dirty_max;
+        if fp.threads > threads
+            || fp.shared_mem > shared_mem
+            || u64::from(fp.waves) * u64::from(fp.wave_regs) > u64::from(regs)
+        {
+            return false;
+        }
+        self.dirty
+            .iter()
+            .any(|&c| self.cus[c as usize].fits_one(fp))
     }
 
     /// How long blocks of kernel `id` just placed on CU `c` take, stretched
