@@ -284,6 +284,10 @@ pub struct GpuSim {
     /// head, freed resources, a flag, a fused kernel. Without it dispatch
     /// does nothing.
     wake: bool,
+    /// The occupancy curve's ratio at `i` wavefronts' worth of threads
+    /// (`i × wave_size / max_threads`), filled as first needed (NaN: not
+    /// yet); a block's time needs it at every placement.
+    ratio_cache: Vec<f64>,
     /// Whether [`Self::model_work_ns`] is counted.
     time_model: bool,
     model_work_ns: u64,
@@ -323,6 +327,11 @@ impl GpuSim {
             heads_stale: true,
             time_model: false,
             model_work_ns: 0,
+            ratio_cache: vec![
+                f64::NAN;
+                2 * (profile.cu.max_threads / profile.cu.wave_size.max(1)) as usize
+                    + 2
+            ],
             profile,
         }
     }
@@ -1275,15 +1284,28 @@ impl GpuSim {
     /// the last entry (throughput saturated); others scale `block_time` by
     /// the profile's occupancy curve, relative to the occupancy they have
     /// alone. Fixed at placement.
-    fn wave_time(&self, id: u32, c: usize, factor: f64) -> Ns {
+    fn wave_time(&mut self, id: u32, c: usize, factor: f64) -> Ns {
         let k = &self.kernels[id as usize];
         let max_threads = self.profile.cu.max_threads;
         let resident = max_threads - self.cus[c].threads;
         let n = resident.div_ceil(k.fp.threads.max(1)).max(1);
         let base = match k.wave_ns.len() {
             0 => {
-                let x = f64::from(n * k.fp.threads) / f64::from(max_threads);
-                k.block_time as f64 * self.profile.occupancy.ratio(x) / k.alone_ratio
+                let threads = n * k.fp.threads;
+                let i = (threads / self.profile.cu.wave_size.max(1)) as usize;
+                let ratio = match self.ratio_cache.get(i) {
+                    Some(&r) if !r.is_nan() => r,
+                    _ => {
+                        let x = f64::from(threads) / f64::from(max_threads);
+                        let r = self.profile.occupancy.ratio(x);
+                        if let Some(slot) = self.ratio_cache.get_mut(i) {
+                            *slot = r;
+                        }
+                        r
+                    }
+                };
+                let k = &self.kernels[id as usize];
+                k.block_time as f64 * ratio / k.alone_ratio
             }
             l if (n as usize) <= l => k.wave_ns[n as usize - 1] as f64,
             l => k.wave_ns[l - 1] as f64 * f64::from(n) / l as f64,
