@@ -68,6 +68,11 @@ pub struct SimRow {
     pub wall_per_sim_s: f64,
     /// Device events delivered to the policy.
     pub events: u64,
+    /// The GPU model's internal events (host pushes, fetches, launches,
+    /// block groups finishing, ...): what its cost grows with.
+    pub model_events: u64,
+    /// Distinct virtual times among them (one dispatcher pass each).
+    pub model_times: u64,
     /// Tasks finished.
     pub tasks: u64,
 }
@@ -248,6 +253,8 @@ pub fn run(
                     wall_s,
                     wall_per_sim_s: if sim_s > 0.0 { wall_s / sim_s } else { 0.0 },
                     events: gpu.events,
+                    model_events: gpu.sim.counts().events,
+                    model_times: gpu.sim.counts().times,
                     tasks: r.done.len() as u64,
                 });
             }
@@ -268,13 +275,22 @@ pub fn table(r: &SimReport) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<7} {:<8} {:>7} {:>8} {:>8} {:>10} {:>10} {:>8}",
-        "device", "policy", "BE", "sim s", "wall s", "wall/sim", "events", "tasks"
+        "{:<7} {:<8} {:>7} {:>8} {:>8} {:>10} {:>10} {:>12} {:>10} {:>8}",
+        "device",
+        "policy",
+        "BE",
+        "sim s",
+        "wall s",
+        "wall/sim",
+        "events",
+        "model events",
+        "times",
+        "tasks"
     );
     for row in &r.rows {
         let _ = writeln!(
             s,
-            "{:<7} {:<8} {:>7} {:>8.3} {:>8.3} {:>10.3} {:>10} {:>8}",
+            "{:<7} {:<8} {:>7} {:>8.3} {:>8.3} {:>10.3} {:>10} {:>12} {:>10} {:>8}",
             row.device,
             row.policy,
             row.clients,
@@ -282,6 +298,8 @@ pub fn table(r: &SimReport) -> String {
             row.wall_s,
             row.wall_per_sim_s,
             row.events,
+            row.model_events,
+            row.model_times,
             row.tasks
         );
     }
@@ -307,6 +325,10 @@ mod tests {
         for row in &r.rows {
             assert!(row.sim_s >= 0.02, "{row:?}");
             assert!(row.events > 0 && row.tasks > 0, "{row:?}");
+            assert!(
+                row.model_events >= row.model_times && row.model_times > 0,
+                "{row:?}"
+            );
             assert!(row.wall_s > 0.0, "{row:?}");
         }
         let json = serde_json::to_value(&r).unwrap();

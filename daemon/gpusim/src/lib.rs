@@ -232,6 +232,18 @@ struct Fused {
     since: Ns,
 }
 
+/// What the model has done so far: its own cost, in events (see
+/// [`GpuSim::counts`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ModelCounts {
+    /// Distinct virtual times at which internal events were handled (each
+    /// one runs the dispatcher once).
+    pub times: u64,
+    /// Internal events handled (host pushes, fetches, launches, block groups
+    /// finishing, kills, host resets).
+    pub events: u64,
+}
+
 /// The GPU execution model. See the module docs.
 #[derive(Debug)]
 pub struct GpuSim {
@@ -291,6 +303,7 @@ pub struct GpuSim {
     /// Whether [`Self::model_work_ns`] is counted.
     time_model: bool,
     model_work_ns: u64,
+    counts: ModelCounts,
 }
 impl GpuSim {
     /// An idle device described by `profile`, at time 0.
@@ -327,6 +340,7 @@ impl GpuSim {
             heads_stale: true,
             time_model: false,
             model_work_ns: 0,
+            counts: ModelCounts::default(),
             ratio_cache: vec![
                 f64::NAN;
                 2 * (profile.cu.max_threads / profile.cu.wave_size.max(1)) as usize
@@ -362,6 +376,11 @@ impl GpuSim {
         let r = op(self);
         self.model_work_ns += t0.elapsed().as_nanos() as u64;
         r
+    }
+
+    /// Internal events and distinct event times handled so far.
+    pub fn counts(&self) -> ModelCounts {
+        self.counts
     }
 
     /// The device profile.
@@ -816,11 +835,13 @@ impl GpuSim {
             _ => return false,
         };
         self.advance_clock(t);
+        self.counts.times += 1;
         while let Some(Reverse(e)) = self.heap.peek().copied() {
             if e.t != t {
                 break;
             }
             self.heap.pop();
+            self.counts.events += 1;
             match e.kind {
                 EvKind::HostPush { stream } => self.on_host_push(stream as usize),
                 EvKind::FetchDone { kernel } => self.on_fetch_done(kernel),
