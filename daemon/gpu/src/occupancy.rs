@@ -169,15 +169,58 @@ impl CuState {
         let mut used = [0; MAX_REGISTER_BANKS as usize];
         if fp.wave_regs > 0 {
             let nb = self.nbanks as usize;
-            for _ in 0..fp.waves * n {
-                let mut pick = 0;
-                for b in 1..nb {
-                    if self.banks[b] > self.banks[pick] {
-                        pick = b;
+            let r = fp.wave_regs;
+            let mut k = fp.waves * n;
+            // One wavefront at a time, bank b takes its wavefronts at free
+            // counts f_b, f_b - r, ...; writing f_b = q_b·r + s_b, the j-th
+            // is in "layer" q_b - j, and the choice (most free, lowest index
+            // on a tie) takes whole layers from the top, then part of one
+            // in the order (s_b descending, b ascending). So: count the
+            // whole layers, then hand out the part.
+            let mut q = [0u32; MAX_REGISTER_BANKS as usize];
+            let mut by_q = [0usize; MAX_REGISTER_BANKS as usize];
+            for b in 0..nb {
+                q[b] = self.banks[b] / r;
+                by_q[b] = b;
+            }
+            by_q[..nb].sort_unstable_by_key(|&b| std::cmp::Reverse(q[b]));
+            let mut layer = q[by_q[0]];
+            let (mut i, mut m) = (0, 0);
+            while k > 0 {
+                while i < nb && q[by_q[i]] >= layer {
+                    m += 1;
+                    i += 1;
+                }
+                // Layers `layer` down to the next bank's top (or to 1) each
+                // hold these `m` banks.
+                let span = if i < nb { layer - q[by_q[i]] } else { layer };
+                let full = (k / m).min(span);
+                k -= full * m;
+                layer -= full;
+                if full < span {
+                    break; // `layer` is taken in part
+                }
+            }
+            for b in 0..nb {
+                used[b] = q[b].saturating_sub(layer) * r;
+            }
+            if k > 0 {
+                let mut part = [0usize; MAX_REGISTER_BANKS as usize];
+                let mut np = 0;
+                for b in 0..nb {
+                    if q[b] >= layer {
+                        part[np] = b;
+                        np += 1;
                     }
                 }
-                self.banks[pick] -= fp.wave_regs;
-                used[pick] += fp.wave_regs;
+                let banks = &self.banks;
+                part[..np].sort_unstable_by_key(|&b| (std::cmp::Reverse(banks[b] % r), b));
+                for &b in &part[..k as usize] {
+                    used[b] += r;
+                }
+            }
+            for b in 0..nb {
+                self.banks[b] -= used[b];
             }
         }
         used
@@ -206,6 +249,48 @@ mod tests {
 
     use super::*;
     use sluice_model::ModelRegistry;
+
+    /// `take`'s bank choice one wavefront at a time, as the hardware does.
+    fn take_one_by_one(cu: &mut CuState, fp: &Footprint, n: u32) -> BankUse {
+        let mut used = [0; MAX_REGISTER_BANKS as usize];
+        for _ in 0..fp.waves * n {
+            let mut pick = 0;
+            for b in 1..cu.nbanks as usize {
+                if cu.banks[b] > cu.banks[pick] {
+                    pick = b;
+                }
+            }
+            cu.banks[pick] -= fp.wave_regs;
+            used[pick] += fp.wave_regs;
+        }
+        used
+    }
+
+    proptest! {
+        #[test]
+        fn take_picks_banks_as_one_wavefront_at_a_time_would(
+            banks in proptest::collection::vec(0u32..4096, 1..=MAX_REGISTER_BANKS as usize),
+            wave_regs in 1u32..600,
+            waves in 1u32..9,
+            n in 1u32..20,
+        ) {
+            let mut cu = CuState {
+                threads: u32::MAX / 2,
+                shared_mem: u32::MAX / 2,
+                blocks: 1000,
+                banks: [0; MAX_REGISTER_BANKS as usize],
+                nbanks: banks.len() as u32,
+            };
+            cu.banks[..banks.len()].copy_from_slice(&banks);
+            let fp = Footprint { threads: 64, waves, wave_regs, shared_mem: 0 };
+            let n = n.min(cu.fit(&fp).0);
+            let mut reference = cu.clone();
+            let want = take_one_by_one(&mut reference, &fp, n);
+            let got = cu.take(&fp, n);
+            prop_assert_eq!(got, want);
+            prop_assert_eq!(cu.banks, reference.banks);
+        }
+    }
 
     /// The generator's formula from docs/models.md.
     fn models_md_blocks_per_cu(threads: u32, regs: u32, lds: u32) -> u32 {
