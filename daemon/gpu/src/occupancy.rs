@@ -207,8 +207,8 @@ impl CuState {
             if k > 0 {
                 let mut part = [0usize; MAX_REGISTER_BANKS as usize];
                 let mut np = 0;
-                for b in 0..nb {
-                    if q[b] >= layer {
+                for (b, &qb) in q[..nb].iter().enumerate() {
+                    if qb >= layer {
                         part[np] = b;
                         np += 1;
                     }
@@ -219,8 +219,8 @@ impl CuState {
                     used[b] += r;
                 }
             }
-            for b in 0..nb {
-                self.banks[b] -= used[b];
+            for (free, u) in self.banks[..nb].iter_mut().zip(&used) {
+                *free -= u;
             }
         }
         used
@@ -284,7 +284,7 @@ mod tests {
             cu.banks[..banks.len()].copy_from_slice(&banks);
             let fp = Footprint { threads: 64, waves, wave_regs, shared_mem: 0 };
             let n = n.min(cu.fit(&fp).0);
-            let mut reference = cu.clone();
+            let mut reference = cu;
             let want = take_one_by_one(&mut reference, &fp, n);
             let got = cu.take(&fp, n);
             prop_assert_eq!(got, want);
