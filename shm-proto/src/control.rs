@@ -531,7 +531,10 @@ mod tests {
         // At the budget it fits and round-trips whole.
         let json = "x".repeat(STATUS_PAGE_BUDGET);
         let n = Msg::StatusReply { json: &json }.encode(&mut buf).unwrap();
-        assert_eq!(Msg::decode(&buf[4..n]), Ok(Msg::StatusReply { json: &json }));
+        assert_eq!(
+            Msg::decode(&buf[4..n]),
+            Ok(Msg::StatusReply { json: &json })
+        );
     }
 
     #[test]
@@ -541,7 +544,10 @@ mod tests {
         let name = "m".repeat(usize::from(u16::MAX));
         let mut buf = vec![0u8; FRAME_HEADER + 2 + name.len()];
         let n = Msg::ModelNotFound { name: &name }.encode(&mut buf).unwrap();
-        assert_eq!(Msg::decode(&buf[4..n]), Ok(Msg::ModelNotFound { name: &name }));
+        assert_eq!(
+            Msg::decode(&buf[4..n]),
+            Ok(Msg::ModelNotFound { name: &name })
+        );
     }
 
     #[test]

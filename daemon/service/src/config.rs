@@ -1636,8 +1636,14 @@ mod tests {
         assert_eq!(d.daemon.max_handshakes, DEFAULT_MAX_HANDSHAKES);
         assert_eq!(d.access.socket_group, None);
         for (text, key) in [
-            ("[daemon]\nhandshake_timeout_ms = 0\n", "daemon.handshake_timeout_ms"),
-            ("[daemon]\nhandshake_timeout_ms = 60001\n", "daemon.handshake_timeout_ms"),
+            (
+                "[daemon]\nhandshake_timeout_ms = 0\n",
+                "daemon.handshake_timeout_ms",
+            ),
+            (
+                "[daemon]\nhandshake_timeout_ms = 60001\n",
+                "daemon.handshake_timeout_ms",
+            ),
             ("[daemon]\nmax_handshakes = 0\n", "daemon.max_handshakes"),
             ("[daemon]\nmax_handshakes = 4097\n", "daemon.max_handshakes"),
             ("[access]\nsocket_group = \"\"\n", "access.socket_group"),

@@ -450,7 +450,9 @@ impl Daemon {
             ),
             _ => tracing::info!(
                 "RLIMIT_NOFILE {} (was {})",
-                nofile.now.map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
+                nofile
+                    .now
+                    .map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
                 nofile
                     .before
                     .map_or_else(|| "unlimited".to_owned(), |n| n.to_string())
@@ -524,11 +526,12 @@ impl Daemon {
                 what: "dispatcher thread",
                 source: e,
             })?;
-        let plane = control_plane::ControlPlane::new(listener, shared.clone(), control_wake.clone())
-            .map_err(|e| StartError::Os {
-                what: "control-plane epoll",
-                source: e,
-            })?;
+        let plane =
+            control_plane::ControlPlane::new(listener, shared.clone(), control_wake.clone())
+                .map_err(|e| StartError::Os {
+                    what: "control-plane epoll",
+                    source: e,
+                })?;
         let acceptor = std::thread::Builder::new()
             .name("sluice-control".into())
             .spawn(move || plane.run())
@@ -597,16 +600,14 @@ fn bind(path: &Path, socket_group: Option<&str>) -> Result<UnixListener, StartEr
         why,
     };
     let gid = match socket_group {
-        Some(g) => Some(
-            crate::sys::group_id(g).ok_or_else(|| {
-                group_err(
-                    g,
-                    "no such group; create it (`groupadd --system sluice`) or correct \
+        Some(g) => Some(crate::sys::group_id(g).ok_or_else(|| {
+            group_err(
+                g,
+                "no such group; create it (`groupadd --system sluice`) or correct \
                      access.socket_group"
-                        .to_owned(),
-                )
-            })?,
-        ),
+                    .to_owned(),
+            )
+        })?),
         None => None,
     };
     if let Some(dir) = path.parent()
@@ -647,9 +648,7 @@ fn bind(path: &Path, socket_group: Option<&str>) -> Result<UnixListener, StartEr
         std::os::unix::fs::chown(path, None, Some(gid)).map_err(|e| {
             group_err(
                 socket_group.unwrap_or_default(),
-                format!(
-                    "{e}; the daemon's user must be a member of that group (or run as root)"
-                ),
+                format!("{e}; the daemon's user must be a member of that group (or run as root)"),
             )
         })?;
     }

@@ -323,11 +323,8 @@ impl ControlPlane {
         }
         if self.deadlines.len() > 2 * self.handshaking + 1024 {
             let conns = &self.conns;
-            self.deadlines.retain(|(t, _)| {
-                conns
-                    .get(t)
-                    .is_some_and(|c| c.phase == Phase::Handshake)
-            });
+            self.deadlines
+                .retain(|(t, _)| conns.get(t).is_some_and(|c| c.phase == Phase::Handshake));
         }
     }
 
@@ -436,7 +433,11 @@ impl ControlPlane {
                  access.allowed_uids (or its group to access.allowed_gids) in the daemon's config"
             );
             if let Some(n) = self.not_allowed_log.allow(Instant::now()) {
-                tracing::warn!(pid, "closed a connection at accept: {msg}{}", suppressed_note(n));
+                tracing::warn!(
+                    pid,
+                    "closed a connection at accept: {msg}{}",
+                    suppressed_note(n)
+                );
             }
             send_now(
                 &fd,
@@ -792,21 +793,51 @@ impl ControlPlane {
             .ok()
             .and_then(|v| v.iter().find(|c| c.id == id).map(|c| c.stats.clone()))
             .unwrap_or_default();
-        // From here on, every failure must give the place back.
+        // From here on, every failure must give the place back. The
+        // connection counts as a session now, so that making room below
+        // cannot pick it.
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.phase = Phase::Session(id);
+            self.handshaking -= 1;
+        }
+        // The dispatcher's copy of the socket (it shuts the session down
+        // when it drops the client).
+        let dup = |me: &Self| me.conns.get(&token).map(|c| c.sock.try_clone());
+        let mut sock_clone = dup(self);
+        if matches!(sock_clone, Some(Err(_))) && self.handshaking > 0 {
+            self.evict_oldest_handshake();
+            sock_clone = dup(self);
+        }
+        let Some(Ok(sock_clone)) = sock_clone else {
+            shared.unregister(id);
+            self.close(token);
+            return;
+        };
         let geometry = shm_proto::Geometry {
             sq_entries: shared.config.clients.sq_entries,
             cq_entries: shared.config.clients.cq_entries,
             arena_size: shared.config.clients.arena_bytes,
         };
-        let setup = Region::create(id, geometry)
-            .map_err(|e| e.to_string())
-            .and_then(|r| DaemonRings::new(r, &geometry).map_err(|e| e.to_string()))
-            .and_then(|r| {
-                eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-                    .map(|e| (r, e))
-                    .map_err(|e| format!("eventfd: {e}"))
-            });
-        let (rings, wake) = match setup {
+        let setup = || {
+            Region::create(id, geometry)
+                .map_err(|e| e.to_string())
+                .and_then(|r| DaemonRings::new(r, &geometry).map_err(|e| e.to_string()))
+                .and_then(|r| {
+                    eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+                        .map(|e| (r, e))
+                        .map_err(|e| format!("eventfd: {e}"))
+                })
+        };
+        let mut made = setup();
+        if made.is_err() && self.handshaking > 0 {
+            // Out of descriptors, most likely, with unfinished handshakes
+            // holding them: a client that has said hello goes first.
+            for _ in 1..super::FDS_PER_CLIENT {
+                self.evict_oldest_handshake();
+            }
+            made = setup();
+        }
+        let (rings, wake) = match made {
             Ok(x) => x,
             Err(e) => {
                 shared.unregister(id);
@@ -827,7 +858,7 @@ impl ControlPlane {
             return;
         };
         let mut frame = [0u8; 128];
-        let (Ok(n), Ok(sock_clone)) = (welcome.encode(&mut frame), c.sock.try_clone()) else {
+        let Ok(n) = welcome.encode(&mut frame) else {
             shared.unregister(id);
             self.close(token);
             return;
@@ -850,8 +881,6 @@ impl ControlPlane {
                 return;
             }
         }
-        c.phase = Phase::Session(id);
-        self.handshaking -= 1;
         tracing::info!(client = id, pid, uid, gid, name = %name, "client connected");
         shared.send(Command::Add(NewClient {
             id,
