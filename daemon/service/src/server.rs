@@ -655,3 +655,97 @@ fn bind(path: &Path, socket_group: Option<&str>) -> Result<UnixListener, StartEr
     l.set_nonblocking(true).map_err(listen_err)?;
     Ok(l)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shm_proto::control::{MAX_FRAME, Msg};
+
+    fn header() -> Status {
+        Status {
+            pid: 1,
+            version: "0.1.0".into(),
+            protocol: 1,
+            uptime_s: 1e9,
+            socket: "/run/sluice/sluiced.sock".into(),
+            device: "sim".into(),
+            kill_mechanism: "none".into(),
+            dispatcher: "not pinned, SCHED_OTHER".into(),
+            dispatcher_realtime: false,
+            dispatcher_warning: "w".repeat(400),
+            models: (0..32).map(|i| format!("model_{i}")).collect(),
+            device_queued: u64::MAX,
+            submitted: u64::MAX,
+            completed: u64::MAX,
+            errors: u64::MAX,
+            refused: u64::MAX,
+            dropped_clients: u64::MAX,
+            wakes: u64::MAX,
+            parks: u64::MAX,
+            control: ControlStatus::default(),
+            clients_total: 4096,
+            next_client_id: None,
+            clients: Vec::new(),
+        }
+    }
+
+    /// The largest entry a client can have: a 64-byte name of control
+    /// characters (each escaped as `\u00XX`), every counter at its maximum.
+    fn worst_client(id: u32) -> ClientStatus {
+        ClientStatus {
+            id,
+            name: "\u{1}".repeat(shm_proto::control::MAX_NAME),
+            pid: i32::MIN,
+            uid: u32::MAX,
+            connected_s: f64::MAX,
+            submitted: u64::MAX,
+            completed: u64::MAX,
+            errors: u64::MAX,
+            on_device: u32::MAX,
+        }
+    }
+
+    #[test]
+    fn pages_of_4096_worst_case_clients_fit_a_frame_and_cover_every_id_once() {
+        let all: Vec<ClientStatus> = (1..=4096).map(|i| worst_client(i * 3)).collect();
+        let mut from = 0;
+        let mut seen = Vec::new();
+        let mut pages = 0;
+        loop {
+            let page: Vec<ClientStatus> = all.iter().filter(|c| c.id >= from).cloned().collect();
+            let json = page_json(header(), page, STATUS_PAGE_BUDGET);
+            assert!(json.len() <= STATUS_PAGE_BUDGET, "{} bytes", json.len());
+            let mut buf = vec![0u8; MAX_FRAME + 4];
+            Msg::StatusReply { json: &json }
+                .encode(&mut buf)
+                .expect("a page fits one frame");
+            let s: Status = serde_json::from_str(&json).expect("a page is valid JSON");
+            assert_eq!(s.clients_total, 4096);
+            pages += 1;
+            seen.extend(s.clients.iter().map(|c| c.id));
+            match s.next_client_id {
+                Some(n) => {
+                    assert!(n > from);
+                    from = n;
+                }
+                None => break,
+            }
+        }
+        let want: Vec<u32> = all.iter().map(|c| c.id).collect();
+        assert_eq!(seen, want, "every id once, in order");
+        assert!(pages > 1, "4096 worst-case entries cannot fit one page");
+    }
+
+    #[test]
+    fn a_page_always_holds_at_least_one_client() {
+        let json = page_json(header(), vec![worst_client(7), worst_client(8)], 10);
+        let s: Status = serde_json::from_str(&json).unwrap();
+        assert_eq!(s.clients.len(), 1);
+        assert_eq!(s.next_client_id, Some(8));
+        let json = page_json(header(), Vec::new(), STATUS_PAGE_BUDGET);
+        let s: Status = serde_json::from_str(&json).unwrap();
+        assert!(s.clients.is_empty());
+        assert_eq!(s.next_client_id, None);
+        assert!(!json.contains("next_client_id"));
+    }
+}

@@ -931,6 +931,53 @@ mod tests {
     }
 
     #[test]
+    fn a_dispatcher_without_sched_fifo_gets_one_line_naming_cost_and_fix() {
+        let off = RealtimeReport {
+            pinned: Ok(None),
+            fifo: Ok(None),
+            mlock: Ok(false),
+        };
+        let w = off.cpu_warning().expect("priority 0 is warned about");
+        assert!(!off.is_realtime());
+        assert!(w.contains("daemon.realtime_priority = 0"), "{w}");
+        assert!(w.contains("late"), "{w}");
+        assert!(w.contains("fix: set daemon.realtime_priority = 50"), "{w}");
+        assert!(!w.contains('\n'), "one line: {w}");
+        let refused = RealtimeReport {
+            pinned: Ok(None),
+            fifo: Err(SysError::FifoNoRtBudget { priority: 50 }),
+            mlock: Ok(false),
+        };
+        let w = refused.cpu_warning().unwrap();
+        assert!(w.contains("SCHED_FIFO was refused"), "{w}");
+        let on = RealtimeReport {
+            pinned: Ok(None),
+            fifo: Ok(Some(50)),
+            mlock: Ok(false),
+        };
+        assert!(on.is_realtime());
+        assert_eq!(on.cpu_warning(), None);
+    }
+
+    #[test]
+    fn group_ids_by_number_and_name() {
+        assert_eq!(group_id("0"), Some(0));
+        assert_eq!(group_id("65534"), Some(65534));
+        assert_eq!(group_id("root"), Some(0));
+        assert_eq!(group_id("no-such-group-sluice-test"), None);
+    }
+
+    #[test]
+    fn the_nofile_soft_limit_is_raised_to_the_hard_limit() {
+        // Process-wide; raising the soft limit up to a finite hard one is
+        // always permitted (an unlimited hard limit cannot be the soft one).
+        let n = raise_nofile_limit();
+        assert_eq!(n.now, n.hard.or(n.now));
+        let again = raise_nofile_limit();
+        assert_eq!(again.before, again.now);
+    }
+
+    #[test]
     fn systemd_disabled_is_a_no_op() {
         let sd = Systemd::disabled();
         assert!(!sd.is_enabled());
