@@ -395,3 +395,143 @@ fn a_lookup_with_a_very_long_name_is_answered_not_found() {
         Msg::decode(&body)
     );
 }
+
+/// Opens sessions until the daemon refuses one; returns them and the
+/// refusal.
+fn fill_sessions(socket: &Path) -> (Vec<Client>, (sluice_client::Error, String)) {
+    let mut sessions = Vec::new();
+    loop {
+        assert!(
+            sessions.len() < 64,
+            "the descriptor limit held 64 sessions?"
+        );
+        match Client::connect(socket, "fill") {
+            Ok(c) => sessions.push(c),
+            Err(e) => {
+                let why = sluice_client::last_error_message();
+                // The daemon closes the refused connection just after its
+                // reply: let it, before anyone counts its descriptors.
+                std::thread::sleep(Duration::from_millis(300));
+                return (sessions, (e, why));
+            }
+        }
+    }
+}
+
+/// How many of the descriptor numbers below `limit` process `pid` has
+/// open (the kernel hands out the lowest free number, and fails with EMFILE
+/// when none below the limit is free).
+fn open_fds_below(pid: u32, limit: u64) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok())
+                .filter(|&fd| fd < limit)
+                .count() as u64
+        })
+        .unwrap_or(0)
+}
+
+fn limited_daemon(nofile: u64) -> DaemonProc {
+    DaemonProc::spawn(DaemonOpts {
+        control: ControlOpts {
+            nofile_limit: Some(nofile),
+            ..ControlOpts::default()
+        },
+        ..DaemonOpts::default()
+    })
+}
+
+#[test]
+fn out_of_descriptors_sheds_connections_without_spinning() {
+    let _w = sluice_tests::watchdog("out_of_descriptors_sheds_connections_without_spinning", 120);
+    if !is_root() {
+        eprintln!("skipped: reading the daemon's /proc/PID/fd and setting its limit needs root");
+        return;
+    }
+    // Sessions take 4 descriptors each, so with a limit of 96 a few may be
+    // left over, and those the daemon uses (and gives back) to refuse a
+    // session. Measure the leftover, then start a daemon whose limit its
+    // sessions fill exactly: then accept itself fails with EMFILE, and
+    // with no unfinished handshake to close, the reserve descriptor is
+    // what lets it answer.
+    let probe = limited_daemon(96);
+    let (sessions, refusal) = fill_sessions(probe.socket());
+    assert_eq!(
+        refusal.0,
+        sluice_client::Error::Refused(refused::INTERNAL),
+        "{refusal:?}"
+    );
+    let spare = 96 - open_fds_below(probe.pid(), 96);
+    drop(sessions);
+    drop(probe);
+    let limit = 96 - spare;
+    let daemon = limited_daemon(limit);
+    let socket = daemon.socket().to_owned();
+    let (mut sessions, refusal) = fill_sessions(&socket);
+    println!(
+        "RLIMIT_NOFILE {limit}: out of descriptors after {} sessions ({} fds open): {refusal:?}",
+        sessions.len(),
+        open_fds_below(daemon.pid(), limit)
+    );
+    assert_eq!(
+        open_fds_below(daemon.pid(), limit),
+        limit,
+        "the sessions fill the limit"
+    );
+    assert_eq!(
+        refusal.0,
+        sluice_client::Error::Refused(refused::INTERNAL),
+        "{refusal:?}"
+    );
+    assert!(refusal.1.contains("out of file descriptors"), "{refusal:?}");
+    // Keep knocking while out of descriptors: each attempt is answered,
+    // none hangs, and the daemon does not spin on accept's EMFILE (a spin
+    // would count thousands of failures).
+    const ATTEMPTS: u64 = 20;
+    let mut refused_internal = 0;
+    for _ in 0..ATTEMPTS {
+        match Client::connect(&socket, "knock") {
+            Ok(c) => panic!(
+                "a session opened with no descriptors left ({})",
+                c.client_id()
+            ),
+            Err(sluice_client::Error::Refused(code)) => {
+                assert_eq!(code, refused::INTERNAL);
+                refused_internal += 1;
+            }
+            Err(_) => {} // closed before our hello was written
+        }
+    }
+    // Give descriptors back; the daemon answers again and serves again.
+    drop(sessions.pop());
+    let mut st = None;
+    assert!(
+        sluice_tests::wait_for(
+            || {
+                st = daemon.try_status().ok();
+                st.is_some()
+            },
+            secs(30)
+        ),
+        "no status after a session was closed"
+    );
+    let st = st.unwrap();
+    println!(
+        "{ATTEMPTS} attempts while out of descriptors: {refused_internal} refused with INTERNAL; \
+         daemon control counters {:?}",
+        st.control
+    );
+    assert!(st.control.shed >= ATTEMPTS, "{:?}", st.control);
+    // One accept failure per shed connection, each followed by a pause:
+    // bounded by the attempts made (and the first refusal), not by time.
+    assert!(
+        st.control.fd_exhausted <= ATTEMPTS + 2,
+        "accept failed {} times for {} attempts: spinning? {:?}",
+        st.control.fd_exhausted,
+        ATTEMPTS + 1,
+        st.control
+    );
+    drop(sessions);
+    let mut c = sluice_tests::connect(&socket, "after");
+    let _ = lookup(&mut c, "echo_small");
+}

@@ -70,7 +70,8 @@ pub struct ControlCounters {
     /// Unfinished handshakes closed to make room (`daemon.max_handshakes`
     /// reached, or out of descriptors).
     pub handshakes_evicted: AtomicU64,
-    /// Times accept failed with `EMFILE`/`ENFILE`.
+    /// Connections that arrived while accept failed for want of
+    /// descriptors (`EMFILE`/`ENFILE`), taken on the reserve descriptor.
     pub fd_exhausted: AtomicU64,
     /// Connections accepted on the reserve descriptor and closed at once.
     pub shed: AtomicU64,
@@ -161,17 +162,18 @@ impl Shared {
     /// more in id order, as many as fit, and `next_client_id` when more
     /// remain.
     pub fn status_page(&self, from_id: u32) -> String {
-        let mut clients: Vec<ClientStatus> = self
+        let (total, mut clients): (usize, Vec<ClientStatus>) = self
             .clients
             .lock()
             .map(|v| {
-                v.iter()
+                let page = v
+                    .iter()
                     .filter(|c| c.id >= from_id)
                     .map(ClientInfo::status)
-                    .collect()
+                    .collect();
+                (v.len(), page)
             })
             .unwrap_or_default();
-        let total = self.clients.lock().map(|v| v.len()).unwrap_or(0);
         clients.sort_unstable_by_key(|c| c.id);
         page_json(self.status_header(total), clients, STATUS_PAGE_BUDGET)
     }
@@ -365,7 +367,7 @@ pub struct ControlStatus {
     pub handshake_timeouts: u64,
     /// Unfinished handshakes closed to make room.
     pub handshakes_evicted: u64,
-    /// Accepts that failed for want of file descriptors.
+    /// Connections that arrived while the daemon was out of descriptors.
     pub fd_exhausted: u64,
     /// Connections accepted on the reserve descriptor and closed.
     pub shed: u64,

@@ -353,18 +353,9 @@ impl ControlPlane {
                 Err(Errno::AGAIN) => return,
                 Err(Errno::INTR | Errno::CONNABORTED) => continue,
                 Err(e @ (Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM)) => {
-                    self.shared
-                        .control_counters
-                        .fd_exhausted
-                        .fetch_add(1, Ordering::Relaxed);
-                    // An unfinished handshake is the cheapest thing to give
-                    // up: its peer has had its chance to say hello.
-                    if self.evict_oldest_handshake() {
-                        continue;
+                    if !self.accept_at_fd_limit(e) {
+                        return;
                     }
-                    self.shed_one(e);
-                    self.pause_accept();
-                    return;
                 }
                 Err(e) => {
                     tracing::error!("control plane: accept failed: {e}; pausing accepts");
@@ -375,14 +366,40 @@ impl ControlPlane {
         }
     }
 
-    fn pause_accept(&mut self) {
-        self.accept_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
-        self.arm_listener(false);
-    }
-
-    /// Out of descriptors with nothing to evict: give up the reserve
-    /// descriptor, accept one waiting connection, tell it why, close it.
-    fn shed_one(&mut self, e: Errno) {
+    /// accept failed with `e` for want of descriptors (which it reports
+    /// whether or not a connection is waiting). Accepts on the reserve
+    /// descriptor to see: nothing waiting, nothing to do; a connection
+    /// waiting, it takes the place of the oldest unfinished handshake, or,
+    /// with none, is refused and closed, and accepting pauses. Returns
+    /// whether to go on accepting.
+    fn accept_at_fd_limit(&mut self, e: Errno) -> bool {
+        drop(self.reserve.take());
+        let waiting =
+            rustix::net::accept_with(&self.listener, SocketFlags::NONBLOCK | SocketFlags::CLOEXEC);
+        let fd = match waiting {
+            Ok(fd) => fd,
+            Err(Errno::AGAIN) => {
+                self.reserve = reserve_fd();
+                return false;
+            }
+            Err(_) => {
+                // Not even the reserve helped (there was none): wait.
+                self.reserve = reserve_fd();
+                self.pause_accept();
+                return false;
+            }
+        };
+        self.shared
+            .control_counters
+            .fd_exhausted
+            .fetch_add(1, Ordering::Relaxed);
+        // An unfinished handshake is the cheapest thing to give up: its
+        // peer has had its chance to say hello.
+        if self.evict_oldest_handshake() {
+            self.reserve = reserve_fd();
+            self.admit(fd);
+            return true;
+        }
         let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile).current;
         let limit = limit.map_or_else(|| "unlimited".to_owned(), |n| n.to_string());
         let msg = format!(
@@ -390,27 +407,33 @@ impl ControlPlane {
              open); retry later, or raise LimitNOFILE= in the daemon's unit",
             self.conns.len() - self.handshaking
         );
-        drop(self.reserve.take());
-        if let Ok(fd) = rustix::net::accept_with(&self.listener, SocketFlags::CLOEXEC) {
-            self.shared
-                .control_counters
-                .shed
-                .fetch_add(1, Ordering::Relaxed);
-            send_now(
-                &fd,
-                &Msg::Refused {
-                    code: refused::INTERNAL,
-                    message: &msg,
-                },
-            );
-        }
+        self.shared
+            .control_counters
+            .shed
+            .fetch_add(1, Ordering::Relaxed);
+        self.shared.counters.refused.fetch_add(1, Ordering::Relaxed);
+        send_now(
+            &fd,
+            &Msg::Refused {
+                code: refused::INTERNAL,
+                message: &msg,
+            },
+        );
+        drop(fd);
         self.reserve = reserve_fd();
+        self.pause_accept();
         if let Some(n) = self.fd_log.allow(Instant::now()) {
             tracing::warn!(
-                "{msg}: shed a connection and paused accepting for {ACCEPT_PAUSE:?}{}",
+                "{msg}: refused a connection and paused accepting for {ACCEPT_PAUSE:?}{}",
                 suppressed_note(n)
             );
         }
+        false
+    }
+
+    fn pause_accept(&mut self) {
+        self.accept_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
+        self.arm_listener(false);
     }
 
     /// A freshly accepted connection: authenticate, then track it.
@@ -808,10 +831,21 @@ impl ControlPlane {
             self.evict_oldest_handshake();
             sock_clone = dup(self);
         }
-        let Some(Ok(sock_clone)) = sock_clone else {
-            shared.unregister(id);
-            self.close(token);
-            return;
+        let sock_clone = match sock_clone {
+            Some(Ok(s)) => s,
+            Some(Err(e)) => {
+                shared.unregister(id);
+                let msg = format!(
+                    "sluiced cannot open a session: {e}; if it is out of file descriptors, \
+                     raise LimitNOFILE= in the daemon's unit"
+                );
+                self.refuse(token, refused::INTERNAL, &msg);
+                return;
+            }
+            None => {
+                shared.unregister(id);
+                return;
+            }
         };
         let geometry = shm_proto::Geometry {
             sq_entries: shared.config.clients.sq_entries,
