@@ -1221,7 +1221,7 @@ fn status_table(s: &Status) -> String {
     }
     let c = &s.control;
     out += &format!(
-        "\ncontrol socket: {} connections open ({} in handshake); closed at accept (not \
+        "\ncontrol socket: {} connections open ({} in handshake, this query among them); closed at accept (not \
          allowed): {}, handshake timeouts: {}, handshakes evicted: {}, out of fds: {} \
          ({} shed), RLIMIT_NOFILE {}\n",
         c.open_connections,

@@ -535,10 +535,13 @@ impl ControlPlane {
                 return;
             }
             let target = 4 + c.body_len.unwrap_or(0);
-            if c.frame.len() < target {
-                c.frame.resize(target, 0);
+            // Grow with the bytes that actually arrive, not with what the
+            // length prefix claims.
+            let upto = target.min(c.got + 16 * 1024);
+            if c.frame.len() < upto {
+                c.frame.resize(upto, 0);
             }
-            match (&c.sock).read(&mut c.frame[c.got..target]) {
+            match (&c.sock).read(&mut c.frame[c.got..upto]) {
                 Ok(0) => {
                     self.close(token);
                     return;
