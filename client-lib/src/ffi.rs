@@ -529,8 +529,10 @@ pub unsafe extern "C" fn sluice_disconnect(c: *mut sluice_client) {
 /// Looks a model up by name (UTF-8) and fills *out. Blocks for one round
 /// trip on the control socket.
 ///
-/// Returns SLUICE_OK, SLUICE_ENOMODEL, SLUICE_EDISCONNECTED, SLUICE_EPROTO,
-/// SLUICE_EIO or SLUICE_EINVAL.
+/// Returns SLUICE_OK, SLUICE_ENOMODEL (no model of that name),
+/// SLUICE_EDISCONNECTED, SLUICE_EPROTO, SLUICE_EIO or SLUICE_EINVAL: NULL
+/// `c`, `name` or `out`, `name` not UTF-8, or `name` longer than 256 bytes
+/// (no model has such a name; nothing is sent to the daemon).
 ///
 /// # Safety
 /// - `c` is NULL or a live handle that no other thread is using.

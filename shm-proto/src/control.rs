@@ -16,7 +16,20 @@
 //! answers [`Msg::Welcome`] with two file descriptors attached by
 //! `SCM_RIGHTS` — the sealed region memfd, then the eventfd the client writes
 //! to wake the daemon — or [`Msg::Refused`] with a reason. A one-shot
-//! [`Msg::StatusRequest`] may come instead of `Hello`.
+//! [`Msg::StatusRequest`] or [`Msg::StatusPage`] may come instead of
+//! `Hello`.
+//!
+//! # Status at any scale
+//!
+//! A status reply must fit in one frame ([`MAX_FRAME`]), and 4096 clients'
+//! entries do not. So the reply is paged by client id: the daemon puts as
+//! many clients (in ascending id order, starting at the page's `from_id`)
+//! as fit in [`STATUS_PAGE_BUDGET`] bytes of JSON, and names the id to ask
+//! for next (`next_client_id`, absent on the last page) beside the total
+//! (`clients_total`). `StatusRequest` is the first page. A reader wanting
+//! every client asks `StatusPage { from_id: next_client_id }` until no
+//! `next_client_id` comes back; clients that connect or leave between
+//! pages may be missed or seen, never seen twice.
 
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 256 * 1024;
@@ -24,6 +37,12 @@ pub const MAX_FRAME: usize = 256 * 1024;
 pub const FRAME_HEADER: usize = 8;
 /// Longest client name in a `Hello`.
 pub const MAX_NAME: usize = 64;
+/// Longest first frame (a `Hello` or a status query) a daemon reads before
+/// the handshake is done; a longer length prefix is refused unread.
+pub const MAX_HANDSHAKE_FRAME: usize = 1024;
+/// Most bytes of JSON a daemon puts in one status reply (leaves room for
+/// the frame header and length field under [`MAX_FRAME`]).
+pub const STATUS_PAGE_BUDGET: usize = 192 * 1024;
 
 /// `Hello` kind.
 pub const KIND_HELLO: u16 = 1;
@@ -41,6 +60,8 @@ pub const KIND_MODEL_NOT_FOUND: u16 = 6;
 pub const KIND_STATUS_REQUEST: u16 = 7;
 /// `StatusReply` kind.
 pub const KIND_STATUS_REPLY: u16 = 8;
+/// `StatusPage` kind.
+pub const KIND_STATUS_PAGE: u16 = 9;
 
 /// Reasons in [`Msg::Refused`].
 pub mod refused {
@@ -121,8 +142,14 @@ pub enum Msg<'a> {
         /// The name asked for.
         name: &'a str,
     },
-    /// Client → daemon: one-shot status query.
+    /// Client → daemon: one-shot status query (the first page).
     StatusRequest,
+    /// Client → daemon: status with the clients whose id is `from_id` or
+    /// more, as many as fit in a frame (see the module docs).
+    StatusPage {
+        /// Smallest client id wanted; 0 for the first page.
+        from_id: u32,
+    },
     /// Daemon → client: status as a JSON document.
     StatusReply {
         /// JSON text.
@@ -238,6 +265,7 @@ impl<'a> Msg<'a> {
             Self::ModelInfo { .. } => KIND_MODEL_INFO,
             Self::ModelNotFound { .. } => KIND_MODEL_NOT_FOUND,
             Self::StatusRequest => KIND_STATUS_REQUEST,
+            Self::StatusPage { .. } => KIND_STATUS_PAGE,
             Self::StatusReply { .. } => KIND_STATUS_REPLY,
         }
     }
@@ -299,10 +327,12 @@ impl<'a> Msg<'a> {
                 w.str(name);
             }
             Self::StatusRequest => {}
+            Self::StatusPage { from_id } => w.u32(from_id),
             Self::StatusReply { json } => {
-                let n = json.len().min(MAX_FRAME - 16) as u32;
-                w.u32(n);
-                w.bytes(&json.as_bytes()[..n as usize]);
+                // Never cut: a cut document is invalid JSON. Too long a
+                // reply is an error (BufferTooSmall with what it needs).
+                w.u32(u32::try_from(json.len()).unwrap_or(u32::MAX));
+                w.bytes(json.as_bytes());
             }
         }
         let total = w.pos;
@@ -371,6 +401,7 @@ impl<'a> Msg<'a> {
             },
             KIND_MODEL_NOT_FOUND => Self::ModelNotFound { name: r.str()? },
             KIND_STATUS_REQUEST => Self::StatusRequest,
+            KIND_STATUS_PAGE => Self::StatusPage { from_id: r.u32()? },
             KIND_STATUS_REPLY => {
                 let n = r.u32()? as usize;
                 let b = r.take(n)?;
@@ -440,6 +471,7 @@ mod tests {
         });
         roundtrip(Msg::ModelNotFound { name: "nope" });
         roundtrip(Msg::StatusRequest);
+        roundtrip(Msg::StatusPage { from_id: 4097 });
         roundtrip(Msg::StatusReply { json: "{\"a\":1}" });
     }
 
@@ -486,6 +518,36 @@ mod tests {
             .encode(&mut buf)
             .unwrap_err();
         assert_eq!(e.needed, 8 + 2 + 9);
+    }
+
+    #[test]
+    fn a_status_reply_over_the_frame_limit_is_an_error_not_cut() {
+        let json = format!("[{}1]", "1,".repeat(MAX_FRAME / 2));
+        let mut buf = vec![0u8; MAX_FRAME + 64];
+        let e = Msg::StatusReply { json: &json }
+            .encode(&mut buf)
+            .unwrap_err();
+        assert!(e.needed > MAX_FRAME, "{e:?}");
+        // At the budget it fits and round-trips whole.
+        let json = "x".repeat(STATUS_PAGE_BUDGET);
+        let n = Msg::StatusReply { json: &json }.encode(&mut buf).unwrap();
+        assert_eq!(
+            Msg::decode(&buf[4..n]),
+            Ok(Msg::StatusReply { json: &json })
+        );
+    }
+
+    #[test]
+    fn a_long_model_name_encodes_whole() {
+        // Names up to u16::MAX bytes fit a frame; the daemon echoes them in
+        // ModelNotFound.
+        let name = "m".repeat(usize::from(u16::MAX));
+        let mut buf = vec![0u8; FRAME_HEADER + 2 + name.len()];
+        let n = Msg::ModelNotFound { name: &name }.encode(&mut buf).unwrap();
+        assert_eq!(
+            Msg::decode(&buf[4..n]),
+            Ok(Msg::ModelNotFound { name: &name })
+        );
     }
 
     #[test]

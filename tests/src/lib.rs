@@ -62,6 +62,9 @@ use sluice_service::server::ClientStatus;
 
 pub use sluice_service::Status;
 
+mod trickle;
+pub use trickle::{TrickleOpts, spawn_trickle};
+
 /// Environment variable naming the role a re-executed test binary plays.
 pub const ROLE_ENV: &str = "SLUICE_TEST_ROLE";
 /// Environment variable carrying the role's `key=value` lines.
@@ -410,6 +413,24 @@ pub struct DaemonOpts {
     /// CPU reference ops, serving the Small models
     /// (`sluice_cuda::serve::fake_server`).
     pub device: &'static str,
+    /// Control-plane settings (`None`: the config's defaults): see
+    /// [`ControlOpts`].
+    pub control: ControlOpts,
+}
+
+/// The daemon's control-plane settings in [`DaemonOpts`].
+#[derive(Debug, Clone, Default)]
+pub struct ControlOpts {
+    /// Set the daemon process's `RLIMIT_NOFILE` soft *and* hard limits to
+    /// this before it starts (so its raise to the hard limit changes
+    /// nothing); needs root to go above the current hard limit.
+    pub nofile_limit: Option<u64>,
+    /// `access.socket_group`.
+    pub socket_group: Option<String>,
+    /// `daemon.handshake_timeout_ms`.
+    pub handshake_timeout_ms: Option<u32>,
+    /// `daemon.max_handshakes`.
+    pub max_handshakes: Option<usize>,
 }
 
 impl Default for DaemonOpts {
@@ -424,6 +445,7 @@ impl Default for DaemonOpts {
             idle_spin_us: 50,
             scheduler: "fifo",
             device: "sim",
+            control: ControlOpts::default(),
         }
     }
 }
@@ -457,7 +479,7 @@ impl DaemonProc {
             .clone()
             .unwrap_or_else(|| dir.join("sluiced.sock"));
         let log = dir.join("daemon.log");
-        let args = [
+        let mut args = vec![
             ("socket", socket.display().to_string()),
             ("sq_entries", opts.sq_entries.to_string()),
             ("cq_entries", opts.cq_entries.to_string()),
@@ -468,6 +490,17 @@ impl DaemonProc {
             ("scheduler", opts.scheduler.to_string()),
             ("device", opts.device.to_string()),
         ];
+        let c = &opts.control;
+        let control = [
+            ("nofile_limit", c.nofile_limit.map(|v| v.to_string())),
+            ("socket_group", c.socket_group.clone()),
+            (
+                "handshake_timeout_ms",
+                c.handshake_timeout_ms.map(|v| v.to_string()),
+            ),
+            ("max_handshakes", c.max_handshakes.map(|v| v.to_string())),
+        ];
+        args.extend(control.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
         let child = spawn_role("daemon", &args, &log);
         let pid = child.id();
         let mut d = Self {
@@ -884,6 +917,7 @@ pub fn role_entry() {
     let code = match role.as_str() {
         "daemon" => daemon_role(&args, &stop),
         "client" => client_role(&args),
+        "trickle" => trickle::role(&args),
         other => {
             eprintln!("unknown {ROLE_ENV}={other}");
             2
@@ -958,6 +992,26 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
     config.clients.arena_bytes = a.num("arena_bytes", 4 << 20);
     config.clients.max_clients = a.num("max_clients", 64);
     config.device.time_scale = a.num("time_scale", 1.0);
+    if let Some(g) = a.get("socket_group") {
+        config.access.socket_group = Some(g.to_owned());
+    }
+    if a.get("handshake_timeout_ms").is_some() {
+        config.daemon.handshake_timeout_ms = a.num("handshake_timeout_ms", 0);
+    }
+    if a.get("max_handshakes").is_some() {
+        config.daemon.max_handshakes = a.num("max_handshakes", 0);
+    }
+    if a.get("nofile_limit").is_some() {
+        let n: u64 = a.num("nofile_limit", 0);
+        let lim = rustix::process::Rlimit {
+            current: Some(n),
+            maximum: Some(n),
+        };
+        if let Err(e) = rustix::process::setrlimit(rustix::process::Resource::Nofile, lim) {
+            eprintln!("daemon role: cannot set RLIMIT_NOFILE to {n}: {e}");
+            return 2;
+        }
+    }
     config.device.scheduler = match sluice_service::config::Scheduler::from_name(a.req("scheduler"))
     {
         Some(s) => s,

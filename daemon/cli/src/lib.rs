@@ -17,6 +17,7 @@
 //! - [`cuda_models`]: `sluice check|profile --device cuda` (the models' real
 //!   layers against the CPU reference; measured manifests);
 //! - [`roles`]: the client processes the benchmarks and the demo start;
+//! - [`status`]: `sluice status`, every page of the daemon's status;
 //! - [`svg`]: the plots the benchmarks draw.
 //!
 //! A library of the workspace never imports this crate; the service
@@ -33,6 +34,7 @@ pub mod cuda_models;
 pub mod demo;
 pub mod disb;
 pub mod roles;
+pub mod status;
 pub mod svg;
 
 use std::path::PathBuf;

@@ -48,6 +48,14 @@ pub const MAX_CLIENTS: usize = 4096;
 pub const DEFAULT_ENTRIES: u32 = 256;
 /// Default `clients.arena_bytes` (16 MiB).
 pub const DEFAULT_ARENA_BYTES: u64 = 16 << 20;
+/// Default `daemon.handshake_timeout_ms`.
+pub const DEFAULT_HANDSHAKE_TIMEOUT_MS: u32 = 2000;
+/// Largest `daemon.handshake_timeout_ms` (one minute).
+pub const MAX_HANDSHAKE_TIMEOUT_MS: u32 = 60_000;
+/// Default `daemon.max_handshakes`.
+pub const DEFAULT_MAX_HANDSHAKES: usize = 128;
+/// Largest `daemon.max_handshakes`.
+pub const MAX_HANDSHAKES: usize = 4096;
 /// Largest `device.instances`.
 pub const MAX_INSTANCES: usize = 16;
 /// Largest `device.time_scale`.
@@ -85,6 +93,14 @@ pub struct DaemonConfig {
     /// How long the dispatcher spins with no work before it parks, in µs
     /// (`0..=1_000_000`). Default 50.
     pub idle_spin_us: u32,
+    /// Total time a connection has, from accept, to finish its first
+    /// message (`Hello` or a status query), in ms (`10..=60_000`); then it
+    /// is closed. Default 2000.
+    pub handshake_timeout_ms: u32,
+    /// Most connections at once that have not finished their first
+    /// message (`1..=4096`); a new one beyond it closes the oldest.
+    /// Default 128.
+    pub max_handshakes: usize,
 }
 
 impl Default for DaemonConfig {
@@ -96,6 +112,8 @@ impl Default for DaemonConfig {
             realtime_priority: DEFAULT_REALTIME_PRIORITY,
             lock_memory: true,
             idle_spin_us: DEFAULT_IDLE_SPIN_US,
+            handshake_timeout_ms: DEFAULT_HANDSHAKE_TIMEOUT_MS,
+            max_handshakes: DEFAULT_MAX_HANDSHAKES,
         }
     }
 }
@@ -108,6 +126,10 @@ pub struct AccessConfig {
     pub allowed_uids: Vec<u32>,
     /// A peer whose primary gid is listed is allowed. Default: none.
     pub allowed_gids: Vec<u32>,
+    /// Group of the socket file (a name or a numeric gid); the socket is
+    /// mode 0660, so only its owner, this group and root can connect at
+    /// all. `None`: the daemon's own primary group.
+    pub socket_group: Option<String>,
 }
 
 impl AccessConfig {
@@ -532,6 +554,16 @@ impl Config {
             "idle_spin_us = {}  # spin this long with no work, then park",
             d.idle_spin_us
         );
+        let _ = writeln!(
+            s,
+            "handshake_timeout_ms = {}  # from accept to the first message, in all",
+            d.handshake_timeout_ms
+        );
+        let _ = writeln!(
+            s,
+            "max_handshakes = {}  # connections without a first message yet",
+            d.max_handshakes
+        );
 
         let a = &self.access;
         let _ = writeln!(
@@ -544,6 +576,17 @@ impl Config {
             "allowed_gids = {:?}  # peer's primary gid",
             a.allowed_gids
         );
+        match &a.socket_group {
+            Some(g) => {
+                let _ = writeln!(s, "socket_group = {}  # socket mode 0660", toml_string(g));
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "# socket_group unset: socket mode 0660, the daemon's own group"
+                );
+            }
+        }
 
         let c = &self.clients;
         let _ = writeln!(s, "\n[clients]");
@@ -716,6 +759,8 @@ struct RawDaemon {
     realtime_priority: Option<Int>,
     lock_memory: Option<bool>,
     idle_spin_us: Option<Int>,
+    handshake_timeout_ms: Option<Int>,
+    max_handshakes: Option<Int>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -723,6 +768,7 @@ struct RawDaemon {
 struct RawAccess {
     allowed_uids: Option<IdList>,
     allowed_gids: Option<IdList>,
+    socket_group: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -932,6 +978,28 @@ impl Validator {
                 d.idle_spin_us = s as u32; // 0..=1_000_000 fits
             }
         }
+        if let Some(t) = raw.handshake_timeout_ms
+            && let Some(t) = self.in_range(
+                "daemon.handshake_timeout_ms",
+                t,
+                10,
+                i64::from(MAX_HANDSHAKE_TIMEOUT_MS),
+                "use 10 to 60000 milliseconds (2000 is the default)",
+            )
+        {
+            d.handshake_timeout_ms = t as u32; // 10..=60_000 fits
+        }
+        if let Some(n) = raw.max_handshakes
+            && let Some(n) = self.in_range(
+                "daemon.max_handshakes",
+                n,
+                1,
+                MAX_HANDSHAKES as i64,
+                "use 1 to 4096 (128 is the default)",
+            )
+        {
+            d.max_handshakes = n as usize; // 1..=4096 fits
+        }
         d
     }
 
@@ -964,6 +1032,22 @@ impl Validator {
                 raw.allowed_gids,
                 "use a gid in 0..=4294967294 (`getent group NAME` prints a group's gid)",
             ),
+            socket_group: raw.socket_group.and_then(|g| {
+                let ok = !g.is_empty()
+                    && g.len() <= 256
+                    && !g.contains(|c: char| c == ':' || c == '/' || c.is_control() || c == ' ');
+                if !ok {
+                    self.fail(
+                        "access.socket_group",
+                        toml_string(&g),
+                        "is not a group name or number",
+                        "name an existing group, e.g. \"sluice\" (`getent group sluice`), or a \
+                         numeric gid such as \"998\""
+                            .to_owned(),
+                    );
+                }
+                ok.then_some(g)
+            }),
         }
     }
 
@@ -1538,10 +1622,43 @@ mod tests {
     }
 
     #[test]
+    fn control_plane_keys_load_and_are_range_checked() {
+        let c = load(
+            "[daemon]\nhandshake_timeout_ms = 500\nmax_handshakes = 16\n\
+             [access]\nsocket_group = \"sluice\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.daemon.handshake_timeout_ms, 500);
+        assert_eq!(c.daemon.max_handshakes, 16);
+        assert_eq!(c.access.socket_group.as_deref(), Some("sluice"));
+        let d = Config::default();
+        assert_eq!(d.daemon.handshake_timeout_ms, DEFAULT_HANDSHAKE_TIMEOUT_MS);
+        assert_eq!(d.daemon.max_handshakes, DEFAULT_MAX_HANDSHAKES);
+        assert_eq!(d.access.socket_group, None);
+        for (text, key) in [
+            (
+                "[daemon]\nhandshake_timeout_ms = 0\n",
+                "daemon.handshake_timeout_ms",
+            ),
+            (
+                "[daemon]\nhandshake_timeout_ms = 60001\n",
+                "daemon.handshake_timeout_ms",
+            ),
+            ("[daemon]\nmax_handshakes = 0\n", "daemon.max_handshakes"),
+            ("[daemon]\nmax_handshakes = 4097\n", "daemon.max_handshakes"),
+            ("[access]\nsocket_group = \"\"\n", "access.socket_group"),
+            ("[access]\nsocket_group = \"a:b\"\n", "access.socket_group"),
+        ] {
+            assert_eq!(invalid(text).key, key, "{text}");
+        }
+    }
+
+    #[test]
     fn access_allows_root_self_listed_uids_and_gids() {
         let a = AccessConfig {
             allowed_uids: vec![1000],
             allowed_gids: vec![2000],
+            socket_group: None,
         };
         let daemon_uid = 999;
         assert!(a.allows(0, 0, daemon_uid), "root");

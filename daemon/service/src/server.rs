@@ -3,13 +3,33 @@
 //! `SCM_RIGHTS`, model look-ups and status; and [`Daemon`], the handle that
 //! starts and stops the whole service.
 //!
-//! One thread accepts; one thread per connected client blocks on its socket
-//! (the control path is cold). A socket that closes — the client exited or
-//! was killed — removes the client from the dispatcher, which cancels its
-//! work on the device and unmaps its region.
+//! One thread, `sluice-control`, runs the whole control plane as an epoll
+//! event loop over non-blocking sockets ([`control_plane`]); no thread or
+//! buffer is spent on a peer before it is known:
+//!
+//! 1. the socket file is mode 0660 (group `access.socket_group`), so the
+//!    kernel turns away everyone but its owner, that group and root;
+//! 2. at accept, before a byte is read, `SO_PEERCRED` is checked against
+//!    `[access]`; a peer it does not allow gets `Refused(NOT_ALLOWED)`
+//!    (sent without waiting) and is closed at once;
+//! 3. an allowed connection has `daemon.handshake_timeout_ms` *in all* to
+//!    finish its first message, and at most `daemon.max_handshakes` such
+//!    connections exist at once (a new one closes the oldest);
+//! 4. `clients.max_clients` is checked when the `Hello` arrives, before the
+//!    client's region, eventfd or counters are created;
+//! 5. when accept runs out of descriptors (`EMFILE`/`ENFILE`), the oldest
+//!    unfinished handshake is closed, or, with none, a reserve descriptor
+//!    is given up to accept and close the waiting connection (it gets
+//!    `Refused(INTERNAL)` naming the limit), and accepting pauses 100 ms
+//!    instead of spinning.
+//!
+//! A socket that closes — the client exited or was killed — removes the
+//! client from the dispatcher, which cancels its work on the device and
+//! unmaps its region.
 
-use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+mod control_plane;
+
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -17,18 +37,15 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::mpsc::{Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use rustix::event::{EventfdFlags, eventfd};
-use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
 use serde::Serialize;
-use shm_proto::control::{self, Msg, refused};
+use shm_proto::control::STATUS_PAGE_BUDGET;
 
 use crate::config::Config;
 pub use crate::dispatch::Counters;
-use crate::dispatch::{ClientStats, Command, Dispatcher, Host, NewClient};
-use crate::region::Region;
-use shm_proto::region::DaemonRings;
+use crate::dispatch::{ClientStats, Command, Dispatcher, Host};
 use sluice_backend::Backend;
 use sluice_model::ModelRegistry;
 
@@ -42,7 +59,29 @@ struct ClientInfo {
     stats: Arc<ClientStats>,
 }
 
-/// State shared by the dispatcher, the acceptor and connection threads.
+/// The control plane's counters (all since start).
+#[derive(Debug, Default)]
+pub struct ControlCounters {
+    /// Connections closed at accept: `[access]` does not allow the peer.
+    pub not_allowed: AtomicU64,
+    /// Connections closed because their first message did not arrive
+    /// within `daemon.handshake_timeout_ms`.
+    pub handshake_timeouts: AtomicU64,
+    /// Unfinished handshakes closed to make room (`daemon.max_handshakes`
+    /// reached, or out of descriptors).
+    pub handshakes_evicted: AtomicU64,
+    /// Connections that arrived while accept failed for want of
+    /// descriptors (`EMFILE`/`ENFILE`), taken on the reserve descriptor.
+    pub fd_exhausted: AtomicU64,
+    /// Connections accepted on the reserve descriptor and closed at once.
+    pub shed: AtomicU64,
+    /// Connections now open (handshakes and sessions).
+    pub open: AtomicU64,
+    /// Connections now open that have not finished their first message.
+    pub handshaking: AtomicU64,
+}
+
+/// State shared by the dispatcher and the control plane.
 #[derive(Debug)]
 pub struct Shared {
     /// The configuration in force.
@@ -55,9 +94,13 @@ pub struct Shared {
     pub heartbeat: AtomicU64,
     /// Jobs on the device.
     pub device_queued: AtomicU64,
+    /// Control-plane counters.
+    pub control_counters: ControlCounters,
     device_name: String,
     kill: crate::kill_capability::KillCapability,
     realtime: Mutex<String>,
+    dispatcher_warning: Mutex<Option<String>>,
+    nofile: crate::sys::NofileLimit,
     clients: Mutex<Vec<ClientInfo>>,
     next_id: AtomicU32,
     shutdown: AtomicBool,
@@ -101,27 +144,47 @@ impl Shared {
         }
     }
 
-    /// The status document `sluice status` prints.
+    /// The status document `sluice status` prints, with every client
+    /// (may be too large for one control frame: see [`Shared::status_page`]).
     pub fn status(&self) -> Status {
-        let c = &self.counters;
-        let clients = self
+        let clients: Vec<ClientStatus> = self
+            .clients
+            .lock()
+            .map(|v| v.iter().map(ClientInfo::status).collect())
+            .unwrap_or_default();
+        let mut s = self.status_header(clients.len());
+        s.clients = clients;
+        s
+    }
+
+    /// One page of status as JSON, at most
+    /// [`STATUS_PAGE_BUDGET`] bytes: the clients with id `from_id` or
+    /// more in id order, as many as fit, and `next_client_id` when more
+    /// remain.
+    pub fn status_page(&self, from_id: u32) -> String {
+        let (total, mut clients): (usize, Vec<ClientStatus>) = self
             .clients
             .lock()
             .map(|v| {
-                v.iter()
-                    .map(|ci| ClientStatus {
-                        id: ci.id,
-                        name: ci.name.clone(),
-                        pid: ci.pid,
-                        uid: ci.uid,
-                        connected_s: ci.connected.elapsed().as_secs_f64(),
-                        submitted: ci.stats.submitted.load(Ordering::Relaxed),
-                        completed: ci.stats.completed.load(Ordering::Relaxed),
-                        errors: ci.stats.errors.load(Ordering::Relaxed),
-                        on_device: ci.stats.on_device.load(Ordering::Relaxed),
-                    })
-                    .collect()
+                let page = v
+                    .iter()
+                    .filter(|c| c.id >= from_id)
+                    .map(ClientInfo::status)
+                    .collect();
+                (v.len(), page)
             })
+            .unwrap_or_default();
+        clients.sort_unstable_by_key(|c| c.id);
+        page_json(self.status_header(total), clients, STATUS_PAGE_BUDGET)
+    }
+
+    fn status_header(&self, clients_total: usize) -> Status {
+        let c = &self.counters;
+        let cc = &self.control_counters;
+        let warning = self
+            .dispatcher_warning
+            .lock()
+            .map(|w| w.clone())
             .unwrap_or_default();
         Status {
             pid: std::process::id(),
@@ -132,6 +195,8 @@ impl Shared {
             device: self.device_name.clone(),
             kill_mechanism: self.kill.to_string(),
             dispatcher: self.realtime.lock().map(|s| s.clone()).unwrap_or_default(),
+            dispatcher_realtime: warning.is_none(),
+            dispatcher_warning: warning.unwrap_or_default(),
             models: self
                 .registry
                 .iter()
@@ -145,9 +210,64 @@ impl Shared {
             dropped_clients: c.dropped_clients.load(Ordering::Relaxed),
             wakes: c.wakes.load(Ordering::Relaxed),
             parks: c.parks.load(Ordering::Relaxed),
-            clients,
+            control: ControlStatus {
+                open_connections: cc.open.load(Ordering::Relaxed),
+                handshaking: cc.handshaking.load(Ordering::Relaxed),
+                not_allowed: cc.not_allowed.load(Ordering::Relaxed),
+                handshake_timeouts: cc.handshake_timeouts.load(Ordering::Relaxed),
+                handshakes_evicted: cc.handshakes_evicted.load(Ordering::Relaxed),
+                fd_exhausted: cc.fd_exhausted.load(Ordering::Relaxed),
+                shed: cc.shed.load(Ordering::Relaxed),
+                nofile_limit: self.nofile.now,
+            },
+            clients_total: clients_total as u64,
+            next_client_id: None,
+            clients: Vec::new(),
         }
     }
+}
+
+impl ClientInfo {
+    fn status(&self) -> ClientStatus {
+        ClientStatus {
+            id: self.id,
+            name: self.name.clone(),
+            pid: self.pid,
+            uid: self.uid,
+            connected_s: self.connected.elapsed().as_secs_f64(),
+            submitted: self.stats.submitted.load(Ordering::Relaxed),
+            completed: self.stats.completed.load(Ordering::Relaxed),
+            errors: self.stats.errors.load(Ordering::Relaxed),
+            on_device: self.stats.on_device.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// `header` with as many of `clients` (sorted by id) as keep the JSON
+/// within `budget` bytes, and `next_client_id` set to the first one left
+/// out. At least one client goes in whatever its size, so paging always
+/// advances (an entry is a few hundred bytes; a budget is many KiB).
+fn page_json(mut header: Status, clients: Vec<ClientStatus>, budget: usize) -> String {
+    let to_json = |s: &Status| serde_json::to_string(s).unwrap_or_default();
+    // The header with a placeholder next id as large as any real one, so
+    // setting the real one later cannot push the page over the budget.
+    header.next_client_id = Some(u32::MAX);
+    let mut used = to_json(&header).len();
+    let mut n = 0;
+    for c in &clients {
+        // An entry costs its JSON plus a separating comma.
+        let cost = serde_json::to_string(c).map(|j| j.len()).unwrap_or(0) + 1;
+        if n > 0 && used + cost > budget {
+            break;
+        }
+        used += cost;
+        n += 1;
+    }
+    header.next_client_id = clients.get(n).map(|c| c.id);
+    let mut clients = clients;
+    clients.truncate(n);
+    header.clients = clients;
+    to_json(&header)
 }
 
 /// One client in [`Status`].
@@ -195,6 +315,13 @@ pub struct Status {
     pub kill_mechanism: String,
     /// Dispatcher thread setup (pinning, SCHED_FIFO, mlock).
     pub dispatcher: String,
+    /// Whether the dispatcher thread runs `SCHED_FIFO`.
+    #[serde(default)]
+    pub dispatcher_realtime: bool,
+    /// When it does not: what that costs and how to fix it (one line);
+    /// empty otherwise.
+    #[serde(default)]
+    pub dispatcher_warning: String,
     /// Models served.
     pub models: Vec<String>,
     /// Jobs queued or running on the device.
@@ -213,8 +340,39 @@ pub struct Status {
     pub wakes: u64,
     /// Dispatcher parks.
     pub parks: u64,
-    /// Connected clients.
+    /// The control socket's connections and what it turned away.
+    #[serde(default)]
+    pub control: ControlStatus,
+    /// Clients connected in all (`clients` may hold only a page of them).
+    #[serde(default)]
+    pub clients_total: u64,
+    /// When `clients` is one page of several: the id to ask for next
+    /// (`StatusPage { from_id }`); absent on the last page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_client_id: Option<u32>,
+    /// Connected clients (in a paged reply: those of this page, by id).
     pub clients: Vec<ClientStatus>,
+}
+
+/// The control plane in [`Status`].
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct ControlStatus {
+    /// Connections open now (handshakes and sessions).
+    pub open_connections: u64,
+    /// Open connections that have not finished their first message.
+    pub handshaking: u64,
+    /// Closed at accept: `[access]` does not allow the peer.
+    pub not_allowed: u64,
+    /// Closed for missing `daemon.handshake_timeout_ms`.
+    pub handshake_timeouts: u64,
+    /// Unfinished handshakes closed to make room.
+    pub handshakes_evicted: u64,
+    /// Connections that arrived while the daemon was out of descriptors.
+    pub fd_exhausted: u64,
+    /// Connections accepted on the reserve descriptor and closed.
+    pub shed: u64,
+    /// The daemon's `RLIMIT_NOFILE` soft limit (`None`: unlimited).
+    pub nofile_limit: Option<u64>,
 }
 
 /// Why the daemon could not start.
@@ -234,6 +392,17 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    /// `access.socket_group` names no group, or the socket cannot be given
+    /// to it.
+    #[error("cannot give the socket {path} to group {group}: {why}")]
+    SocketGroup {
+        /// The socket path.
+        path: PathBuf,
+        /// `access.socket_group`.
+        group: String,
+        /// What went wrong and the fix.
+        why: String,
+    },
     /// A thread, eventfd or epoll instance could not be created.
     #[error("cannot start the daemon's {what}")]
     Os {
@@ -251,7 +420,12 @@ pub struct Daemon {
     shared: Arc<Shared>,
     dispatcher: Option<JoinHandle<()>>,
     acceptor: Option<JoinHandle<()>>,
+    control_wake: Arc<OwnedFd>,
 }
+
+/// Descriptors a session holds in the daemon: its socket, the
+/// dispatcher's duplicate of it, the region memfd and the wake eventfd.
+pub const FDS_PER_CLIENT: u64 = 4;
 
 impl Daemon {
     /// Binds the socket and starts the dispatcher and acceptor threads.
@@ -261,7 +435,40 @@ impl Daemon {
         device: Box<dyn Backend>,
     ) -> Result<Self, StartError> {
         let path = config.daemon.socket.clone();
-        let listener = bind(&path)?;
+        let nofile = crate::sys::raise_nofile_limit();
+        let need = FDS_PER_CLIENT * config.clients.max_clients as u64
+            + config.daemon.max_handshakes as u64
+            + 64;
+        match nofile.now {
+            Some(n) if n < need => tracing::warn!(
+                "RLIMIT_NOFILE is {n} (hard limit {}), but clients.max_clients = {} sessions \
+                 need about {need} descriptors; beyond ~{} sessions new connections are shed. \
+                 Raise LimitNOFILE= in the unit (or `ulimit -Hn`), or lower clients.max_clients",
+                nofile
+                    .hard
+                    .map_or_else(|| "unlimited".to_owned(), |h| h.to_string()),
+                config.clients.max_clients,
+                n.saturating_sub(64 + config.daemon.max_handshakes as u64) / FDS_PER_CLIENT
+            ),
+            _ => tracing::info!(
+                "RLIMIT_NOFILE {} (was {})",
+                nofile
+                    .now
+                    .map_or_else(|| "unlimited".to_owned(), |n| n.to_string()),
+                nofile
+                    .before
+                    .map_or_else(|| "unlimited".to_owned(), |n| n.to_string())
+            ),
+        }
+        let listener = bind(&path, config.access.socket_group.as_deref())?;
+        let control_wake = Arc::new(
+            eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(|e| {
+                StartError::Os {
+                    what: "control-plane eventfd",
+                    source: e.into(),
+                }
+            })?,
+        );
         let control = Arc::new(
             eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(|e| {
                 StartError::Os {
@@ -279,9 +486,12 @@ impl Daemon {
             counters: Counters::default(),
             heartbeat: AtomicU64::new(0),
             device_queued: AtomicU64::new(0),
+            control_counters: ControlCounters::default(),
             device_name: device.name().to_owned(),
             kill,
             realtime: Mutex::new(String::from("starting")),
+            dispatcher_warning: Mutex::new(None),
+            nofile,
             clients: Mutex::new(Vec::new()),
             next_id: AtomicU32::new(1),
             shutdown: AtomicBool::new(false),
@@ -302,6 +512,13 @@ impl Daemon {
                 for w in report.warnings() {
                     tracing::warn!("{w}");
                 }
+                let cpu = report.cpu_warning();
+                if let Some(w) = &cpu {
+                    tracing::warn!("{w}");
+                }
+                if let Ok(mut r) = s2.dispatcher_warning.lock() {
+                    *r = cpu;
+                }
                 if let Ok(mut r) = s2.realtime.lock() {
                     *r = report.to_string();
                 }
@@ -311,12 +528,17 @@ impl Daemon {
                 what: "dispatcher thread",
                 source: e,
             })?;
-        let s3 = shared.clone();
+        let plane =
+            control_plane::ControlPlane::new(listener, shared.clone(), control_wake.clone())
+                .map_err(|e| StartError::Os {
+                    what: "control-plane epoll",
+                    source: e,
+                })?;
         let acceptor = std::thread::Builder::new()
-            .name("sluice-accept".into())
-            .spawn(move || accept_loop(listener, s3))
+            .name("sluice-control".into())
+            .spawn(move || plane.run())
             .map_err(|e| StartError::Os {
-                what: "acceptor thread",
+                what: "control-plane thread",
                 source: e,
             })?;
         tracing::info!(socket = %path.display(), "sluiced listening");
@@ -324,6 +546,7 @@ impl Daemon {
             shared,
             dispatcher: Some(dispatcher),
             acceptor: Some(acceptor),
+            control_wake,
         })
     }
 
@@ -349,8 +572,8 @@ impl Daemon {
             return;
         }
         self.shared.send(Command::Shutdown);
-        // Wake the acceptor out of accept().
-        let _ = UnixStream::connect(&self.shared.config.daemon.socket);
+        // Wake the control plane out of epoll_wait.
+        let _ = rustix::io::write(&*self.control_wake, &1u64.to_ne_bytes());
         if let Some(a) = self.acceptor.take() {
             let _ = a.join();
         }
@@ -368,17 +591,48 @@ impl Drop for Daemon {
     }
 }
 
-fn bind(path: &Path) -> Result<UnixListener, StartError> {
+fn bind(path: &Path, socket_group: Option<&str>) -> Result<UnixListener, StartError> {
     let listen_err = |source| StartError::Listen {
         path: path.to_owned(),
         source,
+    };
+    let group_err = |group: &str, why: String| StartError::SocketGroup {
+        path: path.to_owned(),
+        group: group.to_owned(),
+        why,
+    };
+    let gid = match socket_group {
+        Some(g) => Some(crate::sys::group_id(g).ok_or_else(|| {
+            group_err(
+                g,
+                "no such group; create it (`groupadd --system sluice`) or correct \
+                     access.socket_group"
+                    .to_owned(),
+            )
+        })?),
+        None => None,
     };
     if let Some(dir) = path.parent()
         && !dir.as_os_str().is_empty()
         && !dir.exists()
     {
+        // A directory we create gets the socket's access: owner and group
+        // may enter it. An existing one (/run/sluice from systemd's
+        // RuntimeDirectory=, or a user's own) is left as it is.
         std::fs::create_dir_all(dir).map_err(listen_err)?;
-        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755));
+        let _ = std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o750));
+        if let Some(gid) = gid {
+            std::os::unix::fs::chown(dir, None, Some(gid)).map_err(|e| {
+                group_err(
+                    socket_group.unwrap_or_default(),
+                    format!(
+                        "chown of its directory {} failed ({e}); the daemon's user must be a \
+                         member of that group",
+                        dir.display()
+                    ),
+                )
+            })?;
+        }
     }
     if path.exists() {
         if UnixStream::connect(path).is_ok() {
@@ -388,302 +642,112 @@ fn bind(path: &Path) -> Result<UnixListener, StartError> {
         std::fs::remove_file(path).map_err(listen_err)?;
     }
     let l = UnixListener::bind(path).map_err(listen_err)?;
-    // Access is decided by SO_PEERCRED against [access], not by file mode.
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666)).map_err(listen_err)?;
+    // Owner and group may connect (the kernel checks write permission on
+    // the socket file at connect); then SO_PEERCRED against [access] at
+    // accept.
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660)).map_err(listen_err)?;
+    if let Some(gid) = gid {
+        std::os::unix::fs::chown(path, None, Some(gid)).map_err(|e| {
+            group_err(
+                socket_group.unwrap_or_default(),
+                format!("{e}; the daemon's user must be a member of that group (or run as root)"),
+            )
+        })?;
+    }
+    l.set_nonblocking(true).map_err(listen_err)?;
     Ok(l)
 }
 
-fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
-    for stream in listener.incoming() {
-        if shared.shutdown.load(Ordering::SeqCst) {
-            break;
-        }
-        let Ok(stream) = stream else { continue };
-        let s = shared.clone();
-        let spawned = std::thread::Builder::new()
-            .name("sluice-conn".into())
-            .spawn(move || serve_connection(stream, s));
-        if let Err(e) = spawned {
-            tracing::error!("cannot start a connection thread: {e}");
-        }
-    }
-}
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shm_proto::control::{MAX_FRAME, Msg};
 
-fn send(sock: &mut UnixStream, msg: &Msg<'_>) -> std::io::Result<()> {
-    let mut buf = vec![0u8; control::FRAME_HEADER + 64 + msg_payload_hint(msg)];
-    let n = msg
-        .encode(&mut buf)
-        .map_err(|e| std::io::Error::other(format!("frame needs {} bytes", e.needed)))?;
-    sock.write_all(&buf[..n])
-}
-
-fn msg_payload_hint(msg: &Msg<'_>) -> usize {
-    match msg {
-        Msg::StatusReply { json } => json.len(),
-        Msg::Refused { message, .. } => message.len(),
-        _ => 512,
-    }
-}
-
-fn refuse(sock: &mut UnixStream, shared: &Shared, code: u32, message: &str) {
-    shared.counters.refused.fetch_add(1, Ordering::Relaxed);
-    tracing::warn!(code, "refused a client: {message}");
-    let _ = send(sock, &Msg::Refused { code, message });
-}
-
-/// Reads one frame body. `Ok(None)` on a clean EOF before a frame.
-fn read_frame(sock: &mut UnixStream, body: &mut Vec<u8>) -> std::io::Result<Option<()>> {
-    let mut prefix = [0u8; 4];
-    let mut got = 0;
-    while got < 4 {
-        let n = sock.read(&mut prefix[got..])?;
-        if n == 0 {
-            return if got == 0 {
-                Ok(None)
-            } else {
-                Err(std::io::ErrorKind::UnexpectedEof.into())
-            };
+    fn header() -> Status {
+        Status {
+            pid: 1,
+            version: "0.1.0".into(),
+            protocol: 1,
+            uptime_s: 1e9,
+            socket: "/run/sluice/sluiced.sock".into(),
+            device: "sim".into(),
+            kill_mechanism: "none".into(),
+            dispatcher: "not pinned, SCHED_OTHER".into(),
+            dispatcher_realtime: false,
+            dispatcher_warning: "w".repeat(400),
+            models: (0..32).map(|i| format!("model_{i}")).collect(),
+            device_queued: u64::MAX,
+            submitted: u64::MAX,
+            completed: u64::MAX,
+            errors: u64::MAX,
+            refused: u64::MAX,
+            dropped_clients: u64::MAX,
+            wakes: u64::MAX,
+            parks: u64::MAX,
+            control: ControlStatus::default(),
+            clients_total: 4096,
+            next_client_id: None,
+            clients: Vec::new(),
         }
-        got += n;
     }
-    let len = Msg::body_len(prefix).map_err(|e| std::io::Error::other(e.to_string()))?;
-    body.clear();
-    body.resize(len, 0);
-    sock.read_exact(body)?;
-    Ok(Some(()))
-}
 
-fn serve_connection(mut sock: UnixStream, shared: Arc<Shared>) {
-    if shared.shutdown.load(Ordering::SeqCst) {
-        return;
-    }
-    let cred = match rustix::net::sockopt::socket_peercred(&sock) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::warn!("SO_PEERCRED failed: {e}");
-            return;
+    /// The largest entry a client can have: a 64-byte name of control
+    /// characters (each escaped as `\u00XX`), every counter at its maximum.
+    fn worst_client(id: u32) -> ClientStatus {
+        ClientStatus {
+            id,
+            name: "\u{1}".repeat(shm_proto::control::MAX_NAME),
+            pid: i32::MIN,
+            uid: u32::MAX,
+            connected_s: f64::MAX,
+            submitted: u64::MAX,
+            completed: u64::MAX,
+            errors: u64::MAX,
+            on_device: u32::MAX,
         }
-    };
-    let (uid, gid, pid) = (
-        cred.uid.as_raw(),
-        cred.gid.as_raw(),
-        cred.pid.as_raw_nonzero().get(),
-    );
-    let daemon_uid = rustix::process::geteuid().as_raw();
-    // A slow or silent peer must not hold a thread forever before its hello.
-    let _ = sock.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut body = Vec::with_capacity(256);
-    match read_frame(&mut sock, &mut body) {
-        Ok(Some(())) => {}
-        _ => return,
     }
-    if !shared.config.access.allows(uid, gid, daemon_uid) {
-        let msg = format!(
-            "uid {uid} (gid {gid}) is not allowed to use this daemon; add it to \
-             access.allowed_uids (or its group to access.allowed_gids) in the daemon's config"
-        );
-        refuse(&mut sock, &shared, refused::NOT_ALLOWED, &msg);
-        return;
-    }
-    let name = match Msg::decode(&body) {
-        Ok(Msg::StatusRequest) => {
-            let json = serde_json::to_string(&shared.status()).unwrap_or_default();
-            let _ = send(&mut sock, &Msg::StatusReply { json: &json });
-            return;
-        }
-        Ok(Msg::Hello {
-            magic,
-            version,
-            layout_hash,
-            name,
-            ..
-        }) => {
-            if magic != shm_proto::MAGIC {
-                let msg = format!(
-                    "hello carries magic {magic:#018x}, not sluice's {:#018x}; \
-                     is this a sluice client library?",
-                    shm_proto::MAGIC
-                );
-                refuse(&mut sock, &shared, refused::BAD_MESSAGE, &msg);
-                return;
-            }
-            if version != shm_proto::PROTOCOL_VERSION {
-                let msg = format!(
-                    "client speaks sluice protocol v{version}, this daemon speaks v{}; \
-                     rebuild the client against the daemon's version of sluice-client",
-                    shm_proto::PROTOCOL_VERSION
-                );
-                refuse(&mut sock, &shared, refused::VERSION_MISMATCH, &msg);
-                return;
-            }
-            if layout_hash != shm_proto::LAYOUT_HASH {
-                let msg = format!(
-                    "client's shared-memory layout hash {layout_hash:#x} differs from the \
-                     daemon's {:#x} (same protocol version, different build); rebuild both \
-                     from the same sluice release",
-                    shm_proto::LAYOUT_HASH
-                );
-                refuse(&mut sock, &shared, refused::LAYOUT_MISMATCH, &msg);
-                return;
-            }
-            name.to_owned()
-        }
-        decoded => {
-            let why = match decoded {
-                Err(e) => e.to_string(),
-                Ok(_) => "the first message must be a sluice Hello or StatusRequest".to_owned(),
-            };
-            match Msg::peek_hello_version(&body) {
-                Some((magic, v))
-                    if magic == shm_proto::MAGIC && v != shm_proto::PROTOCOL_VERSION =>
-                {
-                    let msg = format!(
-                        "cannot decode a hello of protocol v{v} ({why}); this daemon speaks v{}; \
-                         rebuild the client against the daemon's version of sluice-client",
-                        shm_proto::PROTOCOL_VERSION
-                    );
-                    refuse(&mut sock, &shared, refused::VERSION_MISMATCH, &msg);
+
+    #[test]
+    fn pages_of_4096_worst_case_clients_fit_a_frame_and_cover_every_id_once() {
+        let all: Vec<ClientStatus> = (1..=4096).map(|i| worst_client(i * 3)).collect();
+        let mut from = 0;
+        let mut seen = Vec::new();
+        let mut pages = 0;
+        loop {
+            let page: Vec<ClientStatus> = all.iter().filter(|c| c.id >= from).cloned().collect();
+            let json = page_json(header(), page, STATUS_PAGE_BUDGET);
+            assert!(json.len() <= STATUS_PAGE_BUDGET, "{} bytes", json.len());
+            let mut buf = vec![0u8; MAX_FRAME + 4];
+            Msg::StatusReply { json: &json }
+                .encode(&mut buf)
+                .expect("a page fits one frame");
+            let s: Status = serde_json::from_str(&json).expect("a page is valid JSON");
+            assert_eq!(s.clients_total, 4096);
+            pages += 1;
+            seen.extend(s.clients.iter().map(|c| c.id));
+            match s.next_client_id {
+                Some(n) => {
+                    assert!(n > from);
+                    from = n;
                 }
-                _ => refuse(
-                    &mut sock,
-                    &shared,
-                    refused::BAD_MESSAGE,
-                    &format!("malformed first message: {why}"),
-                ),
+                None => break,
             }
-            return;
         }
-    };
-    // Reserve the client's place under the lock, so concurrent handshakes
-    // cannot together exceed clients.max_clients.
-    let max = shared.config.clients.max_clients;
-    let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-    let stats = Arc::new(ClientStats::default());
-    let reserved = match shared.clients.lock() {
-        Ok(mut v) if v.len() < max => {
-            v.push(ClientInfo {
-                id,
-                name: name.clone(),
-                pid,
-                uid,
-                connected: Instant::now(),
-                stats: stats.clone(),
-            });
-            true
-        }
-        _ => false,
-    };
-    if !reserved {
-        let msg = format!(
-            "daemon already serves clients.max_clients = {max} clients; raise it or retry later"
-        );
-        refuse(&mut sock, &shared, refused::TOO_MANY_CLIENTS, &msg);
-        return;
+        let want: Vec<u32> = all.iter().map(|c| c.id).collect();
+        assert_eq!(seen, want, "every id once, in order");
+        assert!(pages > 1, "4096 worst-case entries cannot fit one page");
     }
-    // From here on, every early return must give the place back.
-    let release = |shared: &Shared| shared.unregister(id);
-    let geometry = shm_proto::Geometry {
-        sq_entries: shared.config.clients.sq_entries,
-        cq_entries: shared.config.clients.cq_entries,
-        arena_size: shared.config.clients.arena_bytes,
-    };
-    let setup = Region::create(id, geometry)
-        .map_err(|e| e.to_string())
-        .and_then(|r| DaemonRings::new(r, &geometry).map_err(|e| e.to_string()))
-        .and_then(|r| {
-            eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-                .map(|e| (r, e))
-                .map_err(|e| format!("eventfd: {e}"))
-        });
-    let (rings, wake) = match setup {
-        Ok(x) => x,
-        Err(e) => {
-            release(&shared);
-            refuse(&mut sock, &shared, refused::INTERNAL, &e);
-            return;
-        }
-    };
-    let welcome = Msg::Welcome {
-        version: shm_proto::PROTOCOL_VERSION,
-        client_id: id,
-        sq_entries: geometry.sq_entries,
-        cq_entries: geometry.cq_entries,
-        arena_size: geometry.arena_size,
-        region_size: geometry.region_size(),
-    };
-    let mut frame = [0u8; 128];
-    let Ok(n) = welcome.encode(&mut frame) else {
-        release(&shared);
-        return;
-    };
-    let fds = [rings.mapping().fd().as_fd(), wake.as_fd()];
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
-    let mut anc = SendAncillaryBuffer::new(&mut space);
-    anc.push(SendAncillaryMessage::ScmRights(&fds));
-    let sent = rustix::net::sendmsg(
-        &sock,
-        &[std::io::IoSlice::new(&frame[..n])],
-        &mut anc,
-        SendFlags::NOSIGNAL,
-    );
-    match sent {
-        Ok(k) if k == n => {}
-        Ok(k) => {
-            if sock.write_all(&frame[k..n]).is_err() {
-                release(&shared);
-                return;
-            }
-        }
-        Err(_) => {
-            release(&shared);
-            return;
-        }
+
+    #[test]
+    fn a_page_always_holds_at_least_one_client() {
+        let json = page_json(header(), vec![worst_client(7), worst_client(8)], 10);
+        let s: Status = serde_json::from_str(&json).unwrap();
+        assert_eq!(s.clients.len(), 1);
+        assert_eq!(s.next_client_id, Some(8));
+        let json = page_json(header(), Vec::new(), STATUS_PAGE_BUDGET);
+        let s: Status = serde_json::from_str(&json).unwrap();
+        assert!(s.clients.is_empty());
+        assert_eq!(s.next_client_id, None);
+        assert!(!json.contains("next_client_id"));
     }
-    let Ok(sock_clone) = sock.try_clone() else {
-        release(&shared);
-        return;
-    };
-    tracing::info!(client = id, pid, uid, name = %name, "client connected");
-    shared.send(Command::Add(NewClient {
-        id,
-        rings,
-        wake,
-        sock: sock_clone,
-        stats,
-    }));
-    let _ = sock.set_read_timeout(None);
-    // The session: model look-ups until the socket closes.
-    while let Ok(Some(())) = read_frame(&mut sock, &mut body) {
-        let reply_ok = match Msg::decode(&body) {
-            Ok(Msg::LookupModel { name }) => match shared.registry.lookup(name) {
-                Some((mid, m)) => send(
-                    &mut sock,
-                    &Msg::ModelInfo {
-                        id: mid,
-                        input_bytes: m.input_bytes,
-                        output_bytes: m.output_bytes,
-                        standalone_ns: m.total_time_ns,
-                        kernels: m.manifest.kernels.len() as u32,
-                        name: m.name(),
-                    },
-                ),
-                None => send(&mut sock, &Msg::ModelNotFound { name }),
-            },
-            Ok(Msg::StatusRequest) => {
-                let json = serde_json::to_string(&shared.status()).unwrap_or_default();
-                send(&mut sock, &Msg::StatusReply { json: &json })
-            }
-            _ => {
-                tracing::warn!(
-                    client = id,
-                    "unexpected control message; closing the session"
-                );
-                break;
-            }
-        };
-        if reply_ok.is_err() {
-            break;
-        }
-    }
-    shared.send(Command::Remove(id));
 }

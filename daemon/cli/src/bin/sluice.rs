@@ -574,19 +574,15 @@ fn main() -> ExitCode {
         }
         Cmd::Status { socket, json } => {
             let path = socket.unwrap_or_else(sluice_client::default_socket_path);
-            match sluice_client::query_status(&path) {
-                Ok(text) if json => {
-                    println!("{text}");
+            // Every page of the client list, merged into one document
+            // (so --json is one valid document at any number of clients).
+            match sluice_cli::status::query_all(&path) {
+                Ok(s) if json => print_json(&s),
+                Ok(s) => {
+                    print!("{}", status_table(&s));
                     ExitCode::SUCCESS
                 }
-                Ok(text) => match serde_json::from_str::<Status>(&text) {
-                    Ok(s) => {
-                        print!("{}", status_table(&s));
-                        ExitCode::SUCCESS
-                    }
-                    Err(e) => fail(format!("unexpected status document: {e}")),
-                },
-                Err(e) => fail(format!("{e} (socket {})", path.display())),
+                Err(e) => fail_chain(&e),
             }
         }
         Cmd::Bench {
@@ -1173,7 +1169,7 @@ fn profile_cmd(
 fn status_table(s: &Status) -> String {
     let mut out = format!(
         "sluiced pid {} v{} (protocol {}), up {:.0} s, socket {}\n\
-         device: {}   dispatcher: {}\n\
+         device: {}   dispatcher: {}\n{}\
          kill mechanism: {}\n\
          models: {}\n\
          requests: {} submitted, {} completed, {} errors; {} on the device\n\
@@ -1186,6 +1182,11 @@ fn status_table(s: &Status) -> String {
         s.socket,
         s.device,
         s.dispatcher,
+        if s.dispatcher_warning.is_empty() {
+            String::new()
+        } else {
+            format!("WARNING: {}\n", s.dispatcher_warning)
+        },
         s.kill_mechanism,
         s.models.join(", "),
         s.submitted,
@@ -1218,6 +1219,21 @@ fn status_table(s: &Status) -> String {
     if s.clients.is_empty() {
         out += "(no clients connected)\n";
     }
+    let c = &s.control;
+    out += &format!(
+        "\ncontrol socket: {} connections open ({} in handshake, this query among them); closed at accept (not \
+         allowed): {}, handshake timeouts: {}, handshakes evicted: {}, out of fds: {} \
+         ({} shed), RLIMIT_NOFILE {}\n",
+        c.open_connections,
+        c.handshaking,
+        c.not_allowed,
+        c.handshake_timeouts,
+        c.handshakes_evicted,
+        c.fd_exhausted,
+        c.shed,
+        c.nofile_limit
+            .map_or_else(|| "unlimited".to_owned(), |n| n.to_string())
+    );
     out
 }
 

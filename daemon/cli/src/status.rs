@@ -1,0 +1,105 @@
+//! `sluice status`: the daemon's whole status, however many clients.
+//!
+//! One status reply must fit in a control frame, so the daemon pages its
+//! client list (see `shm_proto::control`, "Status at any scale"). This
+//! module asks for page after page, one connection each, until the daemon
+//! names no next page, and returns one [`Status`] with every client: the
+//! counters are those of the first page, the clients those of all pages
+//! (a client that connects or leaves meanwhile may be missed or seen, never
+//! seen twice, since pages go by ascending id).
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::Duration;
+
+use shm_proto::control::{MAX_FRAME, Msg};
+use sluice_service::Status;
+
+/// Why the status could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// No daemon answers at the socket.
+    #[error(
+        "cannot connect to sluiced at {path}: is it running, and may this user open its \
+         socket (mode 0660, group access.socket_group)?"
+    )]
+    Connect {
+        /// The socket.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The connection failed mid-way.
+    #[error("status query to sluiced failed")]
+    Io(#[from] std::io::Error),
+    /// The daemon refused the query.
+    #[error("sluiced refused the status query (code {code}): {message}")]
+    Refused {
+        /// A `shm_proto::control::refused` code.
+        code: u32,
+        /// The daemon's reason.
+        message: String,
+    },
+    /// Something other than a status reply came back.
+    #[error("sluiced sent something other than a status reply: {0}")]
+    Protocol(String),
+    /// The reply is not the status document this `sluice` knows.
+    #[error("unexpected status document")]
+    Json(#[from] serde_json::Error),
+    /// The daemon keeps naming pages (a guard against a loop).
+    #[error("sluiced sent over {0} status pages; giving up")]
+    TooManyPages(usize),
+}
+
+/// Most pages read (4096 clients need a handful; this only stops a loop).
+const MAX_PAGES: usize = 10_000;
+
+/// One page: the clients with id `from_id` or more, as many as fit.
+pub fn query_page(socket: &Path, from_id: u32) -> Result<Status, StatusError> {
+    let mut sock = UnixStream::connect(socket).map_err(|source| StatusError::Connect {
+        path: socket.display().to_string(),
+        source,
+    })?;
+    sock.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut buf = [0u8; 64];
+    let n = Msg::StatusPage { from_id }
+        .encode(&mut buf)
+        .map_err(|e| StatusError::Protocol(format!("cannot encode a request ({e:?})")))?;
+    sock.write_all(&buf[..n])?;
+    let mut prefix = [0u8; 4];
+    sock.read_exact(&mut prefix)?;
+    let len = Msg::body_len(prefix).map_err(|e| StatusError::Protocol(e.to_string()))?;
+    debug_assert!(len <= MAX_FRAME);
+    let mut body = vec![0u8; len];
+    sock.read_exact(&mut body)?;
+    match Msg::decode(&body) {
+        Ok(Msg::StatusReply { json }) => Ok(serde_json::from_str(json)?),
+        Ok(Msg::Refused { code, message }) => Err(StatusError::Refused {
+            code,
+            message: message.to_owned(),
+        }),
+        Ok(other) => Err(StatusError::Protocol(format!("{other:?}"))),
+        Err(e) => Err(StatusError::Protocol(e.to_string())),
+    }
+}
+
+/// The whole status: the first page's counters with every page's clients.
+pub fn query_all(socket: &Path) -> Result<Status, StatusError> {
+    let mut status = query_page(socket, 0)?;
+    let mut next = status.next_client_id.take();
+    let mut pages = 1;
+    while let Some(from) = next {
+        if pages >= MAX_PAGES {
+            return Err(StatusError::TooManyPages(MAX_PAGES));
+        }
+        let page = query_page(socket, from)?;
+        pages += 1;
+        // Ids only grow; a page that does not advance would loop.
+        next = page.next_client_id.filter(|&n| n > from);
+        status.clients.extend(page.clients);
+    }
+    status.clients_total = status.clients_total.max(status.clients.len() as u64);
+    Ok(status)
+}
