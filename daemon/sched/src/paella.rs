@@ -13,19 +13,22 @@
 //!   in what was freed (real-time kernels first, then oldest first, as the
 //!   device serves its queue heads). `KernelStarted` marks the kernel as out
 //!   of its hardware queue.
-//! - **Admission.** The chosen kernel is dispatched only if it can be placed
-//!   now, give or take `B` blocks ([`PaellaConfig::extra_blocks`]): its
-//!   blocks that would not fit, plus every block already pending, must be at
-//!   most `B`. A kernel larger than `B` plus the free room (a multi-wave
-//!   kernel) goes when nothing is pending and at least one of its blocks
-//!   fits; its other blocks wait on the device for its own earlier waves.
-//!   When the chosen kernel is not admitted, nothing else is dispatched
-//!   either (no backfill), so the order below is strict.
+//! - **Admission** (§6 (3) and "Efficient implementation"). The dispatcher
+//!   keeps `B` blocks ([`PaellaConfig::extra_blocks`]) waiting on the
+//!   device beyond full occupancy, to hide the delay between a dispatch
+//!   and its placement: while fewer than `B` blocks are pending, the chosen
+//!   kernel is dispatched whether or not its blocks fit now (those that do
+//!   not become pending), and this repeats until `B` or more are pending.
+//!   With nothing pending a kernel goes if some block of it fits (so
+//!   `B = 0` fills the device and sends nothing beyond it). When the chosen
+//!   kernel is not admitted, nothing else is dispatched either (no
+//!   backfill), so the order below is strict.
 //! - **Streams.** A dispatched kernel goes onto an idle stream (no kernel of
 //!   its own outstanding) of the hardware queue with the fewest kernels that
-//!   have not started or still have pending blocks. Since a kernel is only
-//!   dispatched when it can start, a hardware queue never holds a kernel that
-//!   waits behind another one: no head-of-line blocking. Streams are created
+//!   have not started or still have pending blocks. Since the blocks waiting
+//!   on the device are bounded by `B` plus one kernel, and a new kernel
+//!   goes to the least busy hardware queue, a kernel rarely waits behind
+//!   another one in its hardware queue. Streams are created
 //!   as needed, one per hardware queue at a time, and reused.
 //! - **Choice** (§6): real-time tasks first, shortest estimated remaining
 //!   time among them; then, among best-effort tasks, if the client with the
@@ -1754,36 +1757,31 @@ impl Paella {
             let grid = launch.grid_blocks;
             let class = class_of(job.task.priority);
             let b = u64::from(self.cfg.extra_blocks);
-            let (admit, fit) = if class == RT {
-                // Real-time kernels count only real-time blocks waiting:
-                // best-effort ones never hold them back. One whose blocks
-                // do not fit goes anyway when no real-time block waits; the
-                // device serves it first as room frees.
-                let fit = dev.fits(&fig, grid);
+            // Paella §6, "Efficient implementation" and (3): once placements
+            // bring the blocks waiting on the device below `B`, the chosen
+            // kernel is dispatched, whether or not its blocks fit now, and
+            // this repeats until `B` or more wait; with nothing waiting, a
+            // kernel goes if any of its blocks fits (the device is not full
+            // for it: `B = 0` fills the device and no more). Real-time
+            // kernels count only real-time blocks waiting, so best-effort
+            // ones never hold them back, and go whenever none waits: the
+            // device serves their priority-1 streams first as room frees.
+            let fit;
+            if class == RT {
                 let pending = dev.pending_class[RT];
-                (pending == 0 || pending + u64::from(grid - fit) <= b, fit)
-            } else {
-                // Admitted when the blocks that do not fit plus those pending
-                // (and those expected to wait behind kernels launched ahead)
-                // are at most B, or nothing is pending and some block fits.
-                // More than B pending, or fewer blocks fitting than that
-                // needs by the free totals' bound, rule it out without a
-                // pass.
-                let pending = dev.pending_blocks + dev.ahead_pend;
-                let need = if pending == 0 {
-                    (u64::from(grid).saturating_sub(b)).min(1)
-                } else {
-                    (u64::from(grid) + pending).saturating_sub(b)
-                };
-                if pending > b || (need > 0 && dev.fit_bound(&fig) < need) {
+                if !(pending == 0 || pending < b) {
                     return;
                 }
-                let fit = dev.fits(&fig, grid);
-                let over = pending + u64::from(grid - fit);
-                (over <= b || (pending == 0 && fit > 0), fit)
-            };
-            if !admit {
-                return;
+                fit = dev.fits(&fig, grid);
+            } else {
+                let pending = dev.pending_blocks + dev.ahead_pend;
+                if pending >= b && (pending > 0 || dev.fit_bound(&fig) == 0) {
+                    return;
+                }
+                fit = dev.fits(&fig, grid);
+                if !within_backlog(pending, b, fit) {
+                    return;
+                }
             }
             let h = dev.pick_hwq();
             if dev.idle[class][h].is_empty()
@@ -1908,11 +1906,9 @@ impl Paella {
         } else {
             dev.pending_blocks + dev.ahead_pend
         } - u64::from(own);
-        // As for a kernel that starts now: within B, or, a kernel larger
-        // than the room, when nothing else waits (its later waves wait for
-        // its own earlier ones).
-        if pending + u64::from(est) > u64::from(self.cfg.extra_blocks) && (pending > 0 || room == 0)
-        {
+        // As for a kernel dispatched now: fewer than B blocks waiting, or
+        // none and some room for it once the kernel in front is done.
+        if !within_backlog(pending, u64::from(self.cfg.extra_blocks), room) {
             return false;
         }
         let stream = tail.stream;
@@ -2129,6 +2125,13 @@ impl Paella {
             );
         }
     }
+}
+
+/// Paella §6's dispatch condition for a best-effort kernel: fewer than `b`
+/// blocks wait on the device for room (`pending`), or none waits and some
+/// of the kernel's blocks fit (`fit` of them).
+fn within_backlog(pending: u64, b: u64, fit: u32) -> bool {
+    pending < b || (pending == 0 && fit > 0)
 }
 
 /// Blocks a kernel will hold once all of it is placed.
@@ -2535,6 +2538,43 @@ mod tests {
         let latency = rt.finished - rt.task.arrival;
         assert!(latency < 300_000, "RT latency {latency} ns: {r:?}");
         assert!(be.finished > rt.finished, "{r:?}");
+    }
+
+    /// Paella §6: with fewer than `B` blocks waiting, the chosen kernel is
+    /// dispatched even though none of its blocks fits, so its launch and
+    /// fetch overlap the kernel that holds the device and its first wave
+    /// starts the moment room frees.
+    #[test]
+    fn a_kernel_is_dispatched_into_a_full_device_while_fewer_than_b_blocks_wait() {
+        let models = registry(vec![
+            ("blocker", vec![full(500.0)]),
+            // Two waves of the device.
+            ("next", vec![kernel(16, 1024, 16, 0, 100.0)]),
+        ]);
+        let ids = |n: &str| models.lookup(n).expect("model").0;
+        let w = Workload {
+            clients: vec![
+                client(ids("blocker"), Arrival::Trace(vec![0])),
+                client(ids("next"), Arrival::Trace(vec![50_000])),
+            ],
+            duration_ns: 2_000_000,
+        };
+        let device = small_device();
+        let q = &device.queues;
+        let dispatch = q.host_launch_ns + q.cp_fetch_ns + q.launch_ns;
+        let mut p = Paella::new(&models);
+        let r = workload::run(&device, &models, &mut p, &w);
+        assert_eq!(r.unfinished, 0);
+        let gap = finished(&r, 1) - finished(&r, 0);
+        // Two waves of 100 us once the blocker is gone. Held back until
+        // room frees (nothing waiting, none of its blocks fitting), it
+        // would pay the whole dispatch path on top of them.
+        let waves = 200_000;
+        assert!(gap >= waves, "gap {gap} ns");
+        assert!(
+            gap < waves + dispatch / 2,
+            "gap {gap} ns, dispatch {dispatch} ns"
+        );
     }
 
     /// A model alone runs under `paella` within 10% of its time under `seq`
