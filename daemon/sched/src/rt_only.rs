@@ -168,28 +168,37 @@ mod tests {
     #[test]
     fn rt_latency_is_the_standalone_time_and_be_tasks_are_dropped() {
         let models = Arc::new(ModelRegistry::builtin());
-        // A synthetic model: its block times follow the occupancy formula, so
-        // the GPU model runs it for at least its manifest total
-        // (docs/models.md; the measured ones take times from REEF's data).
         let (yolo, m) = models.lookup("yolov3").unwrap();
         let (vgg, _) = models.lookup("vgg19").unwrap();
+        let rt = |arrival| ClientSpec {
+            priority: Priority::RealTime,
+            model: yolo,
+            arrival,
+        };
+        // The standalone time: one request alone on an idle device.
+        let alone = Workload {
+            clients: vec![rt(Arrival::Trace(vec![0]))],
+            duration_ns: 200_000_000,
+        };
+        let r = run(&DeviceProfile::mi50(), &models, &mut RtOnly::new(), &alone);
+        assert_eq!((r.done.len(), r.unfinished), (1, 0));
+        let standalone = r.done[0].finished - r.done[0].task.arrival;
+        // Periods twice the manifest total, so every request finds the
+        // device idle.
+        let period_ns = 2 * m.total_time_ns;
         let w = Workload {
             clients: vec![
-                ClientSpec {
-                    priority: Priority::RealTime,
-                    model: yolo,
-                    arrival: Arrival::Uniform {
-                        period_ns: 20_000_000,
-                        offset_ns: 1_000_000,
-                    },
-                },
+                rt(Arrival::Uniform {
+                    period_ns,
+                    offset_ns: 1_000_000,
+                }),
                 ClientSpec {
                     priority: Priority::BestEffort,
                     model: vgg,
                     arrival: Arrival::ClosedLoop,
                 },
             ],
-            duration_ns: 60_000_000,
+            duration_ns: 3 * period_ns,
         };
         let mut p = RtOnly::new();
         let r = run(&DeviceProfile::mi50(), &models, &mut p, &w);
@@ -197,11 +206,21 @@ mod tests {
         assert_eq!(p.dropped(), 1);
         assert_eq!(r.unfinished, 1);
         let lat: Vec<u64> = r.done.iter().map(|d| d.finished - d.task.arrival).collect();
-        // Identical runs on an idle device, no slower than the manifest
-        // total plus one fetch per kernel.
-        assert!(lat.iter().all(|&l| l == lat[0]), "{lat:?}");
+        // Every RT request takes exactly its standalone time: the BE client
+        // never runs beside it.
+        assert!(lat.iter().all(|&l| l == standalone), "{lat:?} {standalone}");
+        // No slower than the manifest total plus one fetch per kernel, and
+        // not much faster: the model's occupancy curve runs a kernel's
+        // partly filled last round faster than a full one
+        // (docs/gpu-model.md), so an estimated model whose large kernels
+        // end in such rounds (YOLOv3's strided convolutions) may finish
+        // a little under the sum of its kernel times, but by far less
+        // than 1 %.
         let fetch = DeviceProfile::mi50().queues.cp_fetch_ns;
         let bound = m.total_time_ns + fetch * m.manifest.kernels.len() as u64;
-        assert!(lat[0] >= m.total_time_ns && lat[0] <= bound, "{lat:?}");
+        assert!(
+            lat[0] * 100 >= m.total_time_ns * 99 && lat[0] <= bound,
+            "{lat:?}"
+        );
     }
 }

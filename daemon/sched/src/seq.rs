@@ -86,9 +86,6 @@ mod tests {
     #[test]
     fn one_task_at_a_time_and_real_time_goes_first() {
         let models = Arc::new(ModelRegistry::builtin());
-        // Synthetic models: their block times follow the occupancy formula,
-        // so the GPU model runs each for at least its manifest total
-        // (docs/models.md; the measured ones take times from REEF's data).
         let (yolo, _) = models.lookup("yolov3").unwrap();
         let (bert, _) = models.lookup("bert_base").unwrap();
         let w = Workload {
@@ -124,10 +121,29 @@ mod tests {
             ]
         );
         // Never two at once: each task runs at least its standalone time
-        // after the previous one finished.
+        // (one request alone on the same device model) after the previous
+        // one finished.
+        let standalone = |model| {
+            let alone = Workload {
+                clients: vec![ClientSpec {
+                    priority: Priority::BestEffort,
+                    model,
+                    arrival: Arrival::Trace(vec![0]),
+                }],
+                duration_ns: 1_000_000_000,
+            };
+            let r = run(&DeviceProfile::mi50(), &models, &mut Seq::new(), &alone);
+            assert_eq!((r.done.len(), r.unfinished), (1, 0));
+            r.done[0].finished
+        };
         for w in r.done.windows(2) {
-            let alone = models.get(w[1].task.model).unwrap().total_time_ns;
-            assert!(w[1].finished - w[0].finished >= alone);
+            let alone = standalone(w[1].task.model);
+            assert!(
+                w[1].finished - w[0].finished >= alone,
+                "{} after {}: {alone}",
+                w[1].finished,
+                w[0].finished
+            );
         }
     }
 }
