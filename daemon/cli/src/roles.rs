@@ -316,6 +316,9 @@ pub enum BenchMode {
     Uds,
     /// As many zero-time requests as possible, `inflight` outstanding.
     Throughput,
+    /// The hardware floor: a raw cache-line ping-pong with a server thread
+    /// over the shared file at `socket` ([`crate::bench_ipc::FloorLines`]).
+    Floor,
 }
 
 /// An IPC benchmark client.
@@ -360,6 +363,9 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
         sluice_service::sys::pin_current_thread(cpu).map_err(|e| e.to_string())?;
     }
     let warmup = (role.samples / 10).max(100);
+    if role.mode == BenchMode::Floor {
+        return crate::bench_ipc::floor_client(&role.socket, warmup, role.samples);
+    }
     if role.mode == BenchMode::Uds {
         use std::io::{Read, Write};
         let mut s = std::os::unix::net::UnixStream::connect(&role.socket)
@@ -483,6 +489,6 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
                 minus_device_time: false,
             })
         }
-        BenchMode::Uds => unreachable!("handled above"),
+        BenchMode::Uds | BenchMode::Floor => unreachable!("handled above"),
     }
 }

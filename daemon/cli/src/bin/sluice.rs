@@ -454,6 +454,7 @@ enum Mode {
     ParkedDevice,
     Uds,
     Throughput,
+    Floor,
 }
 
 fn exe() -> Result<PathBuf, String> {
@@ -910,6 +911,7 @@ fn main() -> ExitCode {
                     Mode::ParkedDevice => BenchMode::ParkedDevice,
                     Mode::Uds => BenchMode::Uds,
                     Mode::Throughput => BenchMode::Throughput,
+                    Mode::Floor => BenchMode::Floor,
                 },
                 samples,
                 inflight,
