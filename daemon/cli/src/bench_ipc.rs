@@ -88,6 +88,17 @@ impl From<Summary> for Pct {
     }
 }
 
+/// A round trip split at the daemon's `received_ns` clock read.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Split {
+    /// Client submit → daemon took the request (the line there, the
+    /// dispatcher's polling delay).
+    pub to_daemon: u64,
+    /// Daemon took the request → client holds the completion (the
+    /// dispatcher's and device's work, the line back, the client's wait).
+    pub from_daemon: u64,
+}
+
 /// Fraction of waits that actually slept on the futex.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Slept {
@@ -111,6 +122,9 @@ pub struct IpcResult {
     pub ratio_p50: f64,
     /// spin p99 / floor p99 (same run).
     pub ratio_p99: f64,
+    /// Where a `spin` round trip's time goes (medians, split at the
+    /// daemon's `received_ns` stamp).
+    pub spin_split_p50_ns: Split,
     /// Client asleep on its futex when the completion comes, spinning
     /// daemon (device time subtracted).
     pub parked_rtt_ns: Pct,
@@ -328,6 +342,8 @@ pub fn floor_client(path: &Path, warmup: u64, samples: u64) -> Result<BenchRepor
         slept_fraction: 0.0,
         model: "floor".into(),
         minus_device_time: false,
+        to_daemon_p50_ns: 0,
+        from_daemon_p50_ns: 0,
     })
 }
 
@@ -390,6 +406,10 @@ pub fn run(exe: &Path, o: &IpcOptions) -> Result<IpcResult, String> {
     Ok(IpcResult {
         ratio_p50: ratio(spin.rtt_ns.p50, floor.rtt_ns.p50),
         ratio_p99: ratio(spin.rtt_ns.p99, floor.rtt_ns.p99),
+        spin_split_p50_ns: Split {
+            to_daemon: spin.to_daemon_p50_ns,
+            from_daemon: spin.from_daemon_p50_ns,
+        },
         floor_rtt_ns: floor.rtt_ns.into(),
         uds_over_spin_p50: ratio(uds.rtt_ns.p50, spin.rtt_ns.p50),
         parked_over_uds_p50: ratio(parked.rtt_ns.p50, uds.rtt_ns.p50),
@@ -431,8 +451,8 @@ pub fn table(r: &IpcResult) -> String {
     s += &row("sluice, client and daemon asleep", &r.parked_both_rtt_ns);
     s += &row("Unix stream socket baseline", &r.uds_rtt_ns);
     s += &format!(
-        "\nspin / floor: p50 {:.2}x, p99 {:.2}x\n",
-        r.ratio_p50, r.ratio_p99
+        "\nspin / floor: p50 {:.2}x, p99 {:.2}x   spin p50 split: {} ns to the daemon, {} ns back\n",
+        r.ratio_p50, r.ratio_p99, r.spin_split_p50_ns.to_daemon, r.spin_split_p50_ns.from_daemon
     );
     s += &format!(
         "throughput: {:.0} requests/s (zero-time model, 64 in flight)\n\

@@ -351,6 +351,14 @@ pub struct BenchReport {
     pub model: String,
     /// Whether the device time (`finished_ns - started_ns`) was subtracted.
     pub minus_device_time: bool,
+    /// Median of submit → the daemon's `received_ns` stamp (client submit,
+    /// the line to the daemon, its polling delay), round-trip modes.
+    #[serde(default)]
+    pub to_daemon_p50_ns: u64,
+    /// Median of the daemon's `received_ns` → the client holding the
+    /// completion (the daemon's work on the request, the line back).
+    #[serde(default)]
+    pub from_daemon_p50_ns: u64,
 }
 
 /// The size of one request or response on the Unix-socket baseline: the
@@ -388,6 +396,8 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
             slept_fraction: 1.0,
             model: String::new(),
             minus_device_time: false,
+            to_daemon_p50_ns: 0,
+            from_daemon_p50_ns: 0,
         });
     }
     let fail = |e: Error| format!("{e}");
@@ -425,12 +435,17 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
                 Duration::ZERO
             });
             let mut h = histogram();
+            let (mut to_daemon, mut from_daemon) = (histogram(), histogram());
             let mut sleeps0 = 0;
             for i in 0..warmup + role.samples {
                 let t0 = now_ns();
                 let t = c.submit(&sub).map_err(fail)?;
                 let done = c.wait(t).map_err(fail)?;
                 let t1 = now_ns();
+                if i >= warmup {
+                    to_daemon.saturating_record(done.received_ns.saturating_sub(t0));
+                    from_daemon.saturating_record(t1.saturating_sub(done.received_ns));
+                }
                 if done.status != sluice_client::status::OK {
                     return Err(format!("status {}", done.status));
                 }
@@ -452,6 +467,8 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
                 slept_fraction: (c.sleeps() - sleeps0) as f64 / role.samples as f64,
                 model: model.to_owned(),
                 minus_device_time: minus_device,
+                to_daemon_p50_ns: Summary::of(&to_daemon).p50,
+                from_daemon_p50_ns: Summary::of(&from_daemon).p50,
             })
         }
         BenchMode::Throughput => {
@@ -487,6 +504,8 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
                 slept_fraction: 0.0,
                 model: model.to_owned(),
                 minus_device_time: false,
+                to_daemon_p50_ns: 0,
+                from_daemon_p50_ns: 0,
             })
         }
         BenchMode::Uds | BenchMode::Floor => unreachable!("handled above"),
