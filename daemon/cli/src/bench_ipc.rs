@@ -31,7 +31,11 @@
 //! 6. `parked_both`: a daemon with `idle_spin_us = 0` (it sleeps in
 //!    `epoll_wait` between requests) and a client with spin budget 0,
 //!    zero-time model: two wake-ups per round trip, as in the socket
-//!    baseline.
+//!    baseline; then, on the same sleeping daemon, `sleepy_daemon_spin50`
+//!    (client spin budget fixed at 50 µs, the old default) and
+//!    `sleepy_daemon_adaptive` (the adaptive budget, the default now): a
+//!    client whose budget is shorter than the daemon's wake-up falls asleep
+//!    too and pays a second wake-up.
 
 use std::io::{IsTerminal, Read, Write};
 use std::os::unix::net::UnixListener;
@@ -108,6 +112,10 @@ pub struct Slept {
     pub nospin: f64,
     /// `parked_both` phase.
     pub parked_both: f64,
+    /// `sleepy_daemon_spin50` phase.
+    pub sleepy_daemon_spin50: f64,
+    /// `sleepy_daemon_adaptive` phase.
+    pub sleepy_daemon_adaptive: f64,
 }
 
 /// The benchmark's result (`--json` prints it).
@@ -132,6 +140,11 @@ pub struct IpcResult {
     pub nospin_rtt_ns: Pct,
     /// Parked client, parked daemon.
     pub parked_both_rtt_ns: Pct,
+    /// Daemon asleep between requests (`idle_spin_us = 0`), client with a
+    /// fixed 50 µs spin budget (the old default), zero-time model.
+    pub sleepy_daemon_spin50_rtt_ns: Pct,
+    /// The same with the adaptive spin budget (the default now).
+    pub sleepy_daemon_adaptive_rtt_ns: Pct,
     /// Unix stream socket request/response baseline.
     pub uds_rtt_ns: Pct,
     /// Zero-time requests per second with `inflight` outstanding.
@@ -400,7 +413,13 @@ pub fn run(exe: &Path, o: &IpcOptions) -> Result<IpcResult, String> {
         Ok((spin, nospin, parked, tput))
     })?;
     progress("bench ipc [6/6] sleeping client, sleeping daemon ...");
-    let both = with_daemon(0, |s| child(exe, s, "parked", o))?;
+    let (both, spin50, adaptive) = with_daemon(0, |s| {
+        let both = child(exe, s, "parked", o)?;
+        progress("bench ipc [6/6] sleeping daemon, client spin budget 50 µs / adaptive ...");
+        let spin50 = child(exe, s, "spin50", o)?;
+        let adaptive = child(exe, s, "adaptive", o)?;
+        Ok((both, spin50, adaptive))
+    })?;
     progress("bench ipc done\n");
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     Ok(IpcResult {
@@ -421,7 +440,11 @@ pub fn run(exe: &Path, o: &IpcOptions) -> Result<IpcResult, String> {
             parked: parked.slept_fraction,
             nospin: nospin.slept_fraction,
             parked_both: both.slept_fraction,
+            sleepy_daemon_spin50: spin50.slept_fraction,
+            sleepy_daemon_adaptive: adaptive.slept_fraction,
         },
+        sleepy_daemon_spin50_rtt_ns: spin50.rtt_ns.into(),
+        sleepy_daemon_adaptive_rtt_ns: adaptive.rtt_ns.into(),
         parked_both_rtt_ns: both.rtt_ns.into(),
         uds_rtt_ns: uds.rtt_ns.into(),
         throughput_rps: tput.throughput_rps,
@@ -449,6 +472,14 @@ pub fn table(r: &IpcResult) -> String {
     s += &row("sluice, client spin budget 0", &r.nospin_rtt_ns);
     s += &row("sluice, client asleep (futex)", &r.parked_rtt_ns);
     s += &row("sluice, client and daemon asleep", &r.parked_both_rtt_ns);
+    s += &row(
+        "daemon asleep, client spin 50 µs",
+        &r.sleepy_daemon_spin50_rtt_ns,
+    );
+    s += &row(
+        "daemon asleep, client adaptive spin",
+        &r.sleepy_daemon_adaptive_rtt_ns,
+    );
     s += &row("Unix stream socket baseline", &r.uds_rtt_ns);
     s += &format!(
         "\nspin / floor: p50 {:.2}x, p99 {:.2}x   spin p50 split: {} ns to the daemon, {} ns back\n",
@@ -457,7 +488,8 @@ pub fn table(r: &IpcResult) -> String {
     s += &format!(
         "throughput: {:.0} requests/s (zero-time model, 64 in flight)\n\
          socket / spin p50: {:.1}x   asleep / socket p50: {:.2}x   both asleep / socket p50: {:.2}x\n\
-         waits that slept: spin budget 0 {:.0}%, client asleep {:.0}%, both asleep {:.0}%\n\
+         waits that slept: spin budget 0 {:.0}%, client asleep {:.0}%, both asleep {:.0}%, \
+         daemon asleep + client spin 50 µs {:.0}%, + adaptive {:.0}%\n\
          ('client asleep' excludes the 50 µs the simulated device spends on echo_small)\n",
         r.throughput_rps,
         r.uds_over_spin_p50,
@@ -465,7 +497,9 @@ pub fn table(r: &IpcResult) -> String {
         r.parked_both_over_uds_p50,
         r.slept.nospin * 100.0,
         r.slept.parked * 100.0,
-        r.slept.parked_both * 100.0
+        r.slept.parked_both * 100.0,
+        r.slept.sleepy_daemon_spin50 * 100.0,
+        r.slept.sleepy_daemon_adaptive * 100.0
     );
     s
 }

@@ -316,6 +316,12 @@ pub enum BenchMode {
     Uds,
     /// As many zero-time requests as possible, `inflight` outstanding.
     Throughput,
+    /// Round trips on the zero-time model with a fixed 50 µs spin budget
+    /// (the default before the adaptive budget).
+    Spin50,
+    /// Round trips on the zero-time model with the adaptive spin budget
+    /// (the library's default).
+    Adaptive,
     /// The hardware floor: a raw cache-line ping-pong with a server thread
     /// over the shared file at `socket` ([`crate::bench_ipc::FloorLines`]).
     Floor,
@@ -428,12 +434,17 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
     };
     let minus_device = role.mode == BenchMode::ParkedDevice;
     match role.mode {
-        BenchMode::Spin | BenchMode::Parked | BenchMode::ParkedDevice => {
-            c.set_spin(if role.mode == BenchMode::Spin {
-                Duration::from_secs(10)
-            } else {
-                Duration::ZERO
-            });
+        BenchMode::Spin
+        | BenchMode::Parked
+        | BenchMode::ParkedDevice
+        | BenchMode::Spin50
+        | BenchMode::Adaptive => {
+            match role.mode {
+                BenchMode::Spin => c.set_spin(Duration::from_secs(10)),
+                BenchMode::Spin50 => c.set_spin(Duration::from_micros(50)),
+                BenchMode::Adaptive => c.set_spin_mode(sluice_client::Spin::Adaptive),
+                _ => c.set_spin(Duration::ZERO),
+            }
             let mut h = histogram();
             let (mut to_daemon, mut from_daemon) = (histogram(), histogram());
             let mut sleeps0 = 0;

@@ -455,6 +455,8 @@ enum Mode {
     Uds,
     Throughput,
     Floor,
+    Spin50,
+    Adaptive,
 }
 
 fn exe() -> Result<PathBuf, String> {
@@ -912,6 +914,8 @@ fn main() -> ExitCode {
                     Mode::Uds => BenchMode::Uds,
                     Mode::Throughput => BenchMode::Throughput,
                     Mode::Floor => BenchMode::Floor,
+                    Mode::Spin50 => BenchMode::Spin50,
+                    Mode::Adaptive => BenchMode::Adaptive,
                 },
                 samples,
                 inflight,
