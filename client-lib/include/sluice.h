@@ -98,7 +98,11 @@
 // Completion status: the priority is neither real-time nor best-effort.
 #define SLUICE_STATUS_BAD_PRIORITY 6
 
-// Completion status: unknown flag bits, or a reserved field is not zero.
+// sluice_set_spin_ns(): let the spin budget follow the measured wake-up
+// cost (the default).
+#define SLUICE_SPIN_ADAPTIVE 18446744073709551615ull
+
+// Completion status: unknown flag bits.
 #define SLUICE_STATUS_BAD_FLAGS 7
 
 // Completion status: the absolute deadline passed before the request could start.
@@ -276,9 +280,13 @@ int sluice_write_arena(struct sluice_client *c, uint64_t off, const uint8_t *dat
 // - If `len > 0`, `buf` is NULL or points to `len` writable bytes.
 int sluice_read_arena(struct sluice_client *c, uint64_t off, uint8_t *buf, size_t len);
 
-// Sets how long sluice_wait() spins before it sleeps (default 50 µs).
-// Spinning costs a core; sleeping costs a futex wake (a few µs) when the
-// result comes. Returns SLUICE_OK or SLUICE_EINVAL.
+// Sets how long sluice_wait() spins before it sleeps, in ns, or
+// SLUICE_SPIN_ADAPTIVE (the default): twice the wake-up cost this client
+// has measured (starting at 50 µs, within 2 µs..2 ms), so that a round
+// trip pays at most one wake-up even where wake-ups are slow (VMs).
+// Spinning costs a core; sleeping costs a futex wake (a few µs on bare
+// metal, up to ~100 µs on some VMs) when the result comes. Returns
+// SLUICE_OK or SLUICE_EINVAL.
 //
 // # Safety
 // `c` is NULL or a live handle that no other thread is using.

@@ -17,8 +17,22 @@
 //! The fast path — [`Client::submit`], [`Client::try_poll`], [`Client::wait`]
 //! — allocates nothing, cannot panic, and makes no syscall unless the peer
 //! is asleep: submit writes the daemon's eventfd only when the daemon has
-//! parked; wait spins for [`Client::set_spin`] and only then sleeps on a
-//! futex in the shared region (see `shm_proto::wake`).
+//! parked; wait spins for the spin budget and only then sleeps on a futex in
+//! the shared region (see `shm_proto::wake`).
+//!
+//! ## The spin budget adapts to the wake-up cost
+//!
+//! By default ([`Spin::Adaptive`]) a wait spins for twice the wake-up cost
+//! this client has measured: whenever a wait slept, the time from the
+//! completion's `finished_ns` to the moment the woken client holds it (the
+//! daemon's posting delay and the futex wake-up, i.e. what sleeping cost)
+//! feeds a moving average. Spinning that long covers a completion that is
+//! itself late because the *daemon* had to wake up (its wake-up costs what
+//! ours does on the same machine), so a round trip pays at most one
+//! wake-up, never two; a fixed budget shorter than the machine's wake-up
+//! (a VM's can exceed 100 µs) made round trips bimodal. The budget starts at
+//! 50 µs and stays within 2 µs ..= 2 ms. [`Client::set_spin`] fixes it
+//! instead.
 //!
 //! The connection (control socket, region memfd, eventfd) is the only state;
 //! when the daemon goes away every call returns [`Error::Disconnected`], and
@@ -297,6 +311,27 @@ fn region_header(map: &RegionMap) -> &RegionHeader {
     unsafe { &*(map.base() as *const RegionHeader) }
 }
 
+/// How long [`Client::wait`] spins before it sleeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Spin {
+    /// Twice the measured wake-up cost (see the crate docs); the default.
+    Adaptive,
+    /// A fixed budget ([`Duration::ZERO`]: go straight to the park
+    /// protocol).
+    Fixed(Duration),
+}
+
+/// The adaptive budget's first estimate of a wake-up: 25 µs, so the first
+/// budget is the 50 µs fixed default of earlier versions.
+const WAKE_ESTIMATE_START_NS: u64 = 25_000;
+/// Bounds of the adaptive spin budget.
+const ADAPTIVE_MIN_NS: u64 = 2_000;
+/// Upper bound of the adaptive spin budget.
+const ADAPTIVE_MAX_NS: u64 = 2_000_000;
+/// A wake-up sample above this (a stalled daemon, a suspended VM) is
+/// clamped to it, so one outlier cannot pin the budget at its maximum.
+const WAKE_SAMPLE_MAX_NS: u64 = 1_000_000;
+
 /// How often, in spin iterations, a spinning waiter checks that the daemon
 /// is still there.
 const LIVENESS_EVERY: u32 = 1 << 14;
@@ -310,7 +345,8 @@ pub struct Client {
     cq: Consumer<Completion, Arc<RegionMap>>,
     slots: Box<[TicketSlot]>,
     free: Vec<u32>,
-    spin: Duration,
+    spin: Spin,
+    wake_estimate_ns: u64,
     disconnected: bool,
     sleeps: u64,
     client_id: u32,
@@ -388,7 +424,8 @@ impl Client {
             cq,
             slots: vec![TicketSlot::default(); n as usize].into_boxed_slice(),
             free: (0..n).rev().collect(),
-            spin: Duration::from_micros(50),
+            spin: Spin::Adaptive,
+            wake_estimate_ns: WAKE_ESTIMATE_START_NS,
             disconnected: false,
             sleeps: 0,
             client_id: s.client_id,
@@ -422,10 +459,45 @@ impl Client {
         self.geometry
     }
 
-    /// How long [`Client::wait`] spins before it sleeps. Spinning costs a
-    /// core; sleeping costs a futex wake (a few µs) when the result comes.
+    /// Fixes how long [`Client::wait`] spins before it sleeps (the default
+    /// adapts to the measured wake-up cost: [`Client::set_spin_mode`]).
+    /// Spinning costs a core; sleeping costs a futex wake (a few µs on bare
+    /// metal, up to ~100 µs on some VMs) when the result comes.
     pub fn set_spin(&mut self, spin: Duration) {
+        self.spin = Spin::Fixed(spin);
+    }
+
+    /// Sets the spin policy: [`Spin::Adaptive`] (the default) or fixed.
+    pub fn set_spin_mode(&mut self, spin: Spin) {
         self.spin = spin;
+    }
+
+    /// The spin budget the next wait will use, in ns.
+    pub fn spin_budget_ns(&self) -> u64 {
+        match self.spin {
+            Spin::Fixed(d) => u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+            Spin::Adaptive => self
+                .wake_estimate_ns
+                .saturating_mul(2)
+                .clamp(ADAPTIVE_MIN_NS, ADAPTIVE_MAX_NS),
+        }
+    }
+
+    /// The measured wake-up cost (moving average, ns) the adaptive budget
+    /// follows.
+    pub fn wake_estimate_ns(&self) -> u64 {
+        self.wake_estimate_ns
+    }
+
+    /// Feeds one wake-up sample: a wait slept and got its completion at
+    /// `now`.
+    fn note_wake(&mut self, c: &Completion, now: u64) {
+        if c.finished_ns == 0 || c.finished_ns > now {
+            return;
+        }
+        let sample = (now - c.finished_ns).min(WAKE_SAMPLE_MAX_NS);
+        // Moving average with weight 1/4 on the new sample.
+        self.wake_estimate_ns = (self.wake_estimate_ns * 3 + sample) / 4;
     }
 
     /// Asks the daemon for a model by name (control path; blocks).
@@ -552,7 +624,7 @@ impl Client {
             output_off: s.output.off,
             output_len: s.output.len,
             flags: 0,
-            reserved: 0,
+            seq: 0,
         })
     }
 
@@ -600,9 +672,13 @@ impl Client {
         }
     }
 
-    /// Moves every completion in the ring into the ticket table.
+    /// Moves completions from the ring into the ticket table until the one
+    /// for slot `want` is there (`Ok(true)`) or the ring is empty
+    /// (`Ok(false)`; the ring then publishes how far we read). Stopping at
+    /// `want` leaves the head's publication to the next poll, which comes
+    /// after the caller's next submit: off the round trip.
     #[inline]
-    fn drain(&mut self) -> Result<(), Error> {
+    fn poll_for(&mut self, want: usize) -> Result<bool, Error> {
         loop {
             match self.cq.pop() {
                 Ok(Some(c)) => {
@@ -613,9 +689,12 @@ impl Client {
                     {
                         s.state = SLOT_DONE;
                         s.completion = c;
+                        if idx == want {
+                            return Ok(true);
+                        }
                     }
                 }
-                Ok(None) => return Ok(()),
+                Ok(None) => return Ok(false),
                 Err(_) => {
                     self.disconnected = true;
                     // No stale control-path message (clearing allocates nothing).
@@ -644,7 +723,7 @@ impl Client {
         if let Some(c) = self.take(idx) {
             return Ok(Some(c));
         }
-        self.drain()?;
+        self.poll_for(idx)?;
         if let Some(c) = self.take(idx) {
             return Ok(Some(c));
         }
@@ -663,30 +742,43 @@ impl Client {
 
     /// [`Client::wait`] with an upper bound; [`Error::Timeout`] after it
     /// (the request stays in flight and can be waited for again).
+    ///
+    /// The clock is read only once the completion is found missing, and
+    /// then every 64 polls of the ring while spinning.
     pub fn wait_timeout(
         &mut self,
         t: Ticket,
         timeout: Option<Duration>,
     ) -> Result<Completion, Error> {
         let idx = self.slot_of(t)?;
+        if let Some(c) = self.take(idx) {
+            return Ok(c);
+        }
+        if self.poll_for(idx)?
+            && let Some(c) = self.take(idx)
+        {
+            return Ok(c);
+        }
+        let budget = self.spin_budget_ns();
         let start = now_ns();
-        let spin_until = start.saturating_add(self.spin.as_nanos() as u64);
+        let spin_until = start.saturating_add(budget);
         let give_up = timeout.map(|d| start.saturating_add(d.as_nanos() as u64));
         let mut iter: u32 = 0;
         loop {
-            self.drain()?;
-            if let Some(c) = self.take(idx) {
+            if self.poll_for(idx)?
+                && let Some(c) = self.take(idx)
+            {
                 return Ok(c);
             }
             iter = iter.wrapping_add(1);
             if iter % LIVENESS_EVERY == 0 {
                 self.check_alive()?;
             }
-            let now = if iter % 64 == 0 || self.spin.is_zero() {
-                now_ns()
-            } else {
-                start
-            };
+            if budget != 0 && iter % 64 != 0 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let now = now_ns();
             if now < spin_until {
                 std::hint::spin_loop();
                 continue;
@@ -702,12 +794,17 @@ impl Client {
             };
             match self.cq.prepare_park() {
                 Ok(Some(expected)) => {
-                    if futex::wait(self.cq.wake_word(), expected, Some(slice)) {
+                    let slept = futex::wait(self.cq.wake_word(), expected, Some(slice));
+                    if slept {
                         self.sleeps += 1;
                     }
                     self.cq.unpark();
-                    self.drain()?;
-                    if let Some(c) = self.take(idx) {
+                    if self.poll_for(idx)?
+                        && let Some(c) = self.take(idx)
+                    {
+                        if slept {
+                            self.note_wake(&c, now_ns());
+                        }
                         return Ok(c);
                     }
                     self.check_alive()?;

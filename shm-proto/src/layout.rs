@@ -14,13 +14,19 @@ use core::mem::{align_of, offset_of, size_of};
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicU32, AtomicU64, UnsafeCell};
+#[cfg(loom)]
+use crate::sync::UnsafeCell;
+use crate::sync::{AtomicU32, AtomicU64};
 
 /// `b"SLUICE\0\x01"` read as a little-endian `u64`.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SLUICE\0\x01");
 
 /// Bumped on any incompatible change to the region or the control messages.
-pub const PROTOCOL_VERSION: u32 = 1;
+///
+/// 2: ring slots carry their own ready stamp ([`Request::seq`],
+/// [`Completion::seq`]; see [`crate::ring`]), so a record crosses in one
+/// cache line; `Request::reserved` became `seq`.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Page size the region's arena is aligned to.
 pub const PAGE: u64 = 4096;
@@ -94,8 +100,10 @@ pub struct Request {
     pub output_len: u64,
     /// No flag is defined yet: must be 0.
     pub flags: u32,
-    /// Must be 0.
-    pub reserved: u32,
+    /// The ring's ready stamp ([`crate::ring`]): written by
+    /// [`crate::ring::Producer::push`] whatever the record carries, and 0
+    /// in a record [`crate::ring::Consumer::pop`] returns.
+    pub seq: u32,
 }
 
 /// One entry of the completion ring (daemon → client), 64 bytes.
@@ -106,8 +114,8 @@ pub struct Completion {
     pub request_id: u64,
     /// A [`crate::status`] code.
     pub status: u32,
-    /// Zero.
-    pub reserved: u32,
+    /// The ring's ready stamp, as [`Request::seq`].
+    pub seq: u32,
     /// Output bytes written (0 on error).
     pub output_len: u64,
     /// When the daemon took the request off the ring (`CLOCK_MONOTONIC` ns).
@@ -127,18 +135,86 @@ pub struct Completion {
 #[derive(Debug, Default)]
 pub struct RingHeader {
     /// Number of entries ever published (free-running, wraps at 2³²).
-    /// Written by the producer only.
+    /// Written by the producer only, before each record's ready stamp; the
+    /// consumer does not poll it (it polls the slot's stamp) and reads it
+    /// only to check the producer's sanity before it parks.
     pub tail: CachePadded<AtomicU32>,
     /// Number of entries ever consumed (free-running). Written by the
-    /// consumer only.
+    /// consumer only, in batches (see [`crate::ring`]).
     pub head: CachePadded<AtomicU32>,
     /// The consumer's wake word: bit 0 set while it is parked (or about to
     /// park), bits 1–31 count producer notifications. See [`crate::wake`].
     pub parked: CachePadded<AtomicU32>,
 }
 
-/// A ring slot: a cell holding one record.
-pub type Slot<T> = UnsafeCell<T>;
+/// Bytes of a ring record, and of a slot: one cache line.
+pub const RECORD_BYTES: usize = 64;
+/// 64-bit words in a record.
+pub const RECORD_WORDS: usize = RECORD_BYTES / 8;
+
+/// A ring record: [`Pod`](crate::Pod), 64 bytes, with a 32-bit `seq` field
+/// that the ring owns (its ready stamp).
+///
+/// Sealed: implemented for [`Request`] and [`Completion`] only.
+pub trait Record: crate::Pod + sealed::Sealed {
+    /// Byte offset of the `seq` field; it lies in the 64-bit word
+    /// `SEQ_OFFSET / 8`.
+    const SEQ_OFFSET: usize;
+}
+
+mod sealed {
+    pub trait Sealed {}
+    impl Sealed for super::Request {}
+    impl Sealed for super::Completion {}
+}
+
+impl Record for Request {
+    const SEQ_OFFSET: usize = offset_of!(Request, seq);
+}
+impl Record for Completion {
+    const SEQ_OFFSET: usize = offset_of!(Completion, seq);
+}
+
+/// A ring slot: one 64-byte, 64-aligned cache line holding one record as
+/// eight 64-bit words.
+///
+/// Every word is an atomic, accessed with relaxed loads and stores (plain
+/// moves on x86_64 and aarch64) except the one holding the record's `seq`
+/// stamp, which is stored with `Release` and loaded with `Acquire`: a peer
+/// scribbling on a slot concurrently is therefore a race on values, never
+/// undefined behaviour. Under loom the other words live in a cell instead,
+/// so that loom's race detector checks that the protocol alone keeps the
+/// two sides off them.
+#[repr(C, align(64))]
+pub struct Slot<T> {
+    #[cfg(not(loom))]
+    pub(crate) words: [AtomicU64; RECORD_WORDS],
+    #[cfg(loom)]
+    pub(crate) stamp_word: AtomicU64,
+    #[cfg(loom)]
+    pub(crate) body: UnsafeCell<[u64; RECORD_WORDS]>,
+    _record: core::marker::PhantomData<fn() -> T>,
+}
+
+impl<T> core::fmt::Debug for Slot<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("Slot")
+    }
+}
+
+impl<T> Default for Slot<T> {
+    fn default() -> Self {
+        Self {
+            #[cfg(not(loom))]
+            words: Default::default(),
+            #[cfg(loom)]
+            stamp_word: AtomicU64::new(0),
+            #[cfg(loom)]
+            body: UnsafeCell::new([0; RECORD_WORDS]),
+            _record: core::marker::PhantomData,
+        }
+    }
+}
 
 #[cfg(not(loom))]
 const _: () = {
@@ -170,13 +246,13 @@ const _: () = {
     assert!(offset_of!(Request, output_off) == 40);
     assert!(offset_of!(Request, output_len) == 48);
     assert!(offset_of!(Request, flags) == 56);
-    assert!(offset_of!(Request, reserved) == 60);
+    assert!(offset_of!(Request, seq) == 60);
 
     assert!(size_of::<Completion>() == 64);
     assert!(align_of::<Completion>() == 8);
     assert!(offset_of!(Completion, request_id) == 0);
     assert!(offset_of!(Completion, status) == 8);
-    assert!(offset_of!(Completion, reserved) == 12);
+    assert!(offset_of!(Completion, seq) == 12);
     assert!(offset_of!(Completion, output_len) == 16);
     assert!(offset_of!(Completion, received_ns) == 24);
     assert!(offset_of!(Completion, started_ns) == 32);
@@ -189,13 +265,17 @@ const _: () = {
     assert!(offset_of!(RingHeader, head) == 128);
     assert!(offset_of!(RingHeader, parked) == 256);
 
-    assert!(size_of::<Slot<Request>>() == size_of::<Request>());
+    assert!(size_of::<Slot<Request>>() == RECORD_BYTES);
+    assert!(align_of::<Slot<Request>>() == RECORD_BYTES);
+    assert!(size_of::<Slot<Completion>>() == RECORD_BYTES);
+    assert!(size_of::<Request>() == RECORD_BYTES);
+    assert!(size_of::<Completion>() == RECORD_BYTES);
 };
 
 /// FNV-1a over the layout's numbers: every size, alignment and offset
 /// asserted above, plus the version. Any layout change changes it.
 pub const LAYOUT_HASH: u64 = {
-    let parts: [u64; 33] = [
+    let parts: [u64; 36] = [
         PROTOCOL_VERSION as u64,
         MAGIC,
         size_of::<RegionHeader>() as u64,
@@ -220,7 +300,9 @@ pub const LAYOUT_HASH: u64 = {
         offset_of!(Request, output_off) as u64,
         offset_of!(Request, output_len) as u64,
         offset_of!(Request, flags) as u64,
+        offset_of!(Request, seq) as u64,
         size_of::<Completion>() as u64,
+        offset_of!(Completion, seq) as u64,
         offset_of!(Completion, status) as u64,
         offset_of!(Completion, output_len) as u64,
         offset_of!(Completion, received_ns) as u64,
@@ -229,6 +311,7 @@ pub const LAYOUT_HASH: u64 = {
         size_of::<RingHeader>() as u64,
         offset_of!(RingHeader, head) as u64,
         offset_of!(RingHeader, parked) as u64,
+        RECORD_BYTES as u64,
     ];
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let mut i = 0;

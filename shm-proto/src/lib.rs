@@ -100,7 +100,7 @@ pub mod status {
     pub const OUTPUT_TOO_SMALL: u32 = 5;
     /// The priority field is neither real-time nor best-effort.
     pub const BAD_PRIORITY: u32 = 6;
-    /// Unknown bits are set in `flags`, or a reserved field is not zero.
+    /// Unknown bits are set in `flags`.
     pub const BAD_FLAGS: u32 = 7;
     /// The absolute deadline passed before the request could start.
     pub const DEADLINE_MISSED: u32 = 8;
@@ -119,7 +119,7 @@ pub mod status {
             BAD_INPUT_LEN => "input length differs from the model's input size",
             OUTPUT_TOO_SMALL => "output span is smaller than the model's output size",
             BAD_PRIORITY => "priority is neither real-time (0) nor best-effort (1)",
-            BAD_FLAGS => "unknown flag bits or non-zero reserved field",
+            BAD_FLAGS => "unknown flag bits",
             DEADLINE_MISSED => "deadline passed before the request started",
             DEVICE_ERROR => "the device failed while running the request",
             SHUTTING_DOWN => "the daemon is shutting down",

@@ -1,33 +1,50 @@
 //! Single-producer/single-consumer lock-free rings in shared memory.
 //!
-//! The algorithm is the classic bounded SPSC ring buffer (Lamport 1983, in
-//! the form io_uring and `rtrb` use): two free-running 32-bit counters,
-//! `tail` written only by the producer and `head` written only by the
-//! consumer; slot `i` lives at index `i & mask`; the ring holds
-//! `tail - head` (wrapping) entries, at most `entries`.
+//! The algorithm is the bounded SPSC ring buffer (Lamport 1983, in the form
+//! io_uring and `rtrb` use) with the readiness of each entry carried *in its
+//! slot*, as in Vyukov's bounded queue and the FastForward / B-Queue SPSC
+//! rings (Giacomoni et al. 2008; Wang et al. 2013): the consumer polls the
+//! slot it will read next, not a shared index, so a record crosses from one
+//! core to the other in **one cache line** (the slot), where an index-polled
+//! ring needs two dependent line transfers (the index, then the slot).
 //!
-//! Encoding of the shared words ([`RingHeader`]):
-//! - `tail`: entries ever published. The producer writes the slot, then
-//!   stores `tail + 1` with `Release`; the consumer loads it with `Acquire`.
-//! - `head`: entries ever consumed. The consumer copies the slot out, then
-//!   stores `head + 1` with `Release`; the producer loads it with `Acquire`
-//!   before reusing a slot.
-//! - `parked`: the consumer's wake word ([`crate::wake`]).
+//! Encoding:
+//! - slot `i` (one 64-byte line, [`Slot`]) holds the entry at position `p`
+//!   with `p & mask == i`; the record's 32-bit `seq` field (its *stamp*) is
+//!   `stamp(p) = 2 * (p >> log2(entries)) + 1`: odd (so a zeroed slot is
+//!   never ready) and different from the stamp the same slot had one lap
+//!   earlier. The producer writes the record's other words, then stores the
+//!   word holding the stamp with `Release`; the consumer loads that word
+//!   with `Acquire` and takes the entry when the stamp is `stamp(head)`.
+//! - [`RingHeader::tail`]: entries ever published (free-running, wraps at
+//!   2³²). The producer stores it *before* each stamp; the consumer reads it
+//!   only to check the producer's sanity when it parks (it is never on the
+//!   consumer's fast path, so the line stays in the producer's cache).
+//! - [`RingHeader::head`]: entries ever consumed, published in *batches*:
+//!   when the consumer finds the ring empty (so after the caller has had a
+//!   chance to send its next request) or after `entries / 8` (at least one)
+//!   entries without publishing. The producer reads it (`Acquire`) only when
+//!   its cached copy says the ring is full, and the daemon for completion
+//!   credit ([`Producer::len`]), which may therefore over-count entries
+//!   unread by up to one batch.
+//! - [`RingHeader::parked`]: the consumer's wake word ([`crate::wake`]).
 //!
 //! Each side caches its own counter locally (the shared copy is only ever
-//! written, never trusted back) and caches the peer's counter, reloading it
-//! only when the cached value says "empty" (consumer) or "full" (producer).
+//! written, never trusted back) and caches the peer's counter.
 //!
 //! The peer may be hostile. Both sides therefore:
 //! - mask every index before touching a slot, so no index reaches outside
 //!   the slot array whatever the peer wrote;
 //! - check that the peer's counter is within `entries` of their own and
-//!   report [`RingError::Corrupt`] otherwise;
-//! - copy records in and out by value (`read_volatile`/`write_volatile`)
-//!   and never keep a reference into a slot;
-//! - carry only [`Pod`] records, so whatever bytes the peer leaves in a
-//!   slot, the copy is a valid value (which the daemon then validates field
-//!   by field).
+//!   report [`RingError::Corrupt`] otherwise (the producer on every reload
+//!   of `head`; the consumer when it prepares to park);
+//! - access slots only through atomics (relaxed 64-bit loads and stores,
+//!   plain moves on x86_64), never through a reference to the record, so a
+//!   peer writing a slot concurrently can only garble values;
+//! - carry only [`Record`]s ([`Pod`]), so whatever bytes the peer leaves in
+//!   a slot, the copy is a valid value (which the daemon then validates
+//!   field by field). A stamp the consumer does not expect just means "not
+//!   ready yet".
 //!
 //! ## Who keeps the memory alive
 //!
@@ -44,12 +61,14 @@
 //!   rings of tests and loom models (`heap::HeapRing::split`) use it.
 //!
 //! [`Mapping`]: crate::region::Mapping
+//! [`Pod`]: crate::Pod
+//! [`RingHeader::tail`]: crate::RingHeader::tail
+//! [`RingHeader::head`]: crate::RingHeader::head
+//! [`RingHeader::parked`]: crate::RingHeader::parked
 
 use core::marker::PhantomData;
-use core::ptr;
 
-use crate::layout::{RingHeader, Slot};
-use crate::pod::Pod;
+use crate::layout::{RECORD_BYTES, RECORD_WORDS, Record, RingHeader, Slot};
 use crate::sync::Ordering;
 
 /// The owner type of a ring end made with `from_raw`: nothing. The caller
@@ -97,13 +116,117 @@ pub enum PushError {
     Corrupt(RingError),
 }
 
+/// The stamp of the entry at position `pos` of a ring of `1 << shift`
+/// entries: odd, and different from the stamp of position `pos - entries`.
+#[inline(always)]
+pub const fn stamp(pos: u32, shift: u32) -> u32 {
+    ((pos >> shift) << 1) | 1
+}
+
+/// Where a record's `seq` stamp sits: (word index, bit shift in the word).
+#[inline(always)]
+const fn seq_at<T: Record>() -> (usize, u32) {
+    const { assert!(T::SEQ_OFFSET % 4 == 0 && T::SEQ_OFFSET + 4 <= RECORD_BYTES) };
+    let byte = (T::SEQ_OFFSET % 8) as u32;
+    let shift = if cfg!(target_endian = "little") {
+        byte * 8
+    } else {
+        32 - byte * 8
+    };
+    (T::SEQ_OFFSET / 8, shift)
+}
+
+#[inline(always)]
+fn to_words<T: Record>(value: T) -> [u64; RECORD_WORDS] {
+    const { assert!(core::mem::size_of::<T>() == RECORD_BYTES) };
+    // SAFETY: `T: Pod` has no padding (every byte is initialised) and is
+    // exactly `RECORD_BYTES` long (asserted above), the size of the array;
+    // `transmute_copy` reads unaligned, so alignment does not matter.
+    unsafe { core::mem::transmute_copy(&value) }
+}
+
+#[inline(always)]
+fn from_words<T: Record>(words: [u64; RECORD_WORDS]) -> T {
+    const { assert!(core::mem::size_of::<T>() == RECORD_BYTES) };
+    // SAFETY: same size (asserted above), and `T: Pod`: every bit pattern
+    // is a valid `T`.
+    unsafe { core::mem::transmute_copy(&words) }
+}
+
+impl<T> Slot<T> {
+    /// Loads the word holding the stamp (`Acquire`).
+    #[inline(always)]
+    fn load_stamp_word(&self, k: usize) -> u64 {
+        // SYNC: Acquire pairs with the Release store of the stamp word in
+        // `Slot::store`: the record's other words happen-before our reads.
+        #[cfg(not(loom))]
+        return self.words[k].load(Ordering::Acquire);
+        #[cfg(loom)]
+        {
+            let _ = k;
+            self.stamp_word.load(Ordering::Acquire)
+        }
+    }
+
+    /// Writes the record, the stamp word last (`Release`).
+    #[inline(always)]
+    fn store(&self, words: &[u64; RECORD_WORDS], k: usize) {
+        #[cfg(not(loom))]
+        {
+            for (i, w) in words.iter().enumerate() {
+                if i != k {
+                    self.words[i].store(*w, Ordering::Relaxed);
+                }
+            }
+            // SYNC: Release pairs with the Acquire load in
+            // `Slot::load_stamp_word`: the words above happen-before the
+            // consumer's reads of them.
+            self.words[k].store(words[k], Ordering::Release);
+        }
+        #[cfg(loom)]
+        {
+            // SAFETY: loom's cell checks that no read of the consumer's
+            // races with this write (the protocol gives us the slot).
+            self.body.with_mut(|p| unsafe { *p = *words });
+            // SYNC: as above.
+            self.stamp_word.store(words[k], Ordering::Release);
+        }
+    }
+
+    /// Reads the record's words, given the stamp word already loaded.
+    #[inline(always)]
+    fn load_rest(&self, k: usize, stamp_word: u64) -> [u64; RECORD_WORDS] {
+        #[cfg(not(loom))]
+        {
+            let mut out = [0u64; RECORD_WORDS];
+            for (i, w) in out.iter_mut().enumerate() {
+                *w = if i == k {
+                    stamp_word
+                } else {
+                    self.words[i].load(Ordering::Relaxed)
+                };
+            }
+            out
+        }
+        #[cfg(loom)]
+        {
+            // SAFETY: loom's cell checks that no write of the producer's
+            // races with this read.
+            let mut out = self.body.with(|p| unsafe { *p });
+            out[k] = stamp_word;
+            out
+        }
+    }
+}
+
 /// The producing end of a ring of `T` records; `O` keeps the memory alive
 /// (see the module docs).
 #[derive(Debug)]
-pub struct Producer<T: Pod, O = Unowned> {
+pub struct Producer<T: Record, O = Unowned> {
     hdr: *const RingHeader,
     slots: *const Slot<T>,
     mask: u32,
+    shift: u32,
     entries: u32,
     tail: u32,
     head_cache: u32,
@@ -114,26 +237,30 @@ pub struct Producer<T: Pod, O = Unowned> {
 /// The consuming end of a ring of `T` records; `O` keeps the memory alive
 /// (see the module docs).
 #[derive(Debug)]
-pub struct Consumer<T: Pod, O = Unowned> {
+pub struct Consumer<T: Record, O = Unowned> {
     hdr: *const RingHeader,
     slots: *const Slot<T>,
     mask: u32,
+    shift: u32,
     entries: u32,
     head: u32,
-    tail_cache: u32,
+    /// The last head stored to the shared word.
+    published: u32,
+    /// Publish after this many entries at the latest.
+    batch: u32,
     owner: O,
     _marker: PhantomData<T>,
 }
 
 // SAFETY: a Producer/Consumer is the unique handle to its end of the ring;
 // the memory it points to is shared by design and accessed only through
-// atomics and by-value slot copies of `Pod` records (which are `Send`), so
-// moving the handle to another thread is sound when its owner may move too.
-unsafe impl<T: Pod, O: Send> Send for Producer<T, O> {}
+// atomics (and, under loom, cells the protocol hands over), so moving the
+// handle to another thread is sound when its owner may move too.
+unsafe impl<T: Record, O: Send> Send for Producer<T, O> {}
 // SAFETY: as for `Producer`.
-unsafe impl<T: Pod, O: Send> Send for Consumer<T, O> {}
+unsafe impl<T: Record, O: Send> Send for Consumer<T, O> {}
 
-impl<T: Pod> Producer<T, Unowned> {
+impl<T: Record> Producer<T, Unowned> {
     /// Builds the producing end over a ring at `hdr` with `entries` slots at
     /// `slots`. The local tail starts from the shared one. Prefer the safe,
     /// owning [`crate::region::ClientRings::new`] /
@@ -150,7 +277,7 @@ impl<T: Pod> Producer<T, Unowned> {
     }
 }
 
-impl<T: Pod, O> Producer<T, O> {
+impl<T: Record, O> Producer<T, O> {
     /// [`Producer::from_raw`] with an owner that keeps the memory alive.
     ///
     /// # Safety
@@ -170,6 +297,7 @@ impl<T: Pod, O> Producer<T, O> {
             hdr,
             slots,
             mask: entries - 1,
+            shift: entries.trailing_zeros(),
             entries,
             tail,
             head_cache: tail,
@@ -196,7 +324,8 @@ impl<T: Pod, O> Producer<T, O> {
     }
 
     /// Entries published and not yet known to be consumed (refreshes the
-    /// peer's head).
+    /// peer's head; the consumer publishes its head in batches, so this may
+    /// over-count by up to one batch).
     pub fn len(&mut self) -> Result<u32, RingError> {
         self.refresh_head()?;
         Ok(self.tail.wrapping_sub(self.head_cache))
@@ -209,7 +338,8 @@ impl<T: Pod, O> Producer<T, O> {
 
     fn refresh_head(&mut self) -> Result<(), RingError> {
         // SYNC: Acquire pairs with the consumer's Release store of `head` in
-        // `Consumer::pop`: its copy of the slot happens-before we overwrite it.
+        // `Consumer::publish`: its copies of the slots happen-before we
+        // overwrite them.
         let head = self.header().head.load(Ordering::Acquire);
         let used = self.tail.wrapping_sub(head);
         if used > self.entries {
@@ -223,7 +353,8 @@ impl<T: Pod, O> Producer<T, O> {
         Ok(())
     }
 
-    /// Publishes one record, or reports `Full` without writing anything.
+    /// Publishes one record (its `seq` field is replaced by the stamp), or
+    /// reports `Full` without writing anything.
     #[inline]
     pub fn push(&mut self, value: T) -> Result<(), PushError> {
         if self.tail.wrapping_sub(self.head_cache) >= self.entries {
@@ -234,25 +365,25 @@ impl<T: Pod, O> Producer<T, O> {
         }
         let idx = (self.tail & self.mask) as usize;
         // SAFETY: `idx <= mask < entries`, and the constructor's contract
-        // makes `entries` slots valid. The reference is to the `UnsafeCell`
-        // (`Slot`), never to the record inside it.
+        // makes `entries` slots valid. A `Slot` is atomics only (a cell
+        // under loom), so a shared reference to it is sound whatever the
+        // peer does.
         let slot = unsafe { &*self.slots.add(idx) };
-        // SAFETY: the pointer comes from a valid slot; we write the record by
-        // value and keep no reference. Accepted race: the slot is free (the
-        // consumer has moved past it), but a hostile consumer may write it
-        // concurrently; that can only garble the record it is about to read,
-        // its own problem. `T: Pod` has no padding, so no uninitialised byte
-        // of ours reaches the peer.
-        slot.with_mut(|p| unsafe { ptr::write_volatile(p, value) });
+        let (k, bit) = seq_at::<T>();
+        let mut words = to_words(value);
+        words[k] = (words[k] & !(0xffff_ffffu64 << bit))
+            | (u64::from(stamp(self.tail, self.shift)) << bit);
         self.tail = self.tail.wrapping_add(1);
-        // SYNC: Release pairs with the consumer's Acquire load of `tail` in
-        // `Consumer::pop`: the slot write above happens-before its read.
-        self.header().tail.store(self.tail, Ordering::Release);
+        // Announce first (the consumer reads `tail` only to check us when
+        // it parks). Relaxed: the stamp's Release store below orders it
+        // before the stamp for a consumer that acquires the stamp.
+        self.header().tail.store(self.tail, Ordering::Relaxed);
+        slot.store(&words, k);
         Ok(())
     }
 }
 
-impl<T: Pod> Consumer<T, Unowned> {
+impl<T: Record> Consumer<T, Unowned> {
     /// Builds the consuming end; the local head starts from the shared one.
     /// Prefer the safe, owning [`crate::region::ClientRings::new`] /
     /// [`crate::region::DaemonRings::new`].
@@ -265,7 +396,7 @@ impl<T: Pod> Consumer<T, Unowned> {
     }
 }
 
-impl<T: Pod, O> Consumer<T, O> {
+impl<T: Record, O> Consumer<T, O> {
     /// [`Consumer::from_raw`] with an owner that keeps the memory alive.
     ///
     /// # Safety
@@ -284,9 +415,11 @@ impl<T: Pod, O> Consumer<T, O> {
             hdr,
             slots,
             mask: entries - 1,
+            shift: entries.trailing_zeros(),
             entries,
             head,
-            tail_cache: head,
+            published: head,
+            batch: (entries / 8).max(1),
             owner,
             _marker: PhantomData,
         }
@@ -309,10 +442,21 @@ impl<T: Pod, O> Consumer<T, O> {
         self.entries
     }
 
-    /// Reloads the producer's tail; returns how many entries are ready.
+    /// Sets how many entries may be consumed before the head is published
+    /// (1 ..= capacity; default capacity / 8). The head is also published
+    /// whenever [`Consumer::pop`] finds the ring empty.
+    pub fn set_publish_batch(&mut self, batch: u32) {
+        self.batch = batch.clamp(1, self.entries);
+    }
+
+    /// Reloads the producer's tail and checks it: returns how many entries
+    /// the producer has announced beyond our head (their stamps may still
+    /// be on their way), or [`RingError::Corrupt`] for a tail no honest
+    /// producer writes.
     pub fn refresh(&mut self) -> Result<u32, RingError> {
-        // SYNC: Acquire pairs with the producer's Release store of `tail` in
-        // `Producer::push`: its slot write happens-before our read.
+        // SYNC: Acquire pairs with the stamp's Release store in
+        // `Producer::push` (the tail is stored before it): after we took
+        // entry `head - 1` the tail reads at least `head`.
         let tail = self.header().tail.load(Ordering::Acquire);
         let avail = tail.wrapping_sub(self.head);
         if avail > self.entries {
@@ -322,32 +466,59 @@ impl<T: Pod, O> Consumer<T, O> {
                 entries: self.entries,
             });
         }
-        self.tail_cache = tail;
         Ok(avail)
     }
 
-    /// Takes one record by value, `Ok(None)` when the ring is empty.
+    /// Whether the entry at our head is ready (its stamp is in place).
+    #[inline]
+    pub(crate) fn ready(&self) -> bool {
+        let (k, bit) = seq_at::<T>();
+        // SAFETY: masked index into `entries` valid slots (constructor).
+        let slot = unsafe { &*self.slots.add((self.head & self.mask) as usize) };
+        (slot.load_stamp_word(k) >> bit) as u32 == stamp(self.head, self.shift)
+    }
+
+    /// Stores our head to the shared word if it moved since the last time.
+    #[inline]
+    pub fn publish(&mut self) {
+        if self.published != self.head {
+            self.published = self.head;
+            // SYNC: Release pairs with the producer's Acquire load of
+            // `head` in `Producer::refresh_head`: our copies of the slots
+            // happen-before it reuses them.
+            self.header().head.store(self.head, Ordering::Release);
+        }
+    }
+
+    /// Takes one record by value (its `seq` field reads 0), `Ok(None)` when
+    /// the ring is empty; then the head is published if it moved. Never
+    /// fails: a corrupt producer shows as garbage records, which the
+    /// caller validates, or as an empty ring, and its `tail` is checked by
+    /// [`Consumer::prepare_park`](crate::ring::Consumer::prepare_park).
     #[inline]
     pub fn pop(&mut self) -> Result<Option<T>, RingError> {
-        if self.head == self.tail_cache && self.refresh()? == 0 {
-            return Ok(None);
-        }
         let idx = (self.head & self.mask) as usize;
         // SAFETY: `idx <= mask < entries` slots, valid by the constructor's
-        // contract. The reference is to the `UnsafeCell`, never the record.
+        // contract. A `Slot` is atomics only (a cell under loom): no
+        // reference to the record is formed.
         let slot = unsafe { &*self.slots.add(idx) };
-        // SAFETY: the pointer comes from a valid slot; we copy the record out
-        // by value into private memory and keep no reference. Accepted race:
-        // a hostile producer may write the slot while we copy, so the copy
-        // may be torn; because `T: Pod`, every bit pattern is a valid `T`,
-        // so a torn copy is still a value, which the caller validates field
-        // by field. Garbage in the record is the producer's own problem.
-        let value = slot.with(|p| unsafe { ptr::read_volatile(p) });
+        let (k, bit) = seq_at::<T>();
+        let w = slot.load_stamp_word(k);
+        if (w >> bit) as u32 != stamp(self.head, self.shift) {
+            self.publish();
+            return Ok(None);
+        }
+        // Accepted race: a hostile producer may rewrite the slot while we
+        // copy it, so the copy may be torn; every word is read atomically
+        // and `T: Pod`, so a torn copy is still a value, which the caller
+        // validates field by field.
+        let mut words = slot.load_rest(k, w);
+        words[k] &= !(0xffff_ffffu64 << bit);
         self.head = self.head.wrapping_add(1);
-        // SYNC: Release pairs with the producer's Acquire load of `head` in
-        // `Producer::refresh_head`: our copy happens-before it reuses the slot.
-        self.header().head.store(self.head, Ordering::Release);
-        Ok(Some(value))
+        if self.head.wrapping_sub(self.published) >= self.batch {
+            self.publish();
+        }
+        Ok(Some(from_words(words)))
     }
 
     /// Our head: entries consumed so far.
@@ -365,22 +536,22 @@ pub mod heap {
 
     /// Owns a ring header and its slots.
     #[derive(Debug)]
-    pub struct HeapRing<T: Pod> {
+    pub struct HeapRing<T: Record> {
         hdr: Box<RingHeader>,
         slots: Box<[Slot<T>]>,
     }
 
     // SAFETY: all shared state is atomics or cells accessed through the
     // SPSC protocol.
-    unsafe impl<T: Pod> Sync for HeapRing<T> {}
+    unsafe impl<T: Record> Sync for HeapRing<T> {}
     // SAFETY: as above.
-    unsafe impl<T: Pod> Send for HeapRing<T> {}
+    unsafe impl<T: Record> Send for HeapRing<T> {}
 
-    impl<T: Pod + Default> HeapRing<T> {
+    impl<T: Record> HeapRing<T> {
         /// A ring of `entries` (a power of two) default-filled slots.
         pub fn new(entries: u32) -> Self {
             assert!(entries.is_power_of_two());
-            let slots: Vec<Slot<T>> = (0..entries).map(|_| Slot::new(T::default())).collect();
+            let slots: Vec<Slot<T>> = (0..entries).map(|_| Slot::default()).collect();
             Self {
                 hdr: Box::default(),
                 slots: slots.into_boxed_slice(),
@@ -465,19 +636,65 @@ mod tests {
         // SAFETY: `ring` outlives both ends.
         let (_p, mut c) = unsafe { ring.split() };
         ring.header().tail.store(1000, Ordering::Relaxed);
+        // The consumer polls stamps, not the tail: nothing is followed...
+        assert_eq!(c.pop(), Ok(None));
+        // ...and the tail is checked where the consumer reads it.
         assert!(matches!(
-            c.pop(),
+            c.refresh(),
             Err(RingError::Corrupt { tail: 1000, .. })
         ));
+        assert!(matches!(c.prepare_park(), Err(RingError::Corrupt { .. })));
         ring.header().tail.store(u32::MAX, Ordering::Relaxed);
-        assert!(matches!(c.pop(), Err(RingError::Corrupt { .. })));
-        // A tail within range is followed (the records are garbage, which
-        // the daemon validates field by field).
-        ring.header().tail.store(8, Ordering::Relaxed);
-        for _ in 0..8 {
-            assert!(c.pop().unwrap().is_some());
+        assert!(matches!(c.refresh(), Err(RingError::Corrupt { .. })));
+        ring.header().tail.store(3, Ordering::Relaxed);
+        assert_eq!(c.refresh(), Ok(3));
+    }
+
+    #[test]
+    fn stamps_decide_readiness() {
+        let ring = HeapRing::<Request>::new(4);
+        // SAFETY: `ring` outlives both ends.
+        let (mut p, mut c) = unsafe { ring.split() };
+        // Zeroed slots are never ready (stamps are odd).
+        assert_eq!(c.pop(), Ok(None));
+        let mut r = req(7);
+        r.seq = 0xdead_beef; // the ring owns the field
+        p.push(r).unwrap();
+        let got = c.pop().unwrap().unwrap();
+        assert_eq!(got, req(7), "seq reads 0 after pop");
+        // A stale stamp (one lap behind) is not ready: after a full lap of
+        // the producer the consumer's next slot holds the old stamp.
+        assert_eq!(c.pop(), Ok(None));
+        assert_eq!(stamp(0, 2), 1);
+        assert_eq!(stamp(4, 2), 3);
+        assert_ne!(stamp(u32::MAX, 2), stamp(u32::MAX - 4, 2));
+    }
+
+    #[test]
+    fn head_is_published_in_batches() {
+        let ring = HeapRing::<Request>::new(16);
+        // SAFETY: `ring` outlives both ends.
+        let (mut p, mut c) = unsafe { ring.split() };
+        c.set_publish_batch(4);
+        for i in 0..8 {
+            p.push(req(i)).unwrap();
         }
-        assert_eq!(c.pop().unwrap(), None);
+        for i in 0..3 {
+            assert_eq!(c.pop().unwrap().unwrap().request_id, i);
+        }
+        assert_eq!(ring.header().head.load(Ordering::Relaxed), 0);
+        assert_eq!(c.pop().unwrap().unwrap().request_id, 3);
+        assert_eq!(ring.header().head.load(Ordering::Relaxed), 4);
+        assert_eq!(c.pop().unwrap().unwrap().request_id, 4);
+        assert_eq!(ring.header().head.load(Ordering::Relaxed), 4);
+        assert_eq!(p.len(), Ok(4), "len over-counts by the unpublished entry");
+        for i in 5..8 {
+            assert_eq!(c.pop().unwrap().unwrap().request_id, i);
+        }
+        // Finding the ring empty publishes what is left.
+        assert_eq!(c.pop(), Ok(None));
+        assert_eq!(ring.header().head.load(Ordering::Relaxed), 8);
+        assert_eq!(p.len(), Ok(0));
     }
 
     #[test]

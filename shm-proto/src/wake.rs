@@ -19,9 +19,9 @@
 //! ```text
 //! consumer (to park)                          producer (after publishing)
 //! ------------------                          ---------------------------
-//! C1 e = word.fetch_or(PARKED, Acquire)       P1 tail.store(t + 1, Release)
-//! C2 if tail.load(Acquire) != head {          P2 old = word.fetch_add(2, AcqRel)
-//!        word.fetch_and(!PARKED); abort }     P3 if old & PARKED {
+//! C0 head.store(head, Release) (publish)      P1 slot stamp store (Release)
+//! C1 e = word.fetch_or(PARKED, Acquire)       P2 old = word.fetch_add(2, AcqRel)
+//! C2 if stamp(slot[head]) ready (Acquire) {   P3 if old & PARKED {
 //! C3 futex_wait(word, e | PARKED)                  word.fetch_and(!PARKED)
 //!    (or epoll on an eventfd the producer         wake the consumer
 //!    writes)                                       (futex_wake / eventfd) }
@@ -32,11 +32,20 @@
 //! of them comes first in its modification order. If C1 is first, P2 reads
 //! the PARKED bit and the producer wakes the consumer. If P2 is first, C1
 //! reads P2's value (or a later one in its release sequence), so P1
-//! happens-before C2 and the consumer sees the new tail and does not sleep.
+//! happens-before C2 and the consumer sees the new stamp and does not sleep.
 //! The sleep itself cannot miss a wake either: `futex_wait(word, e|PARKED)`
 //! returns at once if any producer notified after C1 (the counter moved),
-//! and an eventfd stays readable until read. The loom models below check
-//! this for the futex form, every interleaving, with up to two entries.
+//! and an eventfd stays readable until read. C0 publishes the consumer's
+//! batched head before it sleeps, so a producer waiting for room (or the
+//! daemon for completion credit) is never left waiting on a sleeper. The
+//! loom models below check this for the futex form, every interleaving, with
+//! up to two entries, with a consumer that spins a bounded number of polls
+//! before it parks (as the client's adaptive spin budget does) and with a
+//! deferred head publication.
+//!
+//! C2 also reads the producer's `tail` (stored before each stamp) and
+//! reports [`RingError::Corrupt`] for a value no honest producer writes:
+//! the one place the consumer checks the producer's index.
 //!
 //! **Cost when nobody sleeps.** One uncontended `lock xadd` on a line only
 //! the producer writes; no syscall. The consumer touches the line only when
@@ -50,7 +59,7 @@
 //! submission rings, parks every ring before it sleeps in `epoll_wait` on one
 //! eventfd per client, which the client writes at P3.
 
-use crate::pod::Pod;
+use crate::layout::Record;
 use crate::ring::{Consumer, Producer, RingError};
 use crate::sync::{AtomicU32, Ordering};
 
@@ -59,17 +68,22 @@ pub const PARKED: u32 = 1;
 /// What a producer notification adds to the wake word.
 pub const NOTIFY: u32 = 2;
 
-impl<T: Pod, O> Consumer<T, O> {
+impl<T: Record, O> Consumer<T, O> {
     /// Steps C1–C2: announces that we are about to sleep and re-checks the
     /// ring. Returns `Ok(Some(expected))` when it is safe to sleep —
     /// `futex_wait(word, expected)` — and `Ok(None)` when an entry arrived
     /// (the park is cancelled). After a sleep call [`Consumer::unpark`].
     pub fn prepare_park(&mut self) -> Result<Option<u32>, RingError> {
+        self.publish();
         // SYNC: Acquire pairs with the producer's AcqRel fetch_add in
-        // `Producer::needs_wake`: if it came first, its tail store is
-        // visible to the refresh below.
+        // `Producer::needs_wake`: if it came first, its stamp store is
+        // visible to the `ready` check below.
         let e = self.header().parked.fetch_or(PARKED, Ordering::Acquire);
-        if self.refresh()? != 0 {
+        if let Err(e) = self.refresh() {
+            self.unpark();
+            return Err(e);
+        }
+        if self.ready() {
             self.unpark();
             return Ok(None);
         }
@@ -92,7 +106,7 @@ impl<T: Pod, O> Consumer<T, O> {
     }
 }
 
-impl<T: Pod, O> Producer<T, O> {
+impl<T: Record, O> Producer<T, O> {
     /// Steps P2–P3, called after one or more pushes: returns `true` exactly
     /// when the consumer has parked and this caller must wake it.
     #[inline]
@@ -145,6 +159,17 @@ mod loom_models {
         }
     }
 
+    /// Loom's explorer, bounded to three preemptions per execution unless
+    /// `LOOM_MAX_PREEMPTIONS` says otherwise (loom's docs: bugs need few
+    /// preemptions; unbounded, the three-entry models run for hours).
+    fn bounded() -> loom::model::Builder {
+        let mut b = loom::model::Builder::new();
+        if b.preemption_bound.is_none() {
+            b.preemption_bound = Some(3);
+        }
+        b
+    }
+
     fn req(id: u64) -> Request {
         Request {
             request_id: id,
@@ -152,16 +177,21 @@ mod loom_models {
         }
     }
 
-    /// The consumer parks whenever it finds the ring empty; the producer
-    /// pushes `n` entries and wakes only when told to. If a wake-up could be
-    /// lost, loom finds an interleaving where the consumer sleeps forever
+    /// The consumer polls the ring up to `spins` times when it finds it
+    /// empty (the client's spin budget, bounded), then parks; the producer
+    /// pushes `n` entries and wakes only when told to. The consumer
+    /// publishes its head every `batch` entries or when it finds the ring
+    /// empty, so with `n > entries` the producer depends on that batched
+    /// publication for room. If a wake-up could be lost, or a head never
+    /// published, loom finds an interleaving where a thread waits forever
     /// and reports a deadlock.
-    fn park_model(n: u64, entries: u32) {
-        loom::model(move || {
+    fn park_model(n: u64, entries: u32, spins: u32, batch: u32) {
+        bounded().check(move || {
             let ring = Arc::new(HeapRing::<Request>::new(entries));
             let futex = Arc::new(ModelFutex::default());
             // SAFETY: the Arc keeps the ring alive in both threads.
             let (mut p, mut c) = unsafe { ring.split() };
+            c.set_publish_batch(batch);
             let (r2, f2) = (ring.clone(), futex.clone());
             let producer = loom::thread::spawn(move || {
                 let _keep = r2;
@@ -180,13 +210,20 @@ mod loom_models {
                 }
             });
             let mut next = 0;
+            let mut polls = 0;
             while next < n {
                 match c.pop().unwrap() {
                     Some(r) => {
                         assert_eq!(r.request_id, next);
                         next += 1;
+                        polls = 0;
+                    }
+                    None if polls < spins => {
+                        polls += 1;
+                        loom::thread::yield_now();
                     }
                     None => {
+                        polls = 0;
                         if let Some(expected) = c.prepare_park().unwrap() {
                             futex.wait(c.wake_word(), expected);
                             c.unpark();
@@ -200,12 +237,26 @@ mod loom_models {
 
     #[test]
     fn loom_wake_no_lost_wakeup_one() {
-        park_model(1, 2);
+        park_model(1, 2, 0, 1);
     }
 
     #[test]
     fn loom_wake_no_lost_wakeup_two() {
-        park_model(2, 2);
+        park_model(2, 2, 0, 1);
+    }
+
+    /// A bounded spin before the park (the adaptive budget's shape).
+    #[test]
+    fn loom_wake_spin_then_park() {
+        park_model(2, 2, 1, 1);
+    }
+
+    /// More entries than slots, head published only every two entries or
+    /// on an empty poll: the producer waits for room on a consumer that
+    /// may be about to sleep.
+    #[test]
+    fn loom_wake_batched_head_publication() {
+        park_model(3, 2, 0, 2);
     }
 
     /// Ring alone: every entry arrives once, in order, with a full ring in

@@ -1551,7 +1551,7 @@ pub fn request(model: &ModelInfo, input: Span, output: Span) -> Request {
         output_off: output.off,
         output_len: output.len,
         flags: 0,
-        reserved: 0,
+        seq: 0,
     }
 }
 

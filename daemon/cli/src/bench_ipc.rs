@@ -9,7 +9,15 @@
 //! Every client runs in its own process. Phases, one after another so they
 //! do not compete for the two cores of a small machine:
 //! 1. `uds`: a blocking echo server thread in this process, a client process
-//!    writing a 64-byte request and reading a 64-byte response;
+//!    writing a 64-byte request and reading a 64-byte response; then
+//!    `floor`, the hardware floor, measured the way `spin` is (client
+//!    process on CPU 0, server thread of this process on CPU 1, the client
+//!    reading the clock before and after each round trip): the client
+//!    stores a counter to one cache line, a server thread spinning on it
+//!    stores it back to another, the client spins until it sees it. Both
+//!    spin with the CPU's pause hint, as the request path does. No round
+//!    trip moves fewer cache lines, so `spin / floor` is the request
+//!    path's overhead over the machine;
 //! 2. `spin`: embedded daemon (dispatcher spinning), client spinning on the
 //!    completion ring, zero-time `null` model;
 //! 3. `nospin`: same daemon, zero-time model, client spin budget 0: it goes
@@ -23,20 +31,28 @@
 //! 6. `parked_both`: a daemon with `idle_spin_us = 0` (it sleeps in
 //!    `epoll_wait` between requests) and a client with spin budget 0,
 //!    zero-time model: two wake-ups per round trip, as in the socket
-//!    baseline.
+//!    baseline; then, on the same sleeping daemon, `sleepy_daemon_spin50`
+//!    (client spin budget fixed at 50 µs, the old default) and
+//!    `sleepy_daemon_adaptive` (the adaptive budget, the default now): a
+//!    client whose budget is shorter than the daemon's wake-up falls asleep
+//!    too and pays a second wake-up.
 
 use std::io::{IsTerminal, Read, Write};
 use std::os::unix::net::UnixListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
+use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::Serialize;
 
 use super::roles::{BenchReport, UDS_MSG};
 use super::{embedded_config, temp_socket};
+use sluice_client::now_ns;
 use sluice_service::Daemon;
 use sluice_stats::Summary;
+use sluice_stats::histogram;
 
 /// Options.
 #[derive(Debug, Clone, Copy)]
@@ -76,6 +92,17 @@ impl From<Summary> for Pct {
     }
 }
 
+/// A round trip split at the daemon's `received_ns` clock read.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Split {
+    /// Client submit → daemon took the request (the line there, the
+    /// dispatcher's polling delay).
+    pub to_daemon: u64,
+    /// Daemon took the request → client holds the completion (the
+    /// dispatcher's and device's work, the line back, the client's wait).
+    pub from_daemon: u64,
+}
+
 /// Fraction of waits that actually slept on the futex.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Slept {
@@ -85,13 +112,27 @@ pub struct Slept {
     pub nospin: f64,
     /// `parked_both` phase.
     pub parked_both: f64,
+    /// `sleepy_daemon_spin50` phase.
+    pub sleepy_daemon_spin50: f64,
+    /// `sleepy_daemon_adaptive` phase.
+    pub sleepy_daemon_adaptive: f64,
 }
 
 /// The benchmark's result (`--json` prints it).
 #[derive(Debug, Clone, Serialize)]
 pub struct IpcResult {
+    /// The hardware floor: a raw cross-process cache-line ping-pong with
+    /// the same placement as `spin`.
+    pub floor_rtt_ns: Pct,
     /// Spinning client, spinning daemon.
     pub spin_rtt_ns: Pct,
+    /// spin p50 / floor p50 (same run).
+    pub ratio_p50: f64,
+    /// spin p99 / floor p99 (same run).
+    pub ratio_p99: f64,
+    /// Where a `spin` round trip's time goes (medians, split at the
+    /// daemon's `received_ns` stamp).
+    pub spin_split_p50_ns: Split,
     /// Client asleep on its futex when the completion comes, spinning
     /// daemon (device time subtracted).
     pub parked_rtt_ns: Pct,
@@ -99,6 +140,11 @@ pub struct IpcResult {
     pub nospin_rtt_ns: Pct,
     /// Parked client, parked daemon.
     pub parked_both_rtt_ns: Pct,
+    /// Daemon asleep between requests (`idle_spin_us = 0`), client with a
+    /// fixed 50 µs spin budget (the old default), zero-time model.
+    pub sleepy_daemon_spin50_rtt_ns: Pct,
+    /// The same with the adaptive spin budget (the default now).
+    pub sleepy_daemon_adaptive_rtt_ns: Pct,
     /// Unix stream socket request/response baseline.
     pub uds_rtt_ns: Pct,
     /// Zero-time requests per second with `inflight` outstanding.
@@ -200,10 +246,161 @@ fn with_daemon<T>(
     r
 }
 
+/// The floor's two cache lines in a shared file: `ping`, written by the
+/// client, and `pong`, written by the server (each on its own 128-byte
+/// pair of lines, as the rings' indices are).
+#[repr(C)]
+#[derive(Debug)]
+pub struct FloorLines {
+    ping: Line,
+    pong: Line,
+}
+
+#[repr(C, align(128))]
+#[derive(Debug)]
+struct Line(AtomicU64);
+
+/// The value of `ping` that tells the floor server to stop.
+const FLOOR_STOP: u64 = u64::MAX;
+/// Bytes of the floor's shared file.
+const FLOOR_FILE: usize = 4096;
+
+/// A `MAP_SHARED` mapping of the floor's file, unmapped on drop.
+struct FloorMap {
+    ptr: NonNull<u8>,
+}
+
+// SAFETY: the mapping is atomics only (`FloorLines`), shared by design.
+unsafe impl Sync for FloorMap {}
+
+impl FloorMap {
+    /// Maps `path`, creating it (zeroed, [`FLOOR_FILE`] bytes) if `create`.
+    fn map(path: &Path, create: bool) -> Result<Self, String> {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(create)
+            .open(path)
+            .map_err(|e| format!("floor file {}: {e}", path.display()))?;
+        if create {
+            f.set_len(FLOOR_FILE as u64)
+                .map_err(|e| format!("floor file {}: {e}", path.display()))?;
+        } else if f.metadata().map(|m| m.len()).unwrap_or(0) < FLOOR_FILE as u64 {
+            return Err(format!("floor file {} is too short", path.display()));
+        }
+        // SAFETY: a fresh shared mapping of a file of FLOOR_FILE bytes in
+        // this benchmark's private temporary directory; only the benchmark
+        // and its client open it, and neither shrinks it.
+        let ptr = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                FLOOR_FILE,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::SHARED,
+                &f,
+                0,
+            )
+        }
+        .map_err(|e| format!("mmap {}: {e}", path.display()))?;
+        Ok(Self {
+            ptr: NonNull::new(ptr.cast()).ok_or("mmap returned null")?,
+        })
+    }
+
+    fn lines(&self) -> &FloorLines {
+        const { assert!(size_of::<FloorLines>() <= FLOOR_FILE) };
+        // SAFETY: the mapping is page aligned, FLOOR_FILE bytes long and
+        // lives as long as `self`; `FloorLines` is atomics only, so the
+        // other process writing it cannot make this reference unsound.
+        unsafe { &*(self.ptr.as_ptr() as *const FloorLines) }
+    }
+}
+
+impl Drop for FloorMap {
+    fn drop(&mut self) {
+        // SAFETY: exactly what mmap returned; no reference into it outlives
+        // `self` (`lines` borrows `self`).
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), FLOOR_FILE) };
+    }
+}
+
+/// The client side of the floor (`sluice __bench-client --mode floor`):
+/// `warmup + samples` round trips over the lines in the file at `path`,
+/// timed as the `spin` client times a request.
+pub fn floor_client(path: &Path, warmup: u64, samples: u64) -> Result<BenchReport, String> {
+    let m = FloorMap::map(path, false)?;
+    let l = m.lines();
+    let mut h = histogram();
+    for i in 1..=warmup + samples {
+        let t0 = now_ns();
+        l.ping.0.store(i, Ordering::Release);
+        let mut spins: u32 = 0;
+        while l.pong.0.load(Ordering::Acquire) != i {
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins % (1 << 20) == 0 && now_ns().saturating_sub(t0) > 10_000_000_000 {
+                return Err("floor: no answer from the server thread in 10 s".into());
+            }
+        }
+        let t1 = now_ns();
+        if i > warmup {
+            h.saturating_record(t1 - t0);
+        }
+    }
+    l.ping.0.store(FLOOR_STOP, Ordering::Release);
+    Ok(BenchReport {
+        rtt_ns: Summary::of(&h),
+        throughput_rps: 0.0,
+        slept_fraction: 0.0,
+        model: "floor".into(),
+        minus_device_time: false,
+        to_daemon_p50_ns: 0,
+        from_daemon_p50_ns: 0,
+    })
+}
+
+fn floor_phase(exe: &Path, o: &IpcOptions) -> Result<BenchReport, String> {
+    let path = temp_socket("bench-floor").map_err(|e| e.to_string())?;
+    let m = FloorMap::map(&path, true)?;
+    let stop = AtomicBool::new(false);
+    let r = std::thread::scope(|s| {
+        let (l, stop) = (m.lines(), &stop);
+        s.spawn(move || {
+            if let Some((_, cpu)) = placement() {
+                let _ = sluice_service::sys::pin_current_thread(cpu);
+            }
+            let mut last = 0;
+            loop {
+                let v = l.ping.0.load(Ordering::Acquire);
+                if v != last {
+                    if v == FLOOR_STOP {
+                        break;
+                    }
+                    l.pong.0.store(v, Ordering::Release);
+                    last = v;
+                } else if stop.load(Ordering::Relaxed) {
+                    break;
+                } else {
+                    std::hint::spin_loop();
+                }
+            }
+        });
+        let r = child(exe, &path, "floor", o);
+        stop.store(true, Ordering::Relaxed);
+        r
+    });
+    drop(m);
+    let _ = std::fs::remove_dir_all(path.parent().unwrap_or(Path::new("/nonexistent")));
+    r
+}
+
 /// Runs every phase.
 pub fn run(exe: &Path, o: &IpcOptions) -> Result<IpcResult, String> {
     progress("bench ipc [1/6] Unix-socket baseline ...");
     let uds = uds_phase(exe, o)?;
+    progress("bench ipc [1/6] cache-line ping-pong floor ...");
+    let floor = floor_phase(exe, o)?;
     let (spin, nospin, parked, tput) = with_daemon(1_000_000, |s| {
         progress("bench ipc [2/6] spinning client ...");
         let spin = child(exe, s, "spin", o)?;
@@ -216,10 +413,23 @@ pub fn run(exe: &Path, o: &IpcOptions) -> Result<IpcResult, String> {
         Ok((spin, nospin, parked, tput))
     })?;
     progress("bench ipc [6/6] sleeping client, sleeping daemon ...");
-    let both = with_daemon(0, |s| child(exe, s, "parked", o))?;
+    let (both, spin50, adaptive) = with_daemon(0, |s| {
+        let both = child(exe, s, "parked", o)?;
+        progress("bench ipc [6/6] sleeping daemon, client spin budget 50 µs / adaptive ...");
+        let spin50 = child(exe, s, "spin50", o)?;
+        let adaptive = child(exe, s, "adaptive", o)?;
+        Ok((both, spin50, adaptive))
+    })?;
     progress("bench ipc done\n");
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     Ok(IpcResult {
+        ratio_p50: ratio(spin.rtt_ns.p50, floor.rtt_ns.p50),
+        ratio_p99: ratio(spin.rtt_ns.p99, floor.rtt_ns.p99),
+        spin_split_p50_ns: Split {
+            to_daemon: spin.to_daemon_p50_ns,
+            from_daemon: spin.from_daemon_p50_ns,
+        },
+        floor_rtt_ns: floor.rtt_ns.into(),
         uds_over_spin_p50: ratio(uds.rtt_ns.p50, spin.rtt_ns.p50),
         parked_over_uds_p50: ratio(parked.rtt_ns.p50, uds.rtt_ns.p50),
         parked_both_over_uds_p50: ratio(both.rtt_ns.p50, uds.rtt_ns.p50),
@@ -230,7 +440,11 @@ pub fn run(exe: &Path, o: &IpcOptions) -> Result<IpcResult, String> {
             parked: parked.slept_fraction,
             nospin: nospin.slept_fraction,
             parked_both: both.slept_fraction,
+            sleepy_daemon_spin50: spin50.slept_fraction,
+            sleepy_daemon_adaptive: adaptive.slept_fraction,
         },
+        sleepy_daemon_spin50_rtt_ns: spin50.rtt_ns.into(),
+        sleepy_daemon_adaptive_rtt_ns: adaptive.rtt_ns.into(),
         parked_both_rtt_ns: both.rtt_ns.into(),
         uds_rtt_ns: uds.rtt_ns.into(),
         throughput_rps: tput.throughput_rps,
@@ -253,15 +467,29 @@ pub fn table(r: &IpcResult) -> String {
         "{:<34} {:>9} {:>9} {:>9} {:>10} {:>8}\n",
         "round trip (ns)", "p50", "p99", "p99.9", "mean", "samples"
     );
+    s += &row("cache-line ping-pong (floor)", &r.floor_rtt_ns);
     s += &row("sluice, client spins", &r.spin_rtt_ns);
     s += &row("sluice, client spin budget 0", &r.nospin_rtt_ns);
     s += &row("sluice, client asleep (futex)", &r.parked_rtt_ns);
     s += &row("sluice, client and daemon asleep", &r.parked_both_rtt_ns);
+    s += &row(
+        "daemon asleep, client spin 50 µs",
+        &r.sleepy_daemon_spin50_rtt_ns,
+    );
+    s += &row(
+        "daemon asleep, client adaptive spin",
+        &r.sleepy_daemon_adaptive_rtt_ns,
+    );
     s += &row("Unix stream socket baseline", &r.uds_rtt_ns);
     s += &format!(
-        "\nthroughput: {:.0} requests/s (zero-time model, 64 in flight)\n\
+        "\nspin / floor: p50 {:.2}x, p99 {:.2}x   spin p50 split: {} ns to the daemon, {} ns back\n",
+        r.ratio_p50, r.ratio_p99, r.spin_split_p50_ns.to_daemon, r.spin_split_p50_ns.from_daemon
+    );
+    s += &format!(
+        "throughput: {:.0} requests/s (zero-time model, 64 in flight)\n\
          socket / spin p50: {:.1}x   asleep / socket p50: {:.2}x   both asleep / socket p50: {:.2}x\n\
-         waits that slept: spin budget 0 {:.0}%, client asleep {:.0}%, both asleep {:.0}%\n\
+         waits that slept: spin budget 0 {:.0}%, client asleep {:.0}%, both asleep {:.0}%, \
+         daemon asleep + client spin 50 µs {:.0}%, + adaptive {:.0}%\n\
          ('client asleep' excludes the 50 µs the simulated device spends on echo_small)\n",
         r.throughput_rps,
         r.uds_over_spin_p50,
@@ -269,7 +497,9 @@ pub fn table(r: &IpcResult) -> String {
         r.parked_both_over_uds_p50,
         r.slept.nospin * 100.0,
         r.slept.parked * 100.0,
-        r.slept.parked_both * 100.0
+        r.slept.parked_both * 100.0,
+        r.slept.sleepy_daemon_spin50 * 100.0,
+        r.slept.sleepy_daemon_adaptive * 100.0
     );
     s
 }

@@ -316,6 +316,15 @@ pub enum BenchMode {
     Uds,
     /// As many zero-time requests as possible, `inflight` outstanding.
     Throughput,
+    /// Round trips on the zero-time model with a fixed 50 µs spin budget
+    /// (the default before the adaptive budget).
+    Spin50,
+    /// Round trips on the zero-time model with the adaptive spin budget
+    /// (the library's default).
+    Adaptive,
+    /// The hardware floor: a raw cache-line ping-pong with a server thread
+    /// over the shared file at `socket` ([`crate::bench_ipc::FloorLines`]).
+    Floor,
 }
 
 /// An IPC benchmark client.
@@ -348,6 +357,14 @@ pub struct BenchReport {
     pub model: String,
     /// Whether the device time (`finished_ns - started_ns`) was subtracted.
     pub minus_device_time: bool,
+    /// Median of submit → the daemon's `received_ns` stamp (client submit,
+    /// the line to the daemon, its polling delay), round-trip modes.
+    #[serde(default)]
+    pub to_daemon_p50_ns: u64,
+    /// Median of the daemon's `received_ns` → the client holding the
+    /// completion (the daemon's work on the request, the line back).
+    #[serde(default)]
+    pub from_daemon_p50_ns: u64,
 }
 
 /// The size of one request or response on the Unix-socket baseline: the
@@ -360,6 +377,9 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
         sluice_service::sys::pin_current_thread(cpu).map_err(|e| e.to_string())?;
     }
     let warmup = (role.samples / 10).max(100);
+    if role.mode == BenchMode::Floor {
+        return crate::bench_ipc::floor_client(&role.socket, warmup, role.samples);
+    }
     if role.mode == BenchMode::Uds {
         use std::io::{Read, Write};
         let mut s = std::os::unix::net::UnixStream::connect(&role.socket)
@@ -382,6 +402,8 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
             slept_fraction: 1.0,
             model: String::new(),
             minus_device_time: false,
+            to_daemon_p50_ns: 0,
+            from_daemon_p50_ns: 0,
         });
     }
     let fail = |e: Error| format!("{e}");
@@ -412,19 +434,29 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
     };
     let minus_device = role.mode == BenchMode::ParkedDevice;
     match role.mode {
-        BenchMode::Spin | BenchMode::Parked | BenchMode::ParkedDevice => {
-            c.set_spin(if role.mode == BenchMode::Spin {
-                Duration::from_secs(10)
-            } else {
-                Duration::ZERO
-            });
+        BenchMode::Spin
+        | BenchMode::Parked
+        | BenchMode::ParkedDevice
+        | BenchMode::Spin50
+        | BenchMode::Adaptive => {
+            match role.mode {
+                BenchMode::Spin => c.set_spin(Duration::from_secs(10)),
+                BenchMode::Spin50 => c.set_spin(Duration::from_micros(50)),
+                BenchMode::Adaptive => c.set_spin_mode(sluice_client::Spin::Adaptive),
+                _ => c.set_spin(Duration::ZERO),
+            }
             let mut h = histogram();
+            let (mut to_daemon, mut from_daemon) = (histogram(), histogram());
             let mut sleeps0 = 0;
             for i in 0..warmup + role.samples {
                 let t0 = now_ns();
                 let t = c.submit(&sub).map_err(fail)?;
                 let done = c.wait(t).map_err(fail)?;
                 let t1 = now_ns();
+                if i >= warmup {
+                    to_daemon.saturating_record(done.received_ns.saturating_sub(t0));
+                    from_daemon.saturating_record(t1.saturating_sub(done.received_ns));
+                }
                 if done.status != sluice_client::status::OK {
                     return Err(format!("status {}", done.status));
                 }
@@ -446,6 +478,8 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
                 slept_fraction: (c.sleeps() - sleeps0) as f64 / role.samples as f64,
                 model: model.to_owned(),
                 minus_device_time: minus_device,
+                to_daemon_p50_ns: Summary::of(&to_daemon).p50,
+                from_daemon_p50_ns: Summary::of(&from_daemon).p50,
             })
         }
         BenchMode::Throughput => {
@@ -481,8 +515,10 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
                 slept_fraction: 0.0,
                 model: model.to_owned(),
                 minus_device_time: false,
+                to_daemon_p50_ns: 0,
+                from_daemon_p50_ns: 0,
             })
         }
-        BenchMode::Uds => unreachable!("handled above"),
+        BenchMode::Uds | BenchMode::Floor => unreachable!("handled above"),
     }
 }

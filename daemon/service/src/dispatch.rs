@@ -109,7 +109,7 @@ pub fn validate(
     geometry: shm_proto::Geometry,
 ) -> Result<Priority, u32> {
     let priority = Priority::from_raw(req.priority).ok_or(status::BAD_PRIORITY)?;
-    if req.flags != 0 || req.reserved != 0 {
+    if req.flags != 0 {
         return Err(status::BAD_FLAGS);
     }
     let model = registry.get(req.model_id).ok_or(status::UNKNOWN_MODEL)?;
@@ -588,7 +588,7 @@ mod tests {
             output_off: output.0,
             output_len: output.1,
             flags: 0,
-            reserved: 0,
+            seq: 0,
         }
     }
 
@@ -636,9 +636,6 @@ mod tests {
         r.priority = 1;
         r.flags = 1;
         assert_eq!(validate(&r, &reg, g), Err(status::BAD_FLAGS));
-        r.flags = 0;
-        r.reserved = 1;
-        assert_eq!(validate(&r, &reg, g), Err(status::BAD_FLAGS));
     }
 
     proptest::proptest! {
@@ -660,7 +657,7 @@ mod tests {
             };
             let r = Request {
                 request_id: 1, model_id: model, priority, deadline_ns: 0,
-                input_off, input_len, output_off, output_len, flags, reserved,
+                input_off, input_len, output_off, output_len, flags, seq: reserved,
             };
             if validate(&r, &reg, g).is_ok() {
                 let m = reg.get(model).unwrap();

@@ -454,6 +454,9 @@ enum Mode {
     ParkedDevice,
     Uds,
     Throughput,
+    Floor,
+    Spin50,
+    Adaptive,
 }
 
 fn exe() -> Result<PathBuf, String> {
@@ -906,6 +909,9 @@ fn main() -> ExitCode {
                     Mode::ParkedDevice => BenchMode::ParkedDevice,
                     Mode::Uds => BenchMode::Uds,
                     Mode::Throughput => BenchMode::Throughput,
+                    Mode::Floor => BenchMode::Floor,
+                    Mode::Spin50 => BenchMode::Spin50,
+                    Mode::Adaptive => BenchMode::Adaptive,
                 },
                 samples,
                 inflight,
