@@ -1684,7 +1684,10 @@ mod tests {
             }
         }
         // The summary loads back to the same values, set or not.
-        for text in ["", "[clients]\nmax_in_flight_per_client = 9\non_device_per_client = 3"] {
+        for text in [
+            "",
+            "[clients]\nmax_in_flight_per_client = 9\non_device_per_client = 3",
+        ] {
             let c = load(text).unwrap();
             assert_eq!(load(&c.summary()).unwrap(), c, "{}", c.summary());
         }

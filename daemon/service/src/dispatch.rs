@@ -525,7 +525,11 @@ impl<H: Host> Dispatcher<H> {
                     // we poll it at CREDIT_POLL_NS instead of spinning. One
                     // at max_in_flight_per_client waits for its own
                     // requests to finish: the device's next event.
-                    match c.cq.len().map(|unread| c.credit(unread, self.max_in_flight)) {
+                    match c
+                        .cq
+                        .len()
+                        .map(|unread| c.credit(unread, self.max_in_flight))
+                    {
                         Ok((credit, _)) if credit > 0 => ready = true,
                         Ok((_, Limit::Completions)) => credit_blocked = true,
                         Ok((_, Limit::InFlight)) => {}

@@ -247,7 +247,11 @@ mod tests {
     }
 
     fn duration(model: &str) -> u64 {
-        ModelRegistry::builtin().lookup(model).unwrap().1.total_time_ns
+        ModelRegistry::builtin()
+            .lookup(model)
+            .unwrap()
+            .1
+            .total_time_ns
     }
 
     /// Runs the device event by event until idle; returns the completions.
