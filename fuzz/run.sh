@@ -25,14 +25,21 @@ printf '\x07\x00\x00\x00' > corpus/control_decode/status_request
 printf '\x04\x00\x00\x00\x06\x00resnet' > corpus/control_decode/lookup
 
 targets=(control_decode request_validate config_parse)
+# Build outputs: fuzz/target, or $SLUICE_FUZZ_TARGET_DIR (CI keeps them in
+# ~/.cache/sluice/fuzz-target so that a warm run only rebuilds what changed;
+# cold, the fuzz crate and its dependencies take ~10 min on 2 cores).
+tdir=()
+[ -n "${SLUICE_FUZZ_TARGET_DIR:-}" ] && tdir=(--target-dir "$SLUICE_FUZZ_TARGET_DIR")
 # -a: debug assertions (and so overflow checks) on, in an optimised build.
-cargo +nightly fuzz build -a
+cargo +nightly fuzz build -a "${tdir[@]}"
 mkdir -p logs
 for t in "${targets[@]}"; do
   echo "fuzz: $t for ${secs}s"
   rc=0
   # -print_final_stats: the executions run (stat::number_of_executed_units).
-  cargo +nightly fuzz run -a "$t" corpus/"$t" -- \
+  dict=()
+  [ -f "$t.dict" ] && dict=(-dict="$t.dict")
+  cargo +nightly fuzz run -a "${tdir[@]}" "$t" corpus/"$t" -- "${dict[@]}" \
     -max_total_time="$secs" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048 \
     >"logs/$t.log" 2>&1 || rc=$?
   grep -E "stat::number_of_executed_units|stat::peak_rss_mb" "logs/$t.log" || true

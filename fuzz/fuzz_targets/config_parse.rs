@@ -20,7 +20,9 @@ fuzz_target!(|data: &[u8]| {
             let summary = c.summary();
             match Config::from_toml_str(&summary, origin) {
                 Ok(back) => assert_eq!(back, c, "summary:\n{summary}\ninput:\n{text}"),
-                Err(e) => panic!("summary does not load back: {e}\nsummary:\n{summary}\ninput:\n{text}"),
+                Err(e) => {
+                    panic!("summary does not load back: {e}\nsummary:\n{summary}\ninput:\n{text}")
+                }
             }
         }
         Err(e) => {

@@ -24,5 +24,9 @@ fuzz_target!(|data: &[u8]| {
     let prefix = *buf.first_chunk::<4>().unwrap();
     assert_eq!(Msg::body_len(prefix).ok(), Some(n - 4), "{msg:?}");
     assert_eq!(Msg::decode(&buf[4..n]), Ok(msg));
-    assert_eq!(n - 4, data.len(), "{msg:?} re-encoded to a different length");
+    assert_eq!(
+        n - 4,
+        data.len(),
+        "{msg:?} re-encoded to a different length"
+    );
 });

@@ -30,7 +30,7 @@ fn record(u: &mut Unstructured<'_>, arena: u64) -> Result<Request> {
         u.arbitrary()?
     };
     let model = reg.get(model_id);
-    let mut span = |u: &mut Unstructured<'_>, exact: Option<u64>| -> Result<(u64, u64)> {
+    let span = |u: &mut Unstructured<'_>, exact: Option<u64>| -> Result<(u64, u64)> {
         Ok(match u.int_in_range(0u8..=2)? {
             0 => (u.arbitrary()?, u.arbitrary()?),
             1 => (
@@ -48,14 +48,26 @@ fn record(u: &mut Unstructured<'_>, arena: u64) -> Result<Request> {
     Ok(Request {
         request_id: u.arbitrary()?,
         model_id,
-        priority: if u.arbitrary::<bool>()? { u.int_in_range(0..=2)? } else { u.arbitrary()? },
+        priority: if u.arbitrary::<bool>()? {
+            u.int_in_range(0..=2)?
+        } else {
+            u.arbitrary()?
+        },
         deadline_ns: u.arbitrary()?,
         input_off,
         input_len,
         output_off,
         output_len,
-        flags: if u.arbitrary::<bool>()? { 0 } else { u.arbitrary()? },
-        reserved: if u.arbitrary::<bool>()? { 0 } else { u.arbitrary()? },
+        flags: if u.arbitrary::<bool>()? {
+            0
+        } else {
+            u.arbitrary()?
+        },
+        reserved: if u.arbitrary::<bool>()? {
+            0
+        } else {
+            u.arbitrary()?
+        },
     })
 }
 
@@ -81,7 +93,10 @@ fuzz_target!(|data: &[u8]| {
             let m = reg.get(req.model_id).expect("accepted an unknown model");
             let end = |off: u64, len: u64| off.checked_add(len).filter(|&e| e <= g.arena_size);
             assert!(end(req.input_off, req.input_len).is_some(), "{req:?} {g:?}");
-            assert!(end(req.output_off, req.output_len).is_some(), "{req:?} {g:?}");
+            assert!(
+                end(req.output_off, req.output_len).is_some(),
+                "{req:?} {g:?}"
+            );
             assert_eq!(req.input_len, m.input_bytes, "{req:?}");
             assert!(req.output_len >= m.output_bytes, "{req:?}");
         }
