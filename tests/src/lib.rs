@@ -413,6 +413,10 @@ pub struct DaemonOpts {
     /// CPU reference ops, serving the Small models
     /// (`sluice_cuda::serve::fake_server`).
     pub device: &'static str,
+    /// `clients.max_in_flight_per_client` (`None`: unset).
+    pub max_in_flight_per_client: Option<u32>,
+    /// `clients.on_device_per_client`.
+    pub on_device_per_client: u32,
     /// Control-plane settings (`None`: the config's defaults): see
     /// [`ControlOpts`].
     pub control: ControlOpts,
@@ -445,6 +449,8 @@ impl Default for DaemonOpts {
             idle_spin_us: 50,
             scheduler: "fifo",
             device: "sim",
+            max_in_flight_per_client: None,
+            on_device_per_client: 1,
             control: ControlOpts::default(),
         }
     }
@@ -489,6 +495,11 @@ impl DaemonProc {
             ("idle_spin_us", opts.idle_spin_us.to_string()),
             ("scheduler", opts.scheduler.to_string()),
             ("device", opts.device.to_string()),
+            (
+                "max_in_flight",
+                opts.max_in_flight_per_client.unwrap_or(0).to_string(),
+            ),
+            ("on_device", opts.on_device_per_client.to_string()),
         ];
         let c = &opts.control;
         let control = [
@@ -991,6 +1002,8 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
     config.clients.cq_entries = a.num("cq_entries", 256);
     config.clients.arena_bytes = a.num("arena_bytes", 4 << 20);
     config.clients.max_clients = a.num("max_clients", 64);
+    config.clients.max_in_flight_per_client = Some(a.num("max_in_flight", 0)).filter(|&n| n > 0);
+    config.clients.on_device_per_client = a.num("on_device", 1);
     config.device.time_scale = a.num("time_scale", 1.0);
     if let Some(g) = a.get("socket_group") {
         config.access.socket_group = Some(g.to_owned());

@@ -56,6 +56,11 @@ pub const MAX_HANDSHAKE_TIMEOUT_MS: u32 = 60_000;
 pub const DEFAULT_MAX_HANDSHAKES: usize = 128;
 /// Largest `daemon.max_handshakes`.
 pub const MAX_HANDSHAKES: usize = 4096;
+/// Default `clients.on_device_per_client`.
+pub const DEFAULT_ON_DEVICE_PER_CLIENT: u32 = 1;
+/// Largest `clients.max_in_flight_per_client` and
+/// `clients.on_device_per_client` (the largest ring).
+pub const MAX_PER_CLIENT: u32 = MAX_ENTRIES;
 /// Largest `device.instances`.
 pub const MAX_INSTANCES: usize = 16;
 /// Largest `device.time_scale`.
@@ -160,6 +165,16 @@ pub struct ClientsConfig {
     /// Bytes of each client's tensor arena: a multiple of 4096 in
     /// `4096..=1 GiB`. Default 16 MiB.
     pub arena_bytes: u64,
+    /// Most requests of one client the daemon holds at once (taken from its
+    /// submission ring and not yet completed), `1..=65536`. `None` (the
+    /// default): only the completion ring bounds it. Past the limit, the
+    /// client's requests wait in its submission ring.
+    pub max_in_flight_per_client: Option<u32>,
+    /// Requests of one client per priority class that the device's
+    /// scheduling policy sees at once, `1..=65536`; the others wait in the
+    /// dispatcher and are handed on round robin
+    /// ([`crate::backend::fair`]). Default 1.
+    pub on_device_per_client: u32,
 }
 
 impl Default for ClientsConfig {
@@ -169,6 +184,8 @@ impl Default for ClientsConfig {
             sq_entries: DEFAULT_ENTRIES,
             cq_entries: DEFAULT_ENTRIES,
             arena_bytes: DEFAULT_ARENA_BYTES,
+            max_in_flight_per_client: None,
+            on_device_per_client: DEFAULT_ON_DEVICE_PER_CLIENT,
         }
     }
 }
@@ -599,6 +616,25 @@ impl Config {
             c.arena_bytes,
             human_bytes(c.arena_bytes)
         );
+        match c.max_in_flight_per_client {
+            Some(n) => {
+                let _ = writeln!(
+                    s,
+                    "max_in_flight_per_client = {n}  # more stay in the client's ring"
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "# max_in_flight_per_client unset: only cq_entries bounds a client's requests"
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "on_device_per_client = {}  # per class; the rest are handed on round robin",
+            c.on_device_per_client
+        );
 
         let dev = &self.device;
         let _ = writeln!(s, "\n[device]");
@@ -778,6 +814,8 @@ struct RawClients {
     sq_entries: Option<Int>,
     cq_entries: Option<Int>,
     arena_bytes: Option<Int>,
+    max_in_flight_per_client: Option<Int>,
+    on_device_per_client: Option<Int>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1132,7 +1170,31 @@ impl Validator {
                 c.arena_bytes = v as u64;
             }
         }
+        c.max_in_flight_per_client = self.per_client(
+            "clients.max_in_flight_per_client",
+            raw.max_in_flight_per_client,
+            "or remove the key to let the completion ring alone bound it",
+        );
+        if let Some(n) = self.per_client(
+            "clients.on_device_per_client",
+            raw.on_device_per_client,
+            "1 isolates clients of a class best",
+        ) {
+            c.on_device_per_client = n;
+        }
         c
+    }
+
+    /// A per-client request count, `1..=MAX_PER_CLIENT`.
+    fn per_client(&mut self, key: &str, raw: Option<Int>, hint: &str) -> Option<u32> {
+        let v = self.in_range(
+            key,
+            raw?,
+            1,
+            i64::from(MAX_PER_CLIENT),
+            &format!("use 1 to {MAX_PER_CLIENT}; {hint}"),
+        )?;
+        Some(v as u32) // 1..=MAX_PER_CLIENT fits
     }
 
     fn device(&mut self, raw: RawDevice) -> DeviceConfig {
@@ -1717,6 +1779,34 @@ mod tests {
             assert_eq!(e.key, "clients.max_clients");
             assert_eq!(e.value, bad.to_string());
             assert!(e.to_string().contains("use 1 to 4096"), "{e}");
+        }
+    }
+
+    #[test]
+    fn per_client_limits() {
+        let c = load("").unwrap().clients;
+        assert_eq!(c.max_in_flight_per_client, None);
+        assert_eq!(c.on_device_per_client, 1);
+        let c = load("[clients]\nmax_in_flight_per_client = 4\non_device_per_client = 65536")
+            .unwrap()
+            .clients;
+        assert_eq!(c.max_in_flight_per_client, Some(4));
+        assert_eq!(c.on_device_per_client, 65536);
+        for key in ["max_in_flight_per_client", "on_device_per_client"] {
+            for bad in [0, -3, 65537] {
+                let e = invalid(&format!("[clients]\n{key} = {bad}"));
+                assert_eq!(e.key, format!("clients.{key}"));
+                assert_eq!(e.value, bad.to_string());
+                assert!(e.to_string().contains("use 1 to 65536"), "{e}");
+            }
+        }
+        // The summary loads back to the same values, set or not.
+        for text in [
+            "",
+            "[clients]\nmax_in_flight_per_client = 9\non_device_per_client = 3",
+        ] {
+            let c = load(text).unwrap();
+            assert_eq!(load(&c.summary()).unwrap(), c, "{}", c.summary());
         }
     }
 

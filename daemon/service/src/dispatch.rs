@@ -6,12 +6,19 @@
 //! 2. visit clients round-robin from a rotating start; from each take at
 //!    most as many requests as it has completion credit (`cq_entries` minus
 //!    completions unread minus requests on the device), so a completion
-//!    always has room and nothing is ever dropped;
+//!    always has room and nothing is ever dropped, and at most as many as
+//!    keep it within `clients.max_in_flight_per_client` (the rest wait in
+//!    its ring until some complete);
 //! 3. poll the device and post its completions, waking a client only when
 //!    its wake word says it sleeps;
 //! 4. with no work for `idle_spin_us`, park: set every submission ring's
 //!    wake word, re-check them, then `epoll_wait` on the clients' eventfds
 //!    and the control eventfd, at most until the device's next event.
+//!
+//! The device is wrapped in [`FairShare`]: the policy sees at most
+//! `clients.on_device_per_client` requests of a client per priority class,
+//! and the rest are handed on round robin between clients as those finish,
+//! so no client of a class can queue more than that in front of another.
 //!
 //! Everything a client wrote is hostile: each request is copied out of the
 //! ring by value, every field is checked, and a bad one is answered with an
@@ -31,6 +38,8 @@ use shm_proto::region::DaemonRings;
 use shm_proto::ring::{Consumer, Producer, PushError};
 use shm_proto::{Completion, Priority, Request, status};
 
+use crate::backend::fair::FairShare;
+use crate::config::ClientsConfig;
 use crate::region::Region;
 use sluice_backend::{Backend, Finished, Job};
 use sluice_model::ModelRegistry;
@@ -92,6 +101,29 @@ impl Active {
     fn on_device(&self) -> u32 {
         self.stats.on_device.load(Ordering::Relaxed)
     }
+
+    /// Requests we may take from the ring now: room for their completions
+    /// (completion credit) and within `max_in_flight`, and which of the two
+    /// binds. `unread` is the completions the client has not read.
+    fn credit(&self, unread: u32, max_in_flight: u32) -> (u32, Limit) {
+        let on_device = self.on_device();
+        let room = self.cq.capacity().saturating_sub(unread + on_device);
+        let allowed = max_in_flight.saturating_sub(on_device);
+        if allowed < room {
+            (allowed, Limit::InFlight)
+        } else {
+            (room, Limit::Completions)
+        }
+    }
+}
+
+/// What stops the dispatcher taking more of a client's requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Limit {
+    /// Its completion ring (the client must read completions).
+    Completions,
+    /// `clients.max_in_flight_per_client` (its requests must finish).
+    InFlight,
 }
 
 const CONTROL_TOKEN: u64 = u64::MAX;
@@ -164,6 +196,9 @@ pub trait Host: Send + Sync {
     fn device_queued(&self) -> &AtomicU64;
     /// The dispatcher dropped client `id` (it left or corrupted its region).
     fn client_gone(&self, id: u32);
+    /// `[clients]`: the per-client limits the dispatcher enforces
+    /// (`max_in_flight_per_client`, `on_device_per_client`).
+    fn clients_config(&self) -> &ClientsConfig;
 }
 
 /// Generic over its [`Host`] so the counters and the heartbeat it touches
@@ -181,6 +216,8 @@ pub(crate) struct Dispatcher<H: Host> {
     index: HashMap<u32, usize>,
     done: Vec<Finished>,
     rr: usize,
+    /// `clients.max_in_flight_per_client` (`u32::MAX` when unset).
+    max_in_flight: u32,
 }
 
 impl<H: Host> Dispatcher<H> {
@@ -207,6 +244,10 @@ impl<H: Host> Dispatcher<H> {
             epoll::EventData::new_u64(TIMER_TOKEN),
             epoll::EventFlags::IN,
         )?;
+        let limits = shared.clients_config();
+        let max_in_flight = limits.max_in_flight_per_client.unwrap_or(u32::MAX);
+        let device: Box<dyn Backend> =
+            Box::new(FairShare::new(device, limits.on_device_per_client));
         Ok(Self {
             shared,
             device,
@@ -218,6 +259,7 @@ impl<H: Host> Dispatcher<H> {
             index: HashMap::new(),
             done: Vec::with_capacity(256),
             rr: 0,
+            max_in_flight,
         })
     }
 
@@ -333,15 +375,15 @@ impl<H: Host> Dispatcher<H> {
 
     fn poll_one(&mut self, i: usize) -> Result<bool, &'static str> {
         let registry = self.shared.registry();
+        let max_in_flight = self.max_in_flight;
         let c = &mut self.clients[i];
         if !c.region.magic_intact() {
             return Err("client corrupted its region header (magic)");
         }
-        let cap = c.cq.capacity();
         let unread =
             c.cq.len()
                 .map_err(|_| "client corrupted its completion ring head")?;
-        let mut credit = cap.saturating_sub(unread + c.on_device());
+        let (mut credit, _) = c.credit(unread, max_in_flight);
         let mut work = false;
         let mut woke = false;
         while credit > 0 {
@@ -480,10 +522,17 @@ impl<H: Host> Dispatcher<H> {
                     // Entries are waiting; we can take them only with
                     // completion credit. A client that sits on its
                     // completions does not ring us when it reads them, so
-                    // we poll it at CREDIT_POLL_NS instead of spinning.
-                    match c.cq.len() {
-                        Ok(unread) if c.cq.capacity() > unread + c.on_device() => ready = true,
-                        Ok(_) => credit_blocked = true,
+                    // we poll it at CREDIT_POLL_NS instead of spinning. One
+                    // at max_in_flight_per_client waits for its own
+                    // requests to finish: the device's next event.
+                    match c
+                        .cq
+                        .len()
+                        .map(|unread| c.credit(unread, self.max_in_flight))
+                    {
+                        Ok((credit, _)) if credit > 0 => ready = true,
+                        Ok((_, Limit::Completions)) => credit_blocked = true,
+                        Ok((_, Limit::InFlight)) => {}
                         Err(_) => bad.push(c.id),
                     }
                 }

@@ -128,6 +128,9 @@ impl Host for Shared {
     fn client_gone(&self, id: u32) {
         self.unregister(id);
     }
+    fn clients_config(&self) -> &crate::config::ClientsConfig {
+        &self.config.clients
+    }
 }
 
 impl Shared {

@@ -2,7 +2,11 @@
 //!
 //! - [`fifo`]: step 1's simulated device, one job at a time in real time;
 //! - [`modeled`]: a scheduling policy on the GPU model (`sluice-gpusim`),
-//!   run in real time.
+//!   run in real time;
+//! - [`fair`]: not a device but a wrapper the dispatcher puts in front of
+//!   whichever device runs, bounding each client's share of its priority
+//!   class.
 
+pub mod fair;
 pub mod fifo;
 pub mod modeled;

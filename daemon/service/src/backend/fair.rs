@@ -1,0 +1,422 @@
+//! Fair sharing of a priority class between clients, in front of any
+//! [`Backend`].
+//!
+//! [`FairShare`] wraps the device the daemon runs (`fifo`, a policy on the
+//! GPU model, CUDA) and bounds what each client puts in front of the
+//! others: the wrapped device holds at most `share` requests of each client
+//! in each priority class (`clients.on_device_per_client`, default 1). A
+//! client's further requests of that class wait here, in a FIFO queue of
+//! their own, and one is handed on each time one of that client's requests
+//! of that class completes.
+//!
+//! The policy underneath therefore never holds more than `share` requests of
+//! any one client per class, whatever it does with them: a request handed to
+//! it has at most `share` requests of each *other* client of its class
+//! queued with it (and its own client's earlier ones). Because a client's
+//! next request is handed on only when its previous one finishes, it joins
+//! the back of the device's queue: backlogged clients of one class are
+//! served round robin, one request each per turn (per request, not per
+//! device time: a client of long requests gets more device time per turn
+//! than a client of short ones). This is deficit round robin with a quantum
+//! of one request; it needs nothing from the policy, so every policy gets it
+//! unchanged.
+//!
+//! Jobs are renamed on the way down: the wrapped device sees a request id
+//! of our own (a counter), which maps back to the client's id, the class
+//! and the client on the way up. A client's own ids are not trusted to be
+//! unique.
+//!
+//! Cost: the device sees only `share` requests of a client per class, so a
+//! single client cannot overlap more than `share` of its own requests of one
+//! class on a device that runs several at once (the GPU-model policies).
+//! Raise `on_device_per_client` to trade isolation for that overlap.
+
+use std::collections::{HashMap, VecDeque};
+
+use shm_proto::Priority;
+use sluice_backend::{Backend, Finished, Job};
+
+/// Number of priority classes.
+const CLASSES: usize = 2;
+
+fn class(p: Priority) -> usize {
+    match p {
+        Priority::RealTime => 0,
+        Priority::BestEffort => 1,
+    }
+}
+
+/// One client's requests of one class.
+#[derive(Debug, Default)]
+struct Lane {
+    /// Waiting here, in submission order.
+    waiting: VecDeque<Job>,
+    /// Handed to the wrapped device and not yet finished.
+    on_device: u32,
+}
+
+/// What a renamed job was.
+#[derive(Debug, Clone, Copy)]
+struct Ticket {
+    client: u32,
+    request_id: u64,
+    class: usize,
+}
+
+/// A [`Backend`] that hands the wrapped one at most `share` requests of
+/// each client per priority class; see the module docs.
+pub struct FairShare {
+    inner: Box<dyn Backend>,
+    share: u32,
+    lanes: HashMap<u32, [Lane; CLASSES]>,
+    tickets: HashMap<u64, Ticket>,
+    next_ticket: u64,
+    /// Jobs waiting in the lanes, all clients and classes.
+    held: usize,
+    /// The wrapped device's completions, before renaming back.
+    scratch: Vec<Finished>,
+}
+
+impl std::fmt::Debug for FairShare {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FairShare")
+            .field("inner", &self.inner.name())
+            .field("share", &self.share)
+            .field("held", &self.held)
+            .field("on_device", &self.tickets.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl FairShare {
+    /// Wraps `inner`, handing it at most `share` (at least 1) requests of
+    /// each client per priority class.
+    pub fn new(inner: Box<dyn Backend>, share: u32) -> Self {
+        Self {
+            inner,
+            share: share.max(1),
+            lanes: HashMap::new(),
+            tickets: HashMap::new(),
+            next_ticket: 0,
+            held: 0,
+            scratch: Vec::with_capacity(64),
+        }
+    }
+
+    /// Requests of each client per class the wrapped device may hold.
+    pub fn share(&self) -> u32 {
+        self.share
+    }
+
+    /// Jobs waiting here (not yet handed to the wrapped device).
+    pub fn held(&self) -> usize {
+        self.held
+    }
+
+    /// Renames `job` and hands it to the wrapped device.
+    fn hand_on(&mut self, mut job: Job, class: usize, now_ns: u64) {
+        let ticket = self.next_ticket;
+        self.next_ticket += 1;
+        self.tickets.insert(
+            ticket,
+            Ticket {
+                client: job.client,
+                request_id: job.request_id,
+                class,
+            },
+        );
+        job.request_id = ticket;
+        self.inner.submit(job, now_ns);
+    }
+}
+
+impl Backend for FairShare {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    fn submit(&mut self, job: Job, now_ns: u64) {
+        let c = class(job.priority);
+        let lane = &mut self.lanes.entry(job.client).or_default()[c];
+        if lane.on_device < self.share && lane.waiting.is_empty() {
+            lane.on_device += 1;
+            self.hand_on(job, c, now_ns);
+        } else {
+            lane.waiting.push_back(job);
+            self.held += 1;
+        }
+    }
+
+    fn poll(&mut self, now_ns: u64, done: &mut Vec<Finished>) {
+        // Jobs handed on here can finish at once (a zero-time model, a
+        // missed deadline), so poll again until the device has nothing new.
+        // Each pass either finishes a job or stops, so this ends.
+        loop {
+            self.scratch.clear();
+            self.inner.poll(now_ns, &mut self.scratch);
+            if self.scratch.is_empty() {
+                return;
+            }
+            let mut finished = std::mem::take(&mut self.scratch);
+            for mut f in finished.drain(..) {
+                let Some(t) = self.tickets.remove(&f.request_id) else {
+                    tracing::warn!(
+                        client = f.client,
+                        ticket = f.request_id,
+                        "fair share: completion for a job it did not hand on; ignored"
+                    );
+                    continue;
+                };
+                f.request_id = t.request_id;
+                done.push(f);
+                let Some(lanes) = self.lanes.get_mut(&t.client) else {
+                    continue;
+                };
+                let lane = &mut lanes[t.class];
+                lane.on_device = lane.on_device.saturating_sub(1);
+                if let Some(next) = lane.waiting.pop_front() {
+                    lane.on_device += 1;
+                    self.held -= 1;
+                    self.hand_on(next, t.class, now_ns);
+                }
+            }
+            self.scratch = finished;
+        }
+    }
+
+    fn next_event_ns(&self) -> Option<u64> {
+        // A job waits here only while its client's slots on the device are
+        // taken, so the next thing that can happen is the device's.
+        self.inner.next_event_ns()
+    }
+
+    fn cancel_client(&mut self, client: u32) -> usize {
+        let mut dropped = 0;
+        if let Some(lanes) = self.lanes.remove(&client) {
+            let waiting: usize = lanes.iter().map(|l| l.waiting.len()).sum();
+            self.held -= waiting;
+            dropped += waiting;
+        }
+        self.tickets.retain(|_, t| t.client != client);
+        dropped + self.inner.cancel_client(client)
+    }
+
+    fn queued(&self) -> usize {
+        self.held + self.inner.queued()
+    }
+
+    fn simulated(&self) -> bool {
+        self.inner.simulated()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use shm_proto::status;
+    use sluice_backend::testmem::VecMemory;
+    use sluice_model::ModelRegistry;
+
+    use super::super::fifo::FifoBackend;
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn job(model: &str, client: u32, request_id: u64, priority: Priority, at: u64) -> Job {
+        let reg = ModelRegistry::builtin();
+        let (model, m) = reg.lookup(model).unwrap();
+        Job {
+            client,
+            request_id,
+            model,
+            priority,
+            deadline_ns: 0,
+            input_off: 0,
+            input_len: m.input_bytes,
+            output_off: m.input_bytes,
+            output_len: m.output_bytes,
+            memory: VecMemory::new((m.input_bytes + m.output_bytes) as usize),
+            received_ns: at,
+        }
+    }
+
+    fn fair(share: u32) -> FairShare {
+        let fifo = FifoBackend::new(Arc::new(ModelRegistry::builtin()), 1.0).unwrap();
+        FairShare::new(Box::new(fifo), share)
+    }
+
+    fn duration(model: &str) -> u64 {
+        ModelRegistry::builtin()
+            .lookup(model)
+            .unwrap()
+            .1
+            .total_time_ns
+    }
+
+    /// Runs the device event by event until idle; returns the completions.
+    fn drain(dev: &mut FairShare, from: u64) -> Vec<Finished> {
+        let mut done = Vec::new();
+        let mut now = from;
+        for _ in 0..100_000 {
+            dev.poll(now, &mut done);
+            match dev.next_event_ns() {
+                Some(t) => now = now.max(t),
+                None => break,
+            }
+        }
+        assert_eq!(dev.queued(), 0, "device did not drain");
+        done
+    }
+
+    #[test]
+    fn a_flood_delays_another_clients_request_by_at_most_one_of_its_own() {
+        for share in [1u32, 2, 4] {
+            let mut dev = fair(share);
+            // Client 1 queues 12 long real-time requests, then client 2 one
+            // short one, all at time 0.
+            for r in 0..12 {
+                dev.submit(job("resnet152", 1, r, Priority::RealTime, 0), 0);
+            }
+            dev.submit(job("echo_small", 2, 7, Priority::RealTime, 0), 0);
+            assert_eq!(dev.held(), 12 - share as usize);
+            let done = drain(&mut dev, 0);
+            assert_eq!(done.len(), 13);
+            assert!(done.iter().all(|f| f.status == status::OK));
+            let echo = done.iter().find(|f| f.client == 2).unwrap();
+            assert_eq!(echo.request_id, 7, "the client's own id comes back");
+            let ahead = done
+                .iter()
+                .take_while(|f| f.client != 2)
+                .filter(|f| f.client == 1)
+                .count();
+            assert_eq!(ahead, share as usize, "share {share}");
+            assert_eq!(
+                echo.finished_ns,
+                u64::from(share) * duration("resnet152") + duration("echo_small")
+            );
+            // Client 1's ids come back in its order.
+            let ids: Vec<u64> = done
+                .iter()
+                .filter(|f| f.client == 1)
+                .map(|f| f.request_id)
+                .collect();
+            assert_eq!(ids, (0..12).collect::<Vec<_>>());
+        }
+    }
+
+    #[test]
+    fn without_the_wrapper_the_flood_goes_first() {
+        // The baseline the wrapper fixes: FIFO within a class.
+        let mut dev = FifoBackend::new(Arc::new(ModelRegistry::builtin()), 1.0).unwrap();
+        for r in 0..12 {
+            dev.submit(job("resnet152", 1, r, Priority::RealTime, 0), 0);
+        }
+        dev.submit(job("echo_small", 2, 7, Priority::RealTime, 0), 0);
+        let mut done = Vec::new();
+        dev.poll(u64::MAX / 2, &mut done);
+        assert_eq!(done.last().unwrap().client, 2);
+    }
+
+    /// Every policy on the GPU model: a real-time request of another client
+    /// finishes after at most one of the flood's (it is handed the policy
+    /// while at most one flood request is there).
+    #[test]
+    fn every_policy_runs_the_echo_after_at_most_one_flood_request() {
+        use sluice_sched::PolicyKind;
+        let models = Arc::new(ModelRegistry::builtin());
+        for kind in [
+            PolicyKind::Seq,
+            PolicyKind::Streams,
+            PolicyKind::WaitPreempt,
+            PolicyKind::Reef,
+            PolicyKind::Paella,
+        ] {
+            let profile = sluice_gpu::DeviceProfile::mi50();
+            let inner =
+                super::super::modeled::ModeledBackend::new(profile, kind, models.clone(), 0)
+                    .unwrap();
+            let mut dev = FairShare::new(Box::new(inner), 1);
+            for r in 0..6 {
+                dev.submit(job("resnet152", 1, r, Priority::RealTime, 0), 0);
+            }
+            // Client 2 arrives while the first flood request runs.
+            let mut done = Vec::new();
+            dev.poll(MS, &mut done);
+            assert!(done.is_empty());
+            dev.submit(job("echo_small", 2, 7, Priority::RealTime, MS), MS);
+            done = drain(&mut dev, MS);
+            assert_eq!(done.len(), 7, "{kind}");
+            let ahead = done.iter().take_while(|f| f.client != 2).count();
+            assert!(ahead <= 1, "{kind}: {ahead} flood requests finished first");
+        }
+    }
+
+    #[test]
+    fn backlogged_clients_take_turns() {
+        let mut dev = fair(1);
+        for client in 1..=3u32 {
+            for r in 0..4 {
+                dev.submit(job("echo_small", client, r, Priority::BestEffort, 0), 0);
+            }
+        }
+        let done = drain(&mut dev, 0);
+        let order: Vec<u32> = done.iter().map(|f| f.client).collect();
+        assert_eq!(order, [1, 2, 3].repeat(4));
+    }
+
+    #[test]
+    fn classes_have_separate_shares() {
+        let mut dev = fair(1);
+        for r in 0..3 {
+            dev.submit(job("echo_small", 1, r, Priority::BestEffort, 0), 0);
+        }
+        // The client's real-time request is not stuck behind its own
+        // best-effort backlog: it has a slot of its own class.
+        dev.submit(job("echo_small", 1, 10, Priority::RealTime, 0), 0);
+        assert_eq!(dev.held(), 2);
+        let done = drain(&mut dev, 0);
+        assert_eq!(done[0].request_id, 10);
+    }
+
+    #[test]
+    fn duplicate_client_request_ids_are_kept_apart() {
+        let mut dev = fair(2);
+        for _ in 0..5 {
+            dev.submit(job("echo_small", 1, 42, Priority::RealTime, 0), 0);
+        }
+        let done = drain(&mut dev, 0);
+        assert_eq!(done.len(), 5);
+        assert!(done.iter().all(|f| f.request_id == 42));
+    }
+
+    #[test]
+    fn cancel_drops_waiting_and_device_jobs() {
+        let mut dev = fair(1);
+        for r in 0..5 {
+            dev.submit(job("echo_small", 1, r, Priority::RealTime, 0), 0);
+        }
+        dev.submit(job("echo_small", 2, 9, Priority::RealTime, 0), 0);
+        assert_eq!(dev.queued(), 6);
+        assert_eq!(dev.cancel_client(1), 5);
+        assert_eq!(dev.held(), 0);
+        assert_eq!(dev.cancel_client(1), 0);
+        let done = drain(&mut dev, 0);
+        assert_eq!(done.iter().map(|f| f.request_id).collect::<Vec<_>>(), [9]);
+        // The client can come back under the same id with a clean slate.
+        dev.submit(job("echo_small", 1, 3, Priority::RealTime, 0), 0);
+        assert_eq!(drain(&mut dev, 0).len(), 1);
+    }
+
+    #[test]
+    fn zero_time_and_missed_jobs_release_the_next_in_one_poll() {
+        let mut dev = fair(1);
+        for r in 0..10 {
+            dev.submit(job("null", 1, r, Priority::RealTime, 5 * MS), 5 * MS);
+        }
+        let mut done = Vec::new();
+        dev.poll(5 * MS, &mut done);
+        assert_eq!(done.len(), 10);
+        assert_eq!(dev.queued(), 0);
+    }
+}
