@@ -33,6 +33,7 @@ pub mod bench_sim;
 pub mod cuda_models;
 pub mod demo;
 pub mod disb;
+pub mod ipc_floor;
 pub mod roles;
 pub mod status;
 pub mod svg;

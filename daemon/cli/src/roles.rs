@@ -323,7 +323,7 @@ pub enum BenchMode {
     /// (the library's default).
     Adaptive,
     /// The hardware floor: a raw cache-line ping-pong with a server thread
-    /// over the shared file at `socket` ([`crate::bench_ipc::FloorLines`]).
+    /// over the shared file at `socket` ([`crate::ipc_floor::FloorLines`]).
     Floor,
 }
 
@@ -378,7 +378,16 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
     }
     let warmup = (role.samples / 10).max(100);
     if role.mode == BenchMode::Floor {
-        return crate::bench_ipc::floor_client(&role.socket, warmup, role.samples);
+        let h = crate::ipc_floor::round_trips(&role.socket, warmup, role.samples)?;
+        return Ok(BenchReport {
+            rtt_ns: Summary::of(&h),
+            throughput_rps: 0.0,
+            slept_fraction: 0.0,
+            model: "floor".into(),
+            minus_device_time: false,
+            to_daemon_p50_ns: 0,
+            from_daemon_p50_ns: 0,
+        });
     }
     if role.mode == BenchMode::Uds {
         use std::io::{Read, Write};
