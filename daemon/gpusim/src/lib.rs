@@ -110,6 +110,8 @@ struct Kern {
     grid: u32,
     /// Blocks not yet placed.
     blocks_left: u32,
+    /// All its blocks fit the device at once (alone).
+    one_wave: bool,
     /// Blocks on the CUs.
     blocks_running: u32,
     block_time: Ns,
@@ -461,7 +463,9 @@ impl GpuSim {
     /// are no longer than spread ones: a block's time grows with what
     /// shares its CU (measured wave times or the occupancy curve,
     /// `docs/gpu-model.md`), and packing a kernel to its full occupancy
-    /// would stretch every wave of a latency-critical kernel.
+    /// would stretch every wave of a latency-critical kernel. A kernel too
+    /// large for one wave is spread as usual (nothing can be padded beside
+    /// it, and a packed partial last round would run longer).
     pub fn set_packed_placement(&mut self, stream: StreamId, packed: bool) -> Result<(), OpError> {
         let s = self.stream_index(stream)?;
         self.streams[s].packed = packed;
@@ -603,6 +607,8 @@ impl GpuSim {
             fp,
             grid: k.grid_blocks,
             blocks_left: k.grid_blocks,
+            one_wave: u64::from(k.grid_blocks)
+                <= u64::from(per_cu) * u64::from(self.profile.compute_units),
             blocks_running: 0,
             block_time: k.block_time_ns,
             wave_ns: k.wave_ns.clone(),
@@ -1154,7 +1160,13 @@ impl GpuSim {
         if tried && !self.room_in_dirty(&fp) {
             return 0;
         }
-        let packed = self.streams[self.kernels[id as usize].stream as usize].packed;
+        // Only a kernel that fits the device in one wave is packed: REEF's
+        // `dkp` runs a real-time kernel only when there is room beside it
+        // to pad, and a larger one runs as launched (spread); packing its
+        // partial last round at the spread level would run it at a higher
+        // occupancy, and longer, than spreading does.
+        let packed = self.streams[self.kernels[id as usize].stream as usize].packed
+            && self.kernels[id as usize].one_wave;
         // A padded kernel rides a fused `dkp` launch whose best-effort part
         // runs on the CUs the real-time part leaves (REEF §5.1): from the
         // highest CU down, each filled before the next.
