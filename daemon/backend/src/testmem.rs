@@ -3,7 +3,9 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::TensorMemory;
+use shm_proto::Priority;
+
+use crate::{Job, TensorMemory};
 
 /// A heap-backed arena.
 #[derive(Debug)]
@@ -62,5 +64,30 @@ impl TensorMemory for BrokenMemory {
     }
     fn write(&self, _: u64, _: &[u8]) -> bool {
         false
+    }
+}
+
+/// A job of model `model` with its own heap arena: `input_bytes` of input
+/// at offset 0, `output_bytes` of output right after it, no deadline.
+pub fn job(
+    client: u32,
+    request_id: u64,
+    model: u32,
+    priority: Priority,
+    (input_bytes, output_bytes): (u64, u64),
+    received_ns: u64,
+) -> Job {
+    Job {
+        client,
+        request_id,
+        model,
+        priority,
+        deadline_ns: 0,
+        input_off: 0,
+        input_len: input_bytes,
+        output_off: input_bytes,
+        output_len: output_bytes,
+        memory: VecMemory::new((input_bytes + output_bytes) as usize),
+        received_ns,
     }
 }

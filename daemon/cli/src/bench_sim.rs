@@ -18,8 +18,8 @@ use std::time::Instant;
 
 use serde::Serialize;
 use shm_proto::Priority;
-use sluice_gpu::{Clocked, DeviceProfile, Event, Gpu, GpuError, HostReset, KernelLaunch, Ns};
-use sluice_gpu::{KernelRef, ProfileError, StreamId};
+use sluice_gpu::ProfileError;
+use sluice_gpu::{DeviceProfile, Ns};
 use sluice_gpusim::GpuSim;
 use sluice_model::ModelRegistry;
 use sluice_sched::workload::{self, Arrival, ClientSpec, Workload};
@@ -111,69 +111,6 @@ pub enum SimBenchError {
     Policy(PolicyKind),
 }
 
-/// A device that counts the events it hands out.
-struct Counting {
-    sim: GpuSim,
-    events: u64,
-}
-
-impl Gpu for Counting {
-    fn profile(&self) -> &DeviceProfile {
-        self.sim.profile()
-    }
-    fn now(&self) -> Ns {
-        self.sim.now()
-    }
-    fn create_stream(&mut self, priority: i32) -> Result<StreamId, GpuError> {
-        Gpu::create_stream(&mut self.sim, priority)
-    }
-    fn set_dq_capacity(&mut self, stream: StreamId, capacity: u32) -> Result<(), GpuError> {
-        Gpu::set_dq_capacity(&mut self.sim, stream, capacity)
-    }
-    fn set_packed_placement(&mut self, stream: StreamId, packed: bool) -> Result<(), GpuError> {
-        Gpu::set_packed_placement(&mut self.sim, stream, packed)
-    }
-    fn launch(&mut self, stream: StreamId, k: KernelLaunch) -> Result<KernelRef, GpuError> {
-        Gpu::launch(&mut self.sim, stream, k)
-    }
-    fn launch_padded(
-        &mut self,
-        stream: StreamId,
-        k: KernelLaunch,
-        host: StreamId,
-        with: KernelRef,
-    ) -> Result<KernelRef, GpuError> {
-        Gpu::launch_padded(&mut self.sim, stream, k, host, with)
-    }
-    fn preempt_reset(&mut self, stream: StreamId) -> Result<HostReset, GpuError> {
-        Gpu::preempt_reset(&mut self.sim, stream)
-    }
-    fn wait_based_preempt(&mut self, stream: StreamId) -> Result<(), GpuError> {
-        Gpu::wait_based_preempt(&mut self.sim, stream)
-    }
-    fn resume(&mut self, stream: StreamId) -> Result<(), GpuError> {
-        Gpu::resume(&mut self.sim, stream)
-    }
-    fn set_block_notify(&mut self, stream: StreamId, every: u32) -> Result<(), GpuError> {
-        Gpu::set_block_notify(&mut self.sim, stream, every)
-    }
-    fn model_work_ns(&self) -> u64 {
-        Gpu::model_work_ns(&self.sim)
-    }
-}
-
-impl Clocked for Counting {
-    fn advance(&mut self, until: Option<Ns>, out: &mut Vec<Event>) -> Option<Ns> {
-        let before = out.len();
-        let t = Clocked::advance(&mut self.sim, until, out);
-        self.events += (out.len() - before) as u64;
-        t
-    }
-    fn utilisation(&self) -> Option<f64> {
-        Clocked::utilisation(&self.sim)
-    }
-}
-
 /// The workload of one row: one RT VGG-19 at DISB C's load, `n` closed-loop
 /// BE clients cycling through the DISB models.
 fn workload(
@@ -237,10 +174,7 @@ pub fn run(
                 ));
                 let w = workload(&models, &profile, n, opts.sim_ms)?;
                 let mut p = make_policy(policy, &models).ok_or(SimBenchError::Policy(policy))?;
-                let mut gpu = Counting {
-                    sim: GpuSim::new(profile.clone()),
-                    events: 0,
-                };
+                let mut gpu = GpuSim::new(profile.clone());
                 let t0 = Instant::now();
                 let r = workload::run_on(&mut gpu, &models, p.as_mut(), &w);
                 let wall_s = t0.elapsed().as_secs_f64();
@@ -252,9 +186,9 @@ pub fn run(
                     sim_s,
                     wall_s,
                     wall_per_sim_s: if sim_s > 0.0 { wall_s / sim_s } else { 0.0 },
-                    events: gpu.events,
-                    model_events: gpu.sim.counts().events,
-                    model_times: gpu.sim.counts().times,
+                    events: gpu.counts().delivered,
+                    model_events: gpu.counts().events,
+                    model_times: gpu.counts().times,
                     tasks: r.done.len() as u64,
                 });
             }

@@ -256,6 +256,9 @@ pub struct ModelCounts {
     /// Internal events handled (host pushes, fetches, launches, block groups
     /// finishing, kills, host resets).
     pub events: u64,
+    /// [`Event`]s handed out (by [`GpuSim::step`] and
+    /// [`GpuSim::drain_events`]): what a policy sees.
+    pub delivered: u64,
 }
 
 /// The GPU execution model. See the module docs.
@@ -790,6 +793,7 @@ impl GpuSim {
     pub fn step(&mut self) -> Option<Event> {
         loop {
             if let Some(e) = self.out.pop_front() {
+                self.counts.delivered += 1;
                 return Some(e);
             }
             if !self.advance(Ns::MAX) {
@@ -810,6 +814,7 @@ impl GpuSim {
 
     /// Takes the events produced so far.
     pub fn drain_events(&mut self) -> std::collections::vec_deque::Drain<'_, Event> {
+        self.counts.delivered += self.out.len() as u64;
         self.out.drain(..)
     }
 
@@ -1555,6 +1560,17 @@ mod tests {
 
     use super::*;
     use sluice_model::ModelRegistry;
+
+    /// A deterministic stream of pseudo-random `u32`s (Knuth's MMIX LCG,
+    /// high bits) from `seed`: the busy-trace and scaling workloads.
+    fn lcg(mut state: u64) -> impl FnMut() -> u32 {
+        move || {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) as u32
+        }
+    }
 
     fn uniform(grid: u32, threads: u32, smem: u32, block_ns: Ns, tag: u64) -> KernelLaunch {
         KernelLaunch {
@@ -2383,13 +2399,7 @@ mod tests {
         let mut gpu = GpuSim::new(DeviceProfile::gv100());
         let rt = gpu.create_stream(1);
         let streams: Vec<StreamId> = (0..40).map(|_| gpu.create_stream(0)).collect();
-        let mut lcg = 777u64;
-        let mut next = move || {
-            lcg = lcg
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (lcg >> 33) as u32
-        };
+        let mut next = lcg(777u64);
         let mut kernel = |tag| {
             let threads = [64, 128, 256, 512, 1024][(next() % 5) as usize];
             let mut k = uniform(1 + next() % 300, threads, next() % 3 * 8192, 0, tag);
@@ -2704,13 +2714,7 @@ mod tests {
         let mut gpu = GpuSim::new(DeviceProfile::gv100());
         let rt = gpu.create_stream(1);
         let streams: Vec<StreamId> = (0..be).map(|_| gpu.create_stream(0)).collect();
-        let mut lcg = 12345u64;
-        let mut next = move || {
-            lcg = lcg
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (lcg >> 33) as u32
-        };
+        let mut next = lcg(12345u64);
         let mut kernel = |tag| {
             let mut k = uniform(100 + next() % 1900, 256, 0, 0, tag);
             k.block_time_ns = Ns::from(20_000 + next() % 180_000);

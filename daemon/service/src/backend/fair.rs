@@ -215,7 +215,6 @@ mod tests {
     use std::sync::Arc;
 
     use shm_proto::status;
-    use sluice_backend::testmem::VecMemory;
     use sluice_model::ModelRegistry;
 
     use super::super::fifo::FifoBackend;
@@ -226,19 +225,14 @@ mod tests {
     fn job(model: &str, client: u32, request_id: u64, priority: Priority, at: u64) -> Job {
         let reg = ModelRegistry::builtin();
         let (model, m) = reg.lookup(model).unwrap();
-        Job {
+        sluice_backend::testmem::job(
             client,
             request_id,
             model,
             priority,
-            deadline_ns: 0,
-            input_off: 0,
-            input_len: m.input_bytes,
-            output_off: m.input_bytes,
-            output_len: m.output_bytes,
-            memory: VecMemory::new((m.input_bytes + m.output_bytes) as usize),
-            received_ns: at,
-        }
+            (m.input_bytes, m.output_bytes),
+            at,
+        )
     }
 
     fn fair(share: u32) -> FairShare {

@@ -333,20 +333,14 @@ mod tests {
     fn job(model: &str, client: u32, request_id: u64, priority: Priority, received_ns: u64) -> Job {
         let reg = ModelRegistry::builtin();
         let (model, m) = reg.lookup(model).unwrap();
-        let memory = VecMemory::new((m.input_bytes + m.output_bytes) as usize);
-        Job {
+        sluice_backend::testmem::job(
             client,
             request_id,
             model,
             priority,
-            deadline_ns: 0,
-            input_off: 0,
-            input_len: m.input_bytes,
-            output_off: m.input_bytes,
-            output_len: m.output_bytes,
-            memory,
+            (m.input_bytes, m.output_bytes),
             received_ns,
-        }
+        )
     }
 
     fn rt(client: u32, request_id: u64, received_ns: u64) -> Job {
