@@ -44,6 +44,7 @@ import sys
 import tomllib
 
 sys.dont_write_bytecode = True  # no __pycache__ in scripts/
+from manifestgen.calibrate import load  # noqa: E402
 from manifestgen.groups import align, minimal_groups  # noqa: E402
 from manifestgen.output import render, write_or_check  # noqa: E402
 
@@ -75,15 +76,6 @@ MODELS = {
     "mobilenet": ("mobilenet", "MobileNet", None),
     "alexnet": ("alexnet", "AlexNet", None),
 }
-
-
-def load(data, stem):
-    """The three JSON files of model `stem`."""
-    out = []
-    for suffix in (".json", ".profile.json", ".signature.json"):
-        with open(os.path.join(data, stem + suffix), encoding="utf-8") as f:
-            out.append(json.load(f))
-    return out
 
 
 def launch_floor(data):

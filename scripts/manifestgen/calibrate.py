@@ -51,7 +51,8 @@ BERT_SCORE_KERNELS = {
 FLOOR_MAX_BYTES = 65536
 
 
-def _load(data, stem):
+def load(data, stem):
+    """The three JSON files of model `stem` in the REEF data folder `data`."""
     out = []
     for suffix in (".json", ".profile.json", ".signature.json"):
         with open(os.path.join(data, stem + suffix), encoding="utf-8") as f:
@@ -66,7 +67,7 @@ def _size(model, arg):
 
 def derive(data):
     """The estimate's parameters from the REEF files in `data` (a dict, stable order)."""
-    models = {stem: _load(data, stem) for stem in STEMS}
+    models = {stem: load(data, stem) for stem in STEMS}
     floor_f = min(k["total_latency"] for _, p, _ in models.values() for k in p["kernel_latency"].values())
 
     def t(stem, name):  # measured time less F, us

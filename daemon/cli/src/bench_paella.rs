@@ -781,7 +781,6 @@ pub fn table(r: &PaellaBenchResult) -> String {
     };
     let sigmas: Vec<f64> = {
         let mut v: Vec<f64> = r.fig11.iter().map(|p| p.sigma).collect();
-        v.dedup();
         v.sort_by(f64::total_cmp);
         v.dedup();
         v

@@ -633,6 +633,29 @@ struct InFlight {
     piece_cus: Vec<u64>,
 }
 
+impl InFlight {
+    /// Kernel `tag` of job `job` just sent on `stream` (hardware queue
+    /// `hwq`), `grid` blocks, none placed, nothing behind it.
+    fn new(job: u32, tag: u64, stream: u32, hwq: u32, class: usize, fig: Fig, grid: u32) -> Self {
+        Self {
+            job,
+            tag,
+            stream,
+            hwq,
+            class,
+            fig,
+            unplaced: grid,
+            started: false,
+            queued: false,
+            ahead_est: 0,
+            behind: NONE,
+            credit: 0,
+            pieces: Vec::new(),
+            piece_cus: Vec::new(),
+        }
+    }
+}
+
 /// Which scratch set [`Shadow::select`] intersects with.
 #[derive(Debug, Clone, Copy)]
 enum Mask {
@@ -1796,22 +1819,15 @@ impl Paella {
             let Some(stream) = dev.idle[class][h].pop() else {
                 return; // the device maps streams differently; cannot happen
             };
-            let kslot = dev.new_kernel(InFlight {
-                job: slot,
-                tag: tag(job.task.id, job.next as usize),
+            let kslot = dev.new_kernel(InFlight::new(
+                slot,
+                tag(job.task.id, job.next as usize),
                 stream,
-                hwq: h as u32,
+                h as u32,
                 class,
                 fig,
-                unplaced: grid,
-                started: false,
-                queued: false,
-                ahead_est: 0,
-                behind: NONE,
-                credit: 0,
-                pieces: Vec::new(),
-                piece_cus: Vec::new(),
-            });
+                grid,
+            ));
             let placed = dev.place_fitted(kslot, grid, fit);
             let kf = &mut dev.kernels[kslot as usize];
             kf.unplaced = grid - placed;
@@ -1914,20 +1930,17 @@ impl Paella {
         let stream = tail.stream;
         let tail_slot = job.tail;
         let kslot = dev.new_kernel(InFlight {
-            job: slot,
-            tag: tag(job.task.id, job.next as usize),
-            stream,
-            hwq: h as u32,
-            class,
-            fig,
-            unplaced: grid,
-            started: false,
             queued: true,
             ahead_est: est,
-            behind: NONE,
-            credit: 0,
-            pieces: Vec::new(),
-            piece_cus: Vec::new(),
+            ..InFlight::new(
+                slot,
+                tag(job.task.id, job.next as usize),
+                stream,
+                h as u32,
+                class,
+                fig,
+                grid,
+            )
         });
         dev.kernels[tail_slot as usize].behind = kslot;
         dev.ahead_pend += u64::from(est);

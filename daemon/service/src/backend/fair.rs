@@ -22,9 +22,9 @@
 //! unchanged.
 //!
 //! Jobs are renamed on the way down: the wrapped device sees a request id
-//! of our own (a counter), which maps back to the client's id, the class
-//! and the client on the way up. A client's own ids are not trusted to be
-//! unique.
+//! of our own (a slot in a table of tickets, reused once its job is back),
+//! which maps back to the client's id, the class and the client on the way
+//! up. A client's own ids are not trusted to be unique.
 //!
 //! Cost: the device sees only `share` requests of a client per class, so a
 //! single client cannot overlap more than `share` of its own requests of one
@@ -69,8 +69,10 @@ pub struct FairShare {
     inner: Box<dyn Backend>,
     share: u32,
     lanes: HashMap<u32, [Lane; CLASSES]>,
-    tickets: HashMap<u64, Ticket>,
-    next_ticket: u64,
+    /// Jobs on the wrapped device, by the request id it sees (the index).
+    tickets: Vec<Option<Ticket>>,
+    /// Free indices of `tickets`.
+    free_tickets: Vec<u64>,
     /// Jobs waiting in the lanes, all clients and classes.
     held: usize,
     /// The wrapped device's completions, before renaming back.
@@ -83,7 +85,7 @@ impl std::fmt::Debug for FairShare {
             .field("inner", &self.inner.name())
             .field("share", &self.share)
             .field("held", &self.held)
-            .field("on_device", &self.tickets.len())
+            .field("on_device", &(self.tickets.len() - self.free_tickets.len()))
             .finish_non_exhaustive()
     }
 }
@@ -96,8 +98,8 @@ impl FairShare {
             inner,
             share: share.max(1),
             lanes: HashMap::new(),
-            tickets: HashMap::new(),
-            next_ticket: 0,
+            tickets: Vec::new(),
+            free_tickets: Vec::new(),
             held: 0,
             scratch: Vec::with_capacity(64),
         }
@@ -115,16 +117,21 @@ impl FairShare {
 
     /// Renames `job` and hands it to the wrapped device.
     fn hand_on(&mut self, mut job: Job, class: usize, now_ns: u64) {
-        let ticket = self.next_ticket;
-        self.next_ticket += 1;
-        self.tickets.insert(
-            ticket,
-            Ticket {
-                client: job.client,
-                request_id: job.request_id,
-                class,
-            },
-        );
+        let t = Some(Ticket {
+            client: job.client,
+            request_id: job.request_id,
+            class,
+        });
+        let ticket = match self.free_tickets.pop() {
+            Some(i) => {
+                self.tickets[i as usize] = t;
+                i
+            }
+            None => {
+                self.tickets.push(t);
+                (self.tickets.len() - 1) as u64
+            }
+        };
         job.request_id = ticket;
         self.inner.submit(job, now_ns);
     }
@@ -159,7 +166,11 @@ impl Backend for FairShare {
             }
             let mut finished = std::mem::take(&mut self.scratch);
             for mut f in finished.drain(..) {
-                let Some(t) = self.tickets.remove(&f.request_id) else {
+                let slot = usize::try_from(f.request_id)
+                    .ok()
+                    .and_then(|i| self.tickets.get_mut(i))
+                    .filter(|t| t.is_some_and(|t| t.client == f.client));
+                let Some(t) = slot.and_then(Option::take) else {
                     tracing::warn!(
                         client = f.client,
                         ticket = f.request_id,
@@ -167,6 +178,7 @@ impl Backend for FairShare {
                     );
                     continue;
                 };
+                self.free_tickets.push(f.request_id);
                 f.request_id = t.request_id;
                 done.push(f);
                 let Some(lanes) = self.lanes.get_mut(&t.client) else {
@@ -197,7 +209,12 @@ impl Backend for FairShare {
             self.held -= waiting;
             dropped += waiting;
         }
-        self.tickets.retain(|_, t| t.client != client);
+        for (i, t) in self.tickets.iter_mut().enumerate() {
+            if t.is_some_and(|t| t.client == client) {
+                *t = None;
+                self.free_tickets.push(i as u64);
+            }
+        }
         dropped + self.inner.cancel_client(client)
     }
 
