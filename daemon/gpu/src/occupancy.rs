@@ -183,7 +183,7 @@ impl CuState {
                 q[b] = self.banks[b] / r;
                 by_q[b] = b;
             }
-            by_q[..nb].sort_unstable_by_key(|&b| std::cmp::Reverse(q[b]));
+            sort_small(&mut by_q[..nb], |b| std::cmp::Reverse(q[b]));
             let mut layer = q[by_q[0]];
             let (mut i, mut m) = (0, 0);
             while k > 0 {
@@ -214,7 +214,7 @@ impl CuState {
                     }
                 }
                 let banks = &self.banks;
-                part[..np].sort_unstable_by_key(|&b| (std::cmp::Reverse(banks[b] % r), b));
+                sort_small(&mut part[..np], |b| (std::cmp::Reverse(banks[b] % r), b));
                 for &b in &part[..k as usize] {
                     used[b] += r;
                 }
@@ -234,6 +234,22 @@ impl CuState {
         for (free, u) in self.banks.iter_mut().zip(used) {
             *free += u;
         }
+    }
+}
+
+/// Sorts a few (at most [`MAX_REGISTER_BANKS`]) bank indices by `key`,
+/// stably: an insertion sort, cheaper than the library's sorts at this size
+/// (a placement sorts twice, on every CU it takes from).
+fn sort_small<K: Ord>(v: &mut [usize], key: impl Fn(usize) -> K) {
+    for i in 1..v.len() {
+        let x = v[i];
+        let kx = key(x);
+        let mut j = i;
+        while j > 0 && key(v[j - 1]) > kx {
+            v[j] = v[j - 1];
+            j -= 1;
+        }
+        v[j] = x;
     }
 }
 

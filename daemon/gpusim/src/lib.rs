@@ -309,6 +309,13 @@ pub struct GpuSim {
     /// preemption flag is set, only a CU in `dirty` can take its blocks,
     /// so dispatch checks those without touching the kernel.
     parked: Vec<Option<Footprint>>,
+    /// Per entry of `scratch_heads`, in the same order: what a parked head
+    /// needs of one CU (threads, shared memory, registers over all banks),
+    /// or zeros for an entry dispatch must visit (not parked, or fused). A
+    /// parked entry whose need exceeds [`Self::dirty_max`] in one resource
+    /// fits no CU in `dirty`, so dispatch skips it in a scan over this
+    /// array without touching the head.
+    head_need: Needs,
     /// `scratch_heads` no longer matches the heads (one left or came).
     heads_stale: bool,
     /// Something changed that dispatch must look at: a new or launched
@@ -356,6 +363,7 @@ impl GpuSim {
             dirty_mark: vec![false; ncu],
             dirty_max: (0, 0, 0),
             parked: vec![None; nhwq],
+            head_need: Needs::default(),
             wake: false,
             heads_stale: true,
             time_model: false,
@@ -686,6 +694,7 @@ impl GpuSim {
         self.streams[s].flag = true;
         // A parked head must see the flag at the next dispatch.
         self.parked.fill(None);
+        self.heads_stale = true;
         self.wake = true;
         if let Some(id) = self.streams[s].cur {
             let k = &self.kernels[id as usize];
@@ -1011,71 +1020,106 @@ impl GpuSim {
                 heads.push((Reverse(f.priority), f.since, true, i as u32));
             }
             heads.sort_unstable();
+            self.head_need.clear();
+            for &(_, _, fused, h) in &heads {
+                let need = match self.parked[h as usize] {
+                    Some(fp) if !fused => need_of(&fp),
+                    _ => [0; 3],
+                };
+                self.head_need.push(need);
+            }
             self.heads_stale = false;
         }
         let mut fused_done = false;
-        for &(_, _, fused, h) in &heads {
-            if fused {
-                fused_done |= self.dispatch_fused(h as usize);
-                continue;
-            }
-            let h = h as usize;
-            if let Some(fp) = self.parked[h] {
-                // What `place` would find first, without touching the kernel.
-                if !self.room_in_dirty(&fp) {
+        // Entries are visited in order, 64 at a time: a mask of those whose
+        // need fits `dirty_max`, narrowed whenever a placement shrinks it
+        // (it only shrinks while dispatch runs), so the parked heads that
+        // fit no CU in `dirty` cost one comparison each, without branches.
+        let mut base = 0;
+        while base < heads.len() {
+            let end = (base + 64).min(heads.len());
+            let mut dm = self.dirty_max;
+            let mut mask = self.head_need.mask(base, end, dm);
+            loop {
+                if self.dirty_max != dm {
+                    dm = self.dirty_max;
+                    mask &= self.head_need.mask(base, end, dm);
+                }
+                if mask == 0 {
+                    break;
+                }
+                let pos = base + mask.trailing_zeros() as usize;
+                mask &= mask - 1;
+                let (_, _, fused, h) = heads[pos];
+                if fused {
+                    fused_done |= self.dispatch_fused(h as usize);
                     continue;
                 }
-                self.parked[h] = None;
-            }
-            while let Some(&id) = self.hwqs[h].fifo.front() {
-                let k = &self.kernels[id as usize];
-                let s = k.stream as usize;
-                if !k.launched {
-                    break; // launching, or waiting for its stream's previous kernel
-                }
-                if !k.started {
-                    if self.streams[s].flag {
-                        self.pop_head(h);
-                        self.finish(id, Outcome::Evicted);
+                let h = h as usize;
+                if let Some(fp) = self.parked[h] {
+                    // What `place` would find first, without touching the kernel.
+                    if !self.room_in_dirty(&fp) {
                         continue;
                     }
-                } else if self.streams[s].flag {
-                    // The unplaced blocks see the flag on entry and exit.
-                    let k = &mut self.kernels[id as usize];
-                    k.blocks_left = 0;
-                    k.aborted = true;
-                    let done = k.blocks_running == 0;
-                    self.pop_head(h);
-                    if done {
-                        self.finish(id, Outcome::Aborted);
+                    self.parked[h] = None;
+                    self.head_need.set(pos, [0; 3]);
+                }
+                while let Some(&id) = self.hwqs[h].fifo.front() {
+                    let k = &self.kernels[id as usize];
+                    let s = k.stream as usize;
+                    if !k.launched {
+                        break; // launching, or waiting for its stream's previous kernel
                     }
-                    continue;
-                }
-                let placed = self.place(id);
-                if placed > 0 {
-                    // The CUs it took from can only have shrunk: later heads
-                    // check against what is left.
-                    self.refresh_dirty_max();
-                }
-                let k = &mut self.kernels[id as usize];
-                if placed > 0 && !k.started {
-                    k.started = true;
-                    let kref = k.kref();
-                    self.streams[s].active = Some(id);
-                    self.out.push_back(Event::KernelStarted {
-                        t: self.now,
-                        stream: StreamId(s as u32),
-                        kernel: kref,
-                    });
-                }
-                if self.kernels[id as usize].blocks_left == 0 {
-                    self.pop_head(h);
-                } else {
-                    // No CU has room for another block (see `place`).
-                    self.parked[h] = Some(self.kernels[id as usize].fp);
-                    break; // head-of-line: nothing behind it may start
+                    if !k.started {
+                        if self.streams[s].flag {
+                            self.pop_head(h);
+                            self.finish(id, Outcome::Evicted);
+                            continue;
+                        }
+                    } else if self.streams[s].flag {
+                        // The unplaced blocks see the flag on entry and exit.
+                        let k = &mut self.kernels[id as usize];
+                        k.blocks_left = 0;
+                        k.aborted = true;
+                        let done = k.blocks_running == 0;
+                        self.pop_head(h);
+                        if done {
+                            self.finish(id, Outcome::Aborted);
+                        }
+                        continue;
+                    }
+                    let placed = self.place(id);
+                    if placed > 0 {
+                        // The CUs it took from can only have shrunk: later heads
+                        // check against what is left.
+                        self.refresh_dirty_max();
+                    }
+                    let k = &mut self.kernels[id as usize];
+                    if placed > 0 && !k.started {
+                        k.started = true;
+                        let kref = k.kref();
+                        self.streams[s].active = Some(id);
+                        self.out.push_back(Event::KernelStarted {
+                            t: self.now,
+                            stream: StreamId(s as u32),
+                            kernel: kref,
+                        });
+                    }
+                    if self.kernels[id as usize].blocks_left == 0 {
+                        self.pop_head(h);
+                    } else {
+                        // No CU has room for another block (see `place`).
+                        let fp = self.kernels[id as usize].fp;
+                        self.parked[h] = Some(fp);
+                        if !self.heads_stale {
+                            // Still the head this entry was built for.
+                            self.head_need.set(pos, need_of(&fp));
+                        }
+                        break; // head-of-line: nothing behind it may start
+                    }
                 }
             }
+            base = end;
         }
         self.scratch_heads = heads;
         if fused_done {
@@ -1343,10 +1387,8 @@ impl GpuSim {
     /// Whether a CU in `dirty` has room for one block of `fp`.
     fn room_in_dirty(&self, fp: &Footprint) -> bool {
         let (threads, shared_mem, regs) = self.dirty_max;
-        if fp.threads > threads
-            || fp.shared_mem > shared_mem
-            || u64::from(fp.waves) * u64::from(fp.wave_regs) > u64::from(regs)
-        {
+        let need = need_of(fp);
+        if need[0] > threads || need[1] > shared_mem || need[2] > regs {
             return false;
         }
         self.dirty
@@ -1550,6 +1592,76 @@ impl GpuSim {
             }));
         }
     }
+}
+
+/// [`GpuSim::head_need`]: one column per resource, so that comparing every
+/// entry with `dirty_max` is a loop the compiler vectorises. Values are
+/// saturated to `i32::MAX` (signed compares vectorise without tricks); that
+/// can only make an entry look as if it fitted, and a visited entry is
+/// checked exactly.
+#[derive(Debug, Clone, Default)]
+struct Needs {
+    threads: Vec<i32>,
+    shared_mem: Vec<i32>,
+    regs: Vec<i32>,
+}
+
+fn sat(v: u32) -> i32 {
+    i32::try_from(v).unwrap_or(i32::MAX)
+}
+
+impl Needs {
+    fn clear(&mut self) {
+        self.threads.clear();
+        self.shared_mem.clear();
+        self.regs.clear();
+    }
+
+    fn push(&mut self, n: [u32; 3]) {
+        self.threads.push(sat(n[0]));
+        self.shared_mem.push(sat(n[1]));
+        self.regs.push(sat(n[2]));
+    }
+
+    fn set(&mut self, i: usize, n: [u32; 3]) {
+        self.threads[i] = sat(n[0]);
+        self.shared_mem[i] = sat(n[1]);
+        self.regs[i] = sat(n[2]);
+    }
+
+    /// Bit `i - from` set for each entry `i` in `from..to` (at most 64)
+    /// whose need may fit `max` in every resource.
+    fn mask(&self, from: usize, to: usize, max: (u32, u32, u32)) -> u64 {
+        let (mt, ms, mr) = (sat(max.0), sat(max.1), sat(max.2));
+        let t = &self.threads[from..to];
+        let s = &self.shared_mem[from..to];
+        let r = &self.regs[from..to];
+        let n = t.len().min(s.len()).min(r.len()).min(64);
+        // One byte per entry (0 or 1), then eight bytes at a time to eight
+        // bits: with byte `j` of `x` 0 or 1, `x × 0x0102_0408_1020_4080`
+        // has byte `j` at bit 56 + `j` and nothing carried into the top
+        // byte.
+        let mut flags = [0u8; 64];
+        for j in 0..n {
+            flags[j] = u8::from(t[j] <= mt) & u8::from(s[j] <= ms) & u8::from(r[j] <= mr);
+        }
+        let mut m = 0u64;
+        for (i, chunk) in flags.chunks_exact(8).take(n.div_ceil(8)).enumerate() {
+            let x = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            m |= (x.wrapping_mul(0x0102_0408_1020_4080) >> 56) << (8 * i);
+        }
+        m
+    }
+}
+
+/// What one block of `fp` needs of a CU: threads, shared memory, and
+/// registers over all banks (saturated: a need past `u32::MAX` fits no CU).
+fn need_of(fp: &Footprint) -> [u32; 3] {
+    [
+        fp.threads,
+        fp.shared_mem,
+        fp.waves.saturating_mul(fp.wave_regs),
+    ]
 }
 
 mod interface;
@@ -2767,6 +2879,33 @@ mod tests {
                 events as f64 / wall / 1e6,
                 per_sim_s / b
             );
+        }
+    }
+
+    proptest! {
+        /// The head filter's mask has a bit exactly for the entries whose
+        /// need fits in every resource (values below 2^31, as on every
+        /// device), over any range of up to 64 entries.
+        #[test]
+        fn need_mask_marks_exactly_the_entries_that_fit(
+            needs in proptest::collection::vec((0u32..5000, 0u32..70_000, 0u32..70_000), 0..80),
+            max in (0u32..5000, 0u32..70_000, 0u32..70_000),
+            from in 0usize..80,
+        ) {
+            let mut n = Needs::default();
+            for &(t, s, r) in &needs {
+                n.push([t, s, r]);
+            }
+            let from = from.min(needs.len());
+            let to = (from + 64).min(needs.len());
+            let m = n.mask(from, to, max);
+            for (j, &(t, s, r)) in needs[from..to].iter().enumerate() {
+                let fits = t <= max.0 && s <= max.1 && r <= max.2;
+                prop_assert_eq!(m >> j & 1 == 1, fits, "entry {}", from + j);
+            }
+            if to - from < 64 {
+                prop_assert_eq!(m >> (to - from), 0, "no bits past the range");
+            }
         }
     }
 
