@@ -1227,7 +1227,9 @@ impl GpuSim {
         let cursor = if packed { 0 } else { self.cursor };
         if tried {
             cands.extend_from_slice(&self.dirty);
-            if from_top {
+            if cands.len() < 2 {
+                // Nothing to order (the usual case: one CU freed).
+            } else if from_top {
                 cands.sort_unstable_by_key(|&c| std::cmp::Reverse(c));
             } else {
                 cands.sort_unstable_by_key(|&c| (c as usize + ncu - cursor) % ncu);
@@ -1283,14 +1285,20 @@ impl GpuSim {
                 }
             }
         } else if u64::from(to_place) < total {
-            let mut level = 1;
-            loop {
-                let s: u64 = fit.iter().map(|&f| u64::from(f.min(level))).sum();
-                if s >= u64::from(to_place) {
-                    break;
+            // The lowest level whose fill reaches `to_place`: the fill
+            // grows with the level and reaches `total` > `to_place` at the
+            // largest fit, so a binary search finds it.
+            let fill = |level: u32| -> u64 { fit.iter().map(|&f| u64::from(f.min(level))).sum() };
+            let (mut lo, mut hi) = (1, fit.iter().copied().max().unwrap_or(1));
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                if fill(mid) >= u64::from(to_place) {
+                    hi = mid;
+                } else {
+                    lo = mid + 1;
                 }
-                level += 1;
             }
+            let level = lo;
             let mut base: u32 = 0;
             for f in fit.iter_mut() {
                 let room = *f >= level;
