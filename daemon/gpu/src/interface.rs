@@ -96,6 +96,18 @@ pub trait Gpu {
             why: "its kernels are not instrumented; the policy sees whole kernels finish",
         })
     }
+    /// Confines `stream`'s blocks to the CUs in `cus` from now on (a spatial
+    /// partition); `None` gives it the whole device again. Blocks already
+    /// placed run on where they are. Backends without partitions say
+    /// [`GpuError::Unsupported`].
+    fn set_partition(&mut self, stream: StreamId, cus: Option<&[u32]>) -> Result<(), GpuError> {
+        let _ = (stream, cus);
+        Err(GpuError::Unsupported {
+            backend: "this backend",
+            op: "partition the device",
+            why: "it has no CU masks or green contexts; streams share every CU",
+        })
+    }
     /// Whether [`Gpu::launch_padded`] and [`Gpu::set_packed_placement`]
     /// work (REEF's fused `dkp` launch); policies skip padding otherwise.
     fn supports_fused_launch(&self) -> bool {

@@ -279,6 +279,14 @@ pub enum OpError {
         /// The stream.
         stream: u32,
     },
+    /// A partition with no CUs, or with a CU the device does not have.
+    #[error("stream {stream}: bad partition: {why}")]
+    BadPartition {
+        /// The stream.
+        stream: u32,
+        /// What is wrong and what to give instead.
+        why: String,
+    },
     /// `resume` while a preemption has not finished.
     #[error(
         "stream {stream}: preemption requested at {requested_at} ns has not finished; \

@@ -47,6 +47,9 @@ impl Gpu for GpuSim {
     fn set_block_notify(&mut self, stream: StreamId, every: u32) -> Result<(), GpuError> {
         Ok(GpuSim::set_block_notify(self, stream, every)?)
     }
+    fn set_partition(&mut self, stream: StreamId, cus: Option<&[u32]>) -> Result<(), GpuError> {
+        Ok(GpuSim::set_partition(self, stream, cus)?)
+    }
     fn model_work_ns(&self) -> u64 {
         GpuSim::model_work_ns(self)
     }

@@ -216,6 +216,9 @@ struct Stream {
     packed: bool,
     /// [`Event::BlocksCompleted`] every this many blocks; 0: never.
     notify_every: u32,
+    /// The CUs its blocks may use ([`GpuSim::set_partition`]); `None`:
+    /// every CU.
+    part: Option<CuSet>,
     next_exec: u64,
     pending: Option<Pending>,
 }
@@ -442,6 +445,7 @@ impl GpuSim {
             cur: None,
             active: None,
             notify_every: 0,
+            part: None,
             next_exec: 0,
             pending: None,
         });
@@ -488,6 +492,60 @@ impl GpuSim {
     pub fn set_block_notify(&mut self, stream: StreamId, every: u32) -> Result<(), OpError> {
         let s = self.stream_index(stream)?;
         self.streams[s].notify_every = every;
+        Ok(())
+    }
+
+    /// Confines `stream`'s blocks to the CUs in `cus` from now on (a spatial
+    /// partition: CUDA green contexts, AMD CU masks); `None` gives it every
+    /// CU again. Blocks already on other CUs run on; blocks not yet placed go
+    /// only to the new set, so a repartition loses and stalls nothing.
+    /// Streams of different partitions still share the memory-bandwidth
+    /// term and, if they feed one hardware queue, its head-of-line order
+    /// (stream `i` feeds queue `i % hw_queues`), so give partitions streams
+    /// of different queues.
+    pub fn set_partition(&mut self, stream: StreamId, cus: Option<&[u32]>) -> Result<(), OpError> {
+        let s = self.stream_index(stream)?;
+        let ncu = self.profile.compute_units;
+        let part = match cus {
+            None => None,
+            Some(list) => {
+                if let Some(&bad) = list.iter().find(|&&c| c >= ncu) {
+                    return Err(OpError::BadPartition {
+                        stream: stream.0,
+                        why: format!(
+                            "CU {bad} does not exist: `{}` has CUs 0..{ncu}",
+                            self.profile.name
+                        ),
+                    });
+                }
+                let mut bits = vec![0u64; (ncu as usize).div_ceil(64)];
+                for &c in list {
+                    bits[c as usize / 64] |= 1 << (c % 64);
+                }
+                let count = bits.iter().map(|w| w.count_ones()).sum();
+                if count == 0 {
+                    return Err(OpError::BadPartition {
+                        stream: stream.0,
+                        why: "no CUs given; give at least one, or none for the whole device"
+                            .to_owned(),
+                    });
+                }
+                Some(CuSet { bits, count })
+            }
+        };
+        if self.streams[s].part == part {
+            return Ok(());
+        }
+        self.streams[s].part = part;
+        // Its kernels have tried only their old CUs: let them look at every
+        // CU of the new set, and let parked heads be looked at again.
+        for k in self.kernels.iter_mut().filter(|k| k.stream == s as u32) {
+            k.tried = false;
+        }
+        self.parked.fill(None);
+        self.heads_stale = true;
+        self.wake = true;
+        self.timed(|g| g.pump());
         Ok(())
     }
 
@@ -608,6 +666,10 @@ impl GpuSim {
             .profile
             .occupancy
             .ratio(f64::from(alone_per_cu * fp.threads) / f64::from(self.profile.cu.max_threads));
+        let part_cus = self.streams[s]
+            .part
+            .as_ref()
+            .map_or(self.profile.compute_units, |p| p.count);
         let st = &mut self.streams[s];
         let exec = st.next_exec;
         st.next_exec += 1;
@@ -618,8 +680,7 @@ impl GpuSim {
             fp,
             grid: k.grid_blocks,
             blocks_left: k.grid_blocks,
-            one_wave: u64::from(k.grid_blocks)
-                <= u64::from(per_cu) * u64::from(self.profile.compute_units),
+            one_wave: u64::from(k.grid_blocks) <= u64::from(per_cu) * u64::from(part_cus),
             blocks_running: 0,
             block_time: k.block_time_ns,
             wave_ns: k.wave_ns.clone(),
@@ -1058,7 +1119,9 @@ impl GpuSim {
                 let h = h as usize;
                 if let Some(fp) = self.parked[h] {
                     // What `place` would find first, without touching the kernel.
-                    if !self.room_in_dirty(&fp) {
+                    let head = self.hwqs[h].fifo.front().copied();
+                    let s = head.map_or(0, |id| self.kernels[id as usize].stream as usize);
+                    if !self.room_in_dirty(&fp, s) {
                         continue;
                     }
                     self.parked[h] = None;
@@ -1206,7 +1269,8 @@ impl GpuSim {
             k.tried = true;
             (k.fp, k.blocks_left, tried)
         };
-        if tried && !self.room_in_dirty(&fp) {
+        let s = self.kernels[id as usize].stream as usize;
+        if tried && !self.room_in_dirty(&fp, s) {
             return 0;
         }
         // Only a kernel that fits the device in one wave is packed: REEF's
@@ -1225,8 +1289,11 @@ impl GpuSim {
         let mut cands = std::mem::take(&mut self.scratch_cands);
         cands.clear();
         let cursor = if packed { 0 } else { self.cursor };
+        // Only the CUs of the stream's partition (every CU without one).
+        let part = self.streams[s].part.as_ref();
+        let part_cus = part.map_or(ncu as u32, |p| p.count);
         if tried {
-            cands.extend_from_slice(&self.dirty);
+            cands.extend(self.dirty.iter().filter(|&&c| in_part(part, c as usize)));
             if cands.len() < 2 {
                 // Nothing to order (the usual case: one CU freed).
             } else if from_top {
@@ -1235,9 +1302,14 @@ impl GpuSim {
                 cands.sort_unstable_by_key(|&c| (c as usize + ncu - cursor) % ncu);
             }
         } else if from_top {
-            cands.extend((0..ncu as u32).rev());
+            cands.extend((0..ncu as u32).rev().filter(|&c| in_part(part, c as usize)));
         } else {
-            cands.extend((cursor..ncu).chain(0..cursor).map(|c| c as u32));
+            cands.extend(
+                (cursor..ncu)
+                    .chain(0..cursor)
+                    .filter(|&c| in_part(part, c))
+                    .map(|c| c as u32),
+            );
         }
         let mut fit = std::mem::take(&mut self.scratch_fit);
         fit.clear();
@@ -1268,7 +1340,7 @@ impl GpuSim {
             // kernel's waves are as long as spread ones while it keeps
             // fewer CUs.
             let grid = self.kernels[id as usize].grid;
-            let level = grid.div_ceil(ncu as u32).max(1);
+            let level = grid.div_ceil(part_cus).max(1);
             let mut left = to_place;
             for f in fit.iter_mut() {
                 *f = (*f).min(left).min(level);
@@ -1392,16 +1464,18 @@ impl GpuSim {
         to_place
     }
 
-    /// Whether a CU in `dirty` has room for one block of `fp`.
-    fn room_in_dirty(&self, fp: &Footprint) -> bool {
+    /// Whether a CU in `dirty`, of stream `s`'s partition, has room for one
+    /// block of `fp`.
+    fn room_in_dirty(&self, fp: &Footprint, s: usize) -> bool {
         let (threads, shared_mem, regs) = self.dirty_max;
         let need = need_of(fp);
         if need[0] > threads || need[1] > shared_mem || need[2] > regs {
             return false;
         }
+        let part = self.streams[s].part.as_ref();
         self.dirty
             .iter()
-            .any(|&c| self.cus[c as usize].fits_one(fp))
+            .any(|&c| in_part(part, c as usize) && self.cus[c as usize].fits_one(fp))
     }
 
     /// How long blocks of kernel `id` just placed on CU `c` take, stretched
@@ -1600,6 +1674,26 @@ impl GpuSim {
             }));
         }
     }
+}
+
+/// A set of CUs: a stream's partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct CuSet {
+    bits: Vec<u64>,
+    count: u32,
+}
+
+impl CuSet {
+    fn contains(&self, c: usize) -> bool {
+        self.bits
+            .get(c / 64)
+            .is_some_and(|w| w >> (c % 64) & 1 == 1)
+    }
+}
+
+/// Whether CU `c` is in `part` (`None`: every CU).
+fn in_part(part: Option<&CuSet>, c: usize) -> bool {
+    part.is_none_or(|p| p.contains(c))
 }
 
 /// [`GpuSim::head_need`]: one column per resource, so that comparing every
@@ -2746,6 +2840,186 @@ mod tests {
             ends.push(end);
         }
         assert_eq!(ends[1], ends[0], "packed vs spread");
+    }
+
+    fn part_kernel(grid: u32, block_ns: Ns, tag: u64) -> KernelLaunch {
+        KernelLaunch {
+            grid_blocks: grid,
+            threads_per_block: 256,
+            regs_per_thread: 32,
+            shared_mem: 0,
+            block_time_ns: block_ns,
+            wave_ns: Vec::new(),
+            idempotent: true,
+            mem_intensity: Some(0.0),
+            tag,
+        }
+    }
+
+    #[test]
+    fn a_partitioned_stream_places_blocks_only_on_its_cus() {
+        let p = DeviceProfile::mi50();
+        let ncu = p.compute_units;
+        let mut gpu = GpuSim::new(p);
+        let s = gpu.create_stream(0);
+        let part: Vec<u32> = (10..25).collect();
+        gpu.set_partition(s, Some(&part)).unwrap();
+        // Three blocks per partition CU: the partition takes all of them.
+        gpu.launch(s, part_kernel(3 * part.len() as u32, 1_000, 0))
+            .unwrap();
+        while !matches!(gpu.step(), Some(Event::KernelStarted { .. })) {}
+        for c in 0..ncu {
+            let r = gpu.resident_blocks(c as usize);
+            if part.contains(&c) {
+                assert_eq!(r, 3, "CU {c}");
+            } else {
+                assert_eq!(r, 0, "CU {c} is outside the partition");
+            }
+        }
+        assert_eq!(gpu.occupied_cus(), part.len() as u32);
+    }
+
+    /// Two streams on different hardware queues, one long kernel filling
+    /// the device ahead of a short one: without partitions the short one
+    /// waits for the long one's blocks to leave; with disjoint partitions it
+    /// starts at once.
+    #[test]
+    fn disjoint_partitions_do_not_wait_for_each_other() {
+        let run = |split: bool| -> (Ns, Ns) {
+            let p = DeviceProfile::mi50();
+            let ncu = p.compute_units;
+            let per_cu = blocks_per_cu(&p, &Footprint::new(&p, 256, 32, 0)).0;
+            let mut gpu = GpuSim::new(p);
+            let long = gpu.create_stream(0);
+            let short = gpu.create_stream(0);
+            if split {
+                let a: Vec<u32> = (0..ncu / 2).collect();
+                let b: Vec<u32> = (ncu / 2..ncu).collect();
+                gpu.set_partition(long, Some(&a)).unwrap();
+                gpu.set_partition(short, Some(&b)).unwrap();
+            }
+            gpu.launch(long, part_kernel(4 * per_cu * ncu, 100_000, 1))
+                .unwrap();
+            gpu.run_until(50_000);
+            gpu.launch(short, part_kernel(ncu / 2, 10_000, 2)).unwrap();
+            let events = drain_all(&mut gpu);
+            let s = started(&events, short, 2).expect("short started");
+            let l = finished(&events, long, 1).expect("long finished").0;
+            (s, l)
+        };
+        let (shared_start, shared_long_end) = run(false);
+        let (split_start, split_long_end) = run(true);
+        // Shared: the short kernel starts only when the long one's first
+        // round ends (100 µs after it started).
+        assert!(
+            shared_start >= 100_000,
+            "shared: short started at {shared_start}"
+        );
+        // Split: it starts after its own launch path, well before that.
+        assert!(
+            split_start < 100_000,
+            "split: short started at {split_start}"
+        );
+        // The long kernel on half the CUs takes about twice as long.
+        assert!(
+            split_long_end > shared_long_end * 3 / 2,
+            "long kernel: {split_long_end} on half the CUs vs {shared_long_end}"
+        );
+    }
+
+    /// Repartitioning while a kernel dispatches moves its unplaced blocks to
+    /// the new CUs; every block runs exactly once.
+    #[test]
+    fn repartitioning_while_dispatching_loses_no_block() {
+        let p = DeviceProfile::mi50();
+        let ncu = p.compute_units;
+        let per_cu = blocks_per_cu(&p, &Footprint::new(&p, 256, 32, 0)).0;
+        let mut gpu = GpuSim::new(p);
+        let s = gpu.create_stream(0);
+        let first: Vec<u32> = (0..8).collect();
+        let second: Vec<u32> = (40..ncu).collect();
+        gpu.set_partition(s, Some(&first)).unwrap();
+        let grid = 6 * per_cu * 8;
+        gpu.launch(s, part_kernel(grid, 20_000, 7)).unwrap();
+        while !matches!(gpu.step(), Some(Event::KernelStarted { .. })) {}
+        assert!((8..ncu).all(|c| gpu.resident_blocks(c as usize) == 0));
+        gpu.set_partition(s, Some(&second)).unwrap();
+        // The old CUs keep their blocks until they finish; new ones start
+        // on the new set only.
+        gpu.run_until(gpu.now() + 25_000);
+        assert!((8..40).all(|c| gpu.resident_blocks(c as usize) == 0));
+        assert!(
+            (0..8).all(|c| gpu.resident_blocks(c as usize) == 0),
+            "old blocks done"
+        );
+        assert!(second.iter().any(|&c| gpu.resident_blocks(c as usize) > 0));
+        let events = drain_all(&mut gpu);
+        let (_, outcome) = finished(&events, s, 7).expect("finished");
+        assert_eq!(outcome, Outcome::Completed);
+        let work: u64 = events
+            .iter()
+            .filter_map(|e| match e {
+                Event::KernelFinished { work_ns, .. } => Some(*work_ns),
+                _ => None,
+            })
+            .sum();
+        assert_eq!(work, u64::from(grid) * 20_000, "every block once");
+        // Back to the whole device.
+        gpu.set_partition(s, None).unwrap();
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+        /// With fixed partitions, no block of a stream is ever on a CU
+        /// outside its partition, and every kernel completes.
+        #[test]
+        fn blocks_stay_in_their_partition(
+            parts in proptest::collection::vec(proptest::collection::vec(0u32..60, 1..20), 3),
+            kernels in proptest::collection::vec((0usize..3, 1u32..300, 1u64..40), 1..12),
+        ) {
+            let mut gpu = GpuSim::new(DeviceProfile::mi50());
+            let streams: Vec<StreamId> = (0..3).map(|_| gpu.create_stream(0)).collect();
+            for (s, part) in streams.iter().zip(&parts) {
+                gpu.set_partition(*s, Some(part)).unwrap();
+            }
+            for (i, &(s, grid, us)) in kernels.iter().enumerate() {
+                gpu.launch(streams[s], part_kernel(grid, us * 1_000, i as u64)).unwrap();
+            }
+            let mut done = 0;
+            while let Some(e) = gpu.step() {
+                if let Event::KernelFinished { outcome, .. } = e {
+                    prop_assert_eq!(outcome, Outcome::Completed);
+                    done += 1;
+                }
+                for g in gpu.groups.iter().filter(|g| g.live) {
+                    let s = gpu.kernels[g.kernel as usize].stream as usize;
+                    for m in &g.members {
+                        prop_assert!(parts[s].contains(&m.cu), "stream {} on CU {}", s, m.cu);
+                    }
+                }
+            }
+            prop_assert_eq!(done, kernels.len());
+        }
+    }
+
+    #[test]
+    fn bad_partitions_are_refused_with_the_reason() {
+        let p = DeviceProfile::mi50();
+        let ncu = p.compute_units;
+        let mut gpu = GpuSim::new(p);
+        let s = gpu.create_stream(0);
+        let e = gpu
+            .set_partition(s, Some(&[0, ncu]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("CU {ncu} does not exist")), "{e}");
+        let e = gpu.set_partition(s, Some(&[])).unwrap_err().to_string();
+        assert!(e.contains("no CUs given"), "{e}");
+        let e = gpu
+            .set_partition(StreamId(9), None)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no stream 9"), "{e}");
     }
 
     /// A kernel of `grid` 512-thread blocks of 16 registers per thread (5
