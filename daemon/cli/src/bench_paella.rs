@@ -1016,6 +1016,119 @@ mod tests {
         }
     }
 
+    /// Sensitivity report, not a check (`docs/performance.md`, Paella
+    /// section): a backlog of resnet18 (and inception) requests all at t = 0
+    /// over 16 clients per model, drained by `streams`, `seq` and `paella`
+    /// under several of its parameters, none of which the paper gives
+    /// (B, the deficit threshold; launch ahead is sluice's own). Prints the
+    /// makespan, the short model's last and mean finish, and CU-busy
+    /// utilisation. Simulated, mi50 profile.
+    ///
+    /// `cargo test -p sluice-cli --release --lib paella_drain_sensitivity -- --ignored --nocapture`
+    #[test]
+    #[ignore = "prints a sensitivity table"]
+    fn paella_drain_sensitivity() {
+        use sluice_sched::paella::{Paella, PaellaConfig};
+        let profile = DeviceProfile::builtin("mi50").expect("mi50");
+        let models = Arc::new(ModelRegistry::builtin());
+        let (s, _) = models.lookup(PAPER_SHORT).expect("resnet18");
+        let (l, _) = models.lookup(PAPER_LONG).expect("inception");
+        let d = PaellaConfig::default();
+        let configs: [(&str, Option<PaellaConfig>); 9] = [
+            ("streams", None),
+            ("seq", None),
+            ("paella", Some(d)),
+            (
+                "launch_ahead=0",
+                Some(PaellaConfig {
+                    launch_ahead: 0,
+                    ..d
+                }),
+            ),
+            (
+                "B=64",
+                Some(PaellaConfig {
+                    extra_blocks: 64,
+                    ..d
+                }),
+            ),
+            (
+                "B=1000",
+                Some(PaellaConfig {
+                    extra_blocks: 1000,
+                    ..d
+                }),
+            ),
+            (
+                "threshold=inf",
+                Some(PaellaConfig {
+                    deficit_threshold: f64::INFINITY,
+                    ..d
+                }),
+            ),
+            (
+                "threshold=inf,B=1000",
+                Some(PaellaConfig {
+                    deficit_threshold: f64::INFINITY,
+                    extra_blocks: 1000,
+                    ..d
+                }),
+            ),
+            (
+                "threshold=64",
+                Some(PaellaConfig {
+                    deficit_threshold: 64.0,
+                    ..d
+                }),
+            ),
+        ];
+        println!("simulated, mi50 profile; all requests at t = 0, 16 clients per model");
+        for (ns, nl) in [(40u32, 0u32), (40, 10)] {
+            for (name, cfg) in configs {
+                let k = 16u32;
+                let mut clients = Vec::new();
+                for (m, n) in [(s, ns), (l, nl)] {
+                    for c in 0..k.min(n) {
+                        let cnt = n / k + u32::from(c < n % k);
+                        clients.push(ClientSpec {
+                            priority: Priority::BestEffort,
+                            model: m,
+                            arrival: Arrival::Trace(vec![0; cnt as usize]),
+                        });
+                    }
+                }
+                let w = Workload {
+                    clients,
+                    duration_ns: 1,
+                };
+                let mut policy: Box<dyn sluice_sched::Policy> = match (name, cfg) {
+                    (_, Some(c)) => Box::new(Paella::with_config(&models, c)),
+                    ("seq", None) => make_policy(PolicyKind::Seq, &models).expect("seq"),
+                    _ => make_policy(PolicyKind::Streams, &models).expect("streams"),
+                };
+                let mut gpu = GpuSim::new(profile.clone());
+                let r = workload::run_on(&mut gpu, &models, policy.as_mut(), &w);
+                let ms = |t: Ns| t as f64 / 1e6;
+                let short: Vec<Ns> = r
+                    .done
+                    .iter()
+                    .filter(|x| x.task.model == s)
+                    .map(|x| x.finished)
+                    .collect();
+                let last = short.iter().copied().max().unwrap_or(0);
+                let mean = short.iter().sum::<Ns>() / (short.len().max(1) as Ns);
+                let end = r.done.iter().map(|x| x.finished).max().unwrap_or(0);
+                println!(
+                    "{ns:3} resnet18 + {nl:2} inception  {name:<22} makespan {:7.2} ms  resnet18 last {:7.2} mean {:7.2} ms  util {:.2}",
+                    ms(end),
+                    ms(last),
+                    ms(mean),
+                    r.utilisation
+                );
+            }
+        }
+    }
+
     #[test]
     fn a_small_run_has_every_field_and_policy() {
         let opts = PaellaBenchOptions {
