@@ -317,9 +317,10 @@ enum Bench {
         /// Device profile of the simulated GPU (mi50, gv100, h100).
         #[arg(long, default_value = "mi50", value_parser = parse_device)]
         device: String,
-        /// Virtual seconds of arrivals per point (more gives steadier p99s
-        /// at a proportional cost).
-        #[arg(long, default_value_t = 1.0)]
+        /// Virtual seconds of arrivals per point, the first 10 % of them
+        /// warm-up (more gives steadier p99s at a proportional cost; under
+        /// 5 s a p99 may rest on fewer than 100 latencies)
+        #[arg(long, default_value_t = 10.0)]
         seconds: f64,
         /// Offered loads, fractions of serial capacity (default
         /// 0.2,0.4,0.6,0.8,1.0,1.2,1.4,1.6).
