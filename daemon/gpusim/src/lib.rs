@@ -306,12 +306,13 @@ pub struct GpuSim {
     /// CUs only lose resources while it runs, so a block needing more of
     /// one of them fits on no CU in `dirty`.
     dirty_max: (u32, u32, u32),
-    /// Per hardware queue: the footprint of its head when that head has
+    /// Per hardware queue: the footprint and stream of its head when that head has
     /// tried every CU, is launched and has blocks no CU could take at the
     /// end of its last placement. Until the head changes or a stream's
     /// preemption flag is set, only a CU in `dirty` can take its blocks,
-    /// so dispatch checks those without touching the kernel.
-    parked: Vec<Option<Footprint>>,
+    /// so dispatch checks those (of the stream's partition) without
+    /// touching the kernel.
+    parked: Vec<Option<(Footprint, u32)>>,
     /// Per entry of `scratch_heads`, in the same order: what a parked head
     /// needs of one CU (threads, shared memory, registers over all banks),
     /// or zeros for an entry dispatch must visit (not parked, or fused). A
@@ -1084,7 +1085,7 @@ impl GpuSim {
             self.head_need.clear();
             for &(_, _, fused, h) in &heads {
                 let need = match self.parked[h as usize] {
-                    Some(fp) if !fused => need_of(&fp),
+                    Some((fp, _)) if !fused => need_of(&fp),
                     _ => [0; 3],
                 };
                 self.head_need.push(need);
@@ -1117,11 +1118,9 @@ impl GpuSim {
                     continue;
                 }
                 let h = h as usize;
-                if let Some(fp) = self.parked[h] {
+                if let Some((fp, s)) = self.parked[h] {
                     // What `place` would find first, without touching the kernel.
-                    let head = self.hwqs[h].fifo.front().copied();
-                    let s = head.map_or(0, |id| self.kernels[id as usize].stream as usize);
-                    if !self.room_in_dirty(&fp, s) {
+                    if !self.room_in_dirty(&fp, s as usize) {
                         continue;
                     }
                     self.parked[h] = None;
@@ -1173,7 +1172,7 @@ impl GpuSim {
                     } else {
                         // No CU has room for another block (see `place`).
                         let fp = self.kernels[id as usize].fp;
-                        self.parked[h] = Some(fp);
+                        self.parked[h] = Some((fp, s as u32));
                         if !self.heads_stale {
                             // Still the head this entry was built for.
                             self.head_need.set(pos, need_of(&fp));
@@ -1293,7 +1292,10 @@ impl GpuSim {
         let part = self.streams[s].part.as_ref();
         let part_cus = part.map_or(ncu as u32, |p| p.count);
         if tried {
-            cands.extend(self.dirty.iter().filter(|&&c| in_part(part, c as usize)));
+            match part {
+                None => cands.extend_from_slice(&self.dirty),
+                Some(p) => cands.extend(self.dirty.iter().filter(|&&c| p.contains(c as usize))),
+            }
             if cands.len() < 2 {
                 // Nothing to order (the usual case: one CU freed).
             } else if from_top {
@@ -1302,14 +1304,12 @@ impl GpuSim {
                 cands.sort_unstable_by_key(|&c| (c as usize + ncu - cursor) % ncu);
             }
         } else if from_top {
-            cands.extend((0..ncu as u32).rev().filter(|&c| in_part(part, c as usize)));
+            cands.extend((0..ncu as u32).rev());
         } else {
-            cands.extend(
-                (cursor..ncu)
-                    .chain(0..cursor)
-                    .filter(|&c| in_part(part, c))
-                    .map(|c| c as u32),
-            );
+            cands.extend((cursor..ncu).chain(0..cursor).map(|c| c as u32));
+        }
+        if let (false, Some(p)) = (tried, part) {
+            cands.retain(|&c| p.contains(c as usize));
         }
         let mut fit = std::mem::take(&mut self.scratch_fit);
         fit.clear();
@@ -1472,10 +1472,16 @@ impl GpuSim {
         if need[0] > threads || need[1] > shared_mem || need[2] > regs {
             return false;
         }
-        let part = self.streams[s].part.as_ref();
-        self.dirty
-            .iter()
-            .any(|&c| in_part(part, c as usize) && self.cus[c as usize].fits_one(fp))
+        match self.streams[s].part.as_ref() {
+            None => self
+                .dirty
+                .iter()
+                .any(|&c| self.cus[c as usize].fits_one(fp)),
+            Some(p) => self
+                .dirty
+                .iter()
+                .any(|&c| p.contains(c as usize) && self.cus[c as usize].fits_one(fp)),
+        }
     }
 
     /// How long blocks of kernel `id` just placed on CU `c` take, stretched
@@ -1689,11 +1695,6 @@ impl CuSet {
             .get(c / 64)
             .is_some_and(|w| w >> (c % 64) & 1 == 1)
     }
-}
-
-/// Whether CU `c` is in `part` (`None`: every CU).
-fn in_part(part: Option<&CuSet>, c: usize) -> bool {
-    part.is_none_or(|p| p.contains(c))
 }
 
 /// [`GpuSim::head_need`]: one column per resource, so that comparing every
