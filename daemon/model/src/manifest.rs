@@ -746,6 +746,38 @@ impl Model {
         &self.manifest.name
     }
 
+    /// Per kernel, whether its grid grows with the batch size: whether it
+    /// reads data that does (issue 13: running a model at batch `b`).
+    ///
+    /// A forward data flow over the declared memory in launch order: the
+    /// input (the first `input_bytes` bytes) holds batch-sized data; a kernel
+    /// reading any byte of batch-sized data is batch-scaled; what a kernel
+    /// writes holds batch-sized data exactly when the kernel is batch-scaled
+    /// (a write replaces what an identical earlier range held). Kernels that
+    /// read only weights (e.g. a Winograd weight transform) keep their grid.
+    /// Without declared memory every kernel is taken as batch-scaled.
+    pub fn batch_scaled(&self) -> Vec<bool> {
+        let n = self.manifest.kernels.len();
+        if self.memory.len() != n {
+            return vec![true; n];
+        }
+        let overlaps = |a: &ByteRange, b: &ByteRange| a.start < b.end && b.start < a.end;
+        let mut held: Vec<(ByteRange, bool)> = vec![(ByteRange::new(0, self.input_bytes), true)];
+        let mut out = Vec::with_capacity(n);
+        for m in &self.memory {
+            let scaled = m
+                .reads
+                .iter()
+                .any(|r| held.iter().any(|(h, s)| *s && overlaps(h, r)));
+            for w in &m.writes {
+                held.retain(|(h, _)| h != w);
+                held.push((*w, scaled));
+            }
+            out.push(scaled);
+        }
+        out
+    }
+
     /// Restore point of `kernel` (REEF §4.4): the first kernel of its minimal
     /// idempotent group, which a task killed while `kernel` was the first
     /// unfinished one re-launches from. `kernel` itself when it is idempotent
@@ -1049,6 +1081,70 @@ mod tests {
     fn generated(m: &Model) -> bool {
         let p = &m.manifest.provenance;
         p.starts_with("synthetic") || p.starts_with("estimated")
+    }
+
+    #[test]
+    fn batch_scaling_follows_the_data_from_the_input() {
+        let reg = ModelRegistry::builtin();
+        let (_, m) = reg.lookup("resnet50").unwrap();
+        let scaled = m.batch_scaled();
+        assert_eq!(scaled.len(), m.manifest.kernels.len());
+        // The first kernel reads the input; the last writes the output.
+        assert!(scaled[0] && scaled[scaled.len() - 1]);
+        // A kernel keeps its grid exactly when it reads nothing written from
+        // the input on: check the rule independently on one model.
+        let written_from_input = |k: usize| {
+            let mut held = vec![(ByteRange::new(0, m.input_bytes), true)];
+            let mut flag = false;
+            for (i, mem) in m.memory.iter().enumerate().take(k + 1) {
+                flag = mem.reads.iter().any(|r| {
+                    held.iter()
+                        .any(|(h, s)| *s && r.start < h.end && h.start < r.end)
+                });
+                for w in &mem.writes {
+                    held.retain(|(h, _)| h != w);
+                    held.push((*w, flag));
+                }
+                if i == k {
+                    break;
+                }
+            }
+            flag
+        };
+        for k in [1, 7, 40, scaled.len() / 2] {
+            assert_eq!(scaled[k], written_from_input(k), "kernel {k}");
+        }
+        // A model without declared memory scales every kernel.
+        let mut e = m.clone();
+        e.memory.clear();
+        assert!(e.batch_scaled().iter().all(|&s| s));
+        // Hand-built: a weight transform (reads only weights) keeps its grid.
+        let mut w = m.clone();
+        w.input_bytes = 100;
+        w.memory = vec![
+            KernelMemory {
+                reads: vec![ByteRange::new(1000, 2000)],
+                writes: vec![ByteRange::new(3000, 4000)],
+                group_start: None,
+            },
+            KernelMemory {
+                reads: vec![ByteRange::new(0, 100), ByteRange::new(3000, 4000)],
+                writes: vec![ByteRange::new(5000, 6000)],
+                group_start: None,
+            },
+            KernelMemory {
+                reads: vec![ByteRange::new(5000, 6000)],
+                writes: vec![ByteRange::new(3000, 4000)],
+                group_start: None,
+            },
+            KernelMemory {
+                reads: vec![ByteRange::new(1000, 2000)],
+                writes: vec![ByteRange::new(7000, 8000)],
+                group_start: None,
+            },
+        ];
+        w.manifest.kernels.truncate(4);
+        assert_eq!(w.batch_scaled(), vec![false, true, true, false]);
     }
 
     #[test]
