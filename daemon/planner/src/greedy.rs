@@ -30,6 +30,10 @@ use crate::{PlanError, Planner};
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GreedyBestFit;
 
+/// Whole partitions one model may take before planning stops with a lower
+/// bound on the GPUs needed.
+const MAX_CHUNKS: f64 = 1e6;
+
 #[derive(Debug)]
 struct Gpu {
     free_pct: u32,
@@ -96,6 +100,18 @@ impl Planner for GreedyBestFit {
             let sat = saturated(&m.profile, p_max, m.slo_ms)
                 .ok_or_else(|| PlanError::slo_unreachable(m, p_max))?;
             let t = capacity_rps(sat.batch, sat.duty_ms);
+            // A rate worth more than a million whole partitions, more than
+            // the GPUs could hold (at most ⌊100 / p_max⌋ fit one), is refused
+            // before the loop builds them.
+            let chunks = (m.rate_rps / t).floor();
+            let at_least = (chunks / f64::from(100 / p_max)).ceil();
+            if chunks > MAX_CHUNKS && at_least > f64::from(gpus.count) {
+                return Err(PlanError::NotSchedulable {
+                    planner: self.name(),
+                    needed: at_least as u64,
+                    available: gpus.count,
+                });
+            }
             let mut rate = m.rate_rps;
             while rate > EPS * m.rate_rps {
                 let fit = sizes
@@ -277,6 +293,22 @@ mod tests {
         assert_eq!(
             e.to_string(),
             "partition_step_pct 30 does not divide 100; use a divisor of 100 such as 10, 20, 25 or 50"
+        );
+        // 1e12 rps at 1000 rps per whole GPU: refused before building 1e9
+        // partitions, with the lower bound 1e9 GPUs.
+        let e = GreedyBestFit
+            .plan(&[linear("huge", 200.0, 1e12)], &gpus(8))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "not schedulable by greedy-best-fit: needs 1000000000 GPUs, have 8"
+        );
+        let e = Sbp
+            .plan(&[linear("huge", 200.0, 1e12)], &gpus(8))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "not schedulable by sbp: needs 1000000000 GPUs, have 8"
         );
         let e = GreedyBestFit
             .plan(

@@ -168,7 +168,9 @@ impl Planner for Sbp {
             }
         }
         pack(&mut nodes, models, gpus.mem_mb);
-        let needed = whole.iter().map(|w| w.1).sum::<u64>() + nodes.len() as u64;
+        let needed = whole
+            .iter()
+            .fold(nodes.len() as u64, |acc, w| acc.saturating_add(w.1));
         if needed > u64::from(gpus.count) {
             return Err(PlanError::NotSchedulable {
                 planner: self.name(),
