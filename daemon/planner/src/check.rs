@@ -389,7 +389,7 @@ mod tests {
         // 4 per 2 ms on 100 %: execution 4 ms > the 2 ms round.
         let e = check(&one(100, 2.0, &[("a", 4, 400.0)]), &ms, &g).unwrap_err();
         assert!(matches!(e, Violation::RoundOverrun { .. }), "{e}");
-        // 40 per... batch 4 every 25 ms on 50 %: 25 + 8 = 33 > 30.
+        // Batch 4 every 25 ms on 50 %: 25 + L(4, 50) = 25 + 8 = 33 > 30.
         let e = check(&one(50, 25.0, &[("a", 4, 160.0)]), &ms, &g).unwrap_err();
         assert!(matches!(e, Violation::SloMissed { .. }), "{e}");
         let e = check(&one(100, 10.0, &[("a", 3, 300.0)]), &ms, &g).unwrap_err();
