@@ -16,6 +16,8 @@
 //!   second, as clients grow;
 //! - [`cuda_models`]: `sluice check|profile --device cuda` (the models' real
 //!   layers against the CPU reference; measured manifests);
+//! - [`profile_sim`]: `sluice profile --device <profile>`, a model's
+//!   latency per batch and partition size on the GPU model;
 //! - [`roles`]: the client processes the benchmarks and the demo start;
 //! - [`status`]: `sluice status`, every page of the daemon's status;
 //! - [`svg`]: the plots the benchmarks draw.
@@ -34,6 +36,7 @@ pub mod cuda_models;
 pub mod demo;
 pub mod disb;
 pub mod ipc_floor;
+pub mod profile_sim;
 pub mod roles;
 pub mod status;
 pub mod svg;

@@ -287,6 +287,8 @@ pub struct GpuSim {
     cu_blocks: Vec<u32>,
     occupied_cus: u32,
     busy_cu_ns: u128,
+    /// Integral of `demand` over time (see [`Self::mean_bandwidth_demand`]).
+    demand_ns: u128,
     demand: u64,
     cursor: usize,
     out: VecDeque<Event>,
@@ -357,6 +359,7 @@ impl GpuSim {
             cu_blocks: vec![0; ncu],
             occupied_cus: 0,
             busy_cu_ns: 0,
+            demand_ns: 0,
             demand: 0,
             cursor: 0,
             out: VecDeque::new(),
@@ -854,6 +857,17 @@ impl GpuSim {
         self.busy_cu_ns as f64 / (self.now as f64 * f64::from(self.profile.compute_units))
     }
 
+    /// Mean memory-bandwidth demand of the resident blocks since time 0, as
+    /// a share of the device's bandwidth (1.0: all of it; more: contended):
+    /// each resident block adds its kernel's `mem_intensity` divided by
+    /// the blocks it has resident alone on the whole device.
+    pub fn mean_bandwidth_demand(&self) -> f64 {
+        if self.now == 0 {
+            return 0.0;
+        }
+        self.demand_ns as f64 / DEMAND_ONE / self.now as f64
+    }
+
     /// Time of the next internal event, if any.
     pub fn next_event_time(&self) -> Option<Ns> {
         self.heap.peek().map(|Reverse(e)| e.t)
@@ -921,6 +935,7 @@ impl GpuSim {
 
     fn advance_clock(&mut self, t: Ns) {
         self.busy_cu_ns += u128::from(self.occupied_cus) * u128::from(t - self.now);
+        self.demand_ns += u128::from(self.demand) * u128::from(t - self.now);
         self.now = t;
     }
 

@@ -116,16 +116,30 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
-    /// Time every kernel of a model on CUDA device 0 and write its manifest
-    /// with the measured kernel and block times. Needs a build with
-    /// `--features cuda`.
+    /// Profile a model. On a simulated device (`--device mi50|gv100|h100`):
+    /// its latency L(b, p) at every batch size b and partition size p (percent
+    /// of the CUs) on the GPU model, the table the multi-GPU planners take
+    /// (docs/planners.md). On `--device cuda`: time every kernel on CUDA device
+    /// 0 and write its manifest with the measured kernel and block times
+    /// (needs a build with `--features cuda`).
     Profile {
-        /// The device: `cuda` (CUDA device 0).
-        #[arg(long, value_parser = parse_cuda_only)]
+        /// `cuda` (CUDA device 0) or a simulated device profile.
+        #[arg(long, value_parser = parse_profile_device)]
         device: String,
-        /// vgg19, resnet152, bert_base or gpt2.
-        #[arg(value_parser = parse_model)]
+        /// The model: a registry name on a simulated device (`sluice models`
+        /// lists them: resnet50, vgg19, ...); on cuda a builder: vgg19,
+        /// resnet152, bert_base or gpt2.
         model: String,
+        /// Simulated device: batch sizes (default 1,2,4,8,16,32).
+        #[arg(long, value_delimiter = ',')]
+        batches: Vec<u32>,
+        /// Simulated device: partition sizes, percent of the CUs (default
+        /// 10,20,...,100).
+        #[arg(long, value_delimiter = ',')]
+        partitions: Vec<u32>,
+        /// Simulated device: print one JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
         /// The manifest to write (default: <model>.json here).
         #[arg(long, value_name = "FILE.json")]
         out: Option<PathBuf>,
@@ -855,13 +869,35 @@ fn main() -> ExitCode {
             ..
         } => check_cmd(model, small, seed, tol, json),
         Cmd::Profile {
+            device,
+            model,
+            batches,
+            partitions,
+            json,
+            ..
+        } if device != "cuda" => profile_sim_cmd(&device, &model, batches, partitions, json),
+        Cmd::Profile {
             model,
             out,
             reps,
             small,
             seed,
+            batches,
+            partitions,
             ..
-        } => profile_cmd(&model, out, reps, small, seed),
+        } => {
+            if !batches.is_empty() || !partitions.is_empty() {
+                return fail(
+                    "--batches and --partitions work on a simulated device only: on cuda, \
+                     batches and green-context partitions are not profiled yet; drop them to \
+                     time the kernels at batch 1",
+                );
+            }
+            if let Err(e) = parse_model(&model) {
+                return fail(e);
+            }
+            profile_cmd(&model, out, reps, small, seed)
+        }
         Cmd::Client {
             socket,
             name,
@@ -1006,6 +1042,66 @@ fn kernels_ptx(_arches: &[String], _out: &std::path::Path) -> ExitCode {
          rebuild with `cargo build --release --features sluice-cli/cuda` \
          (no GPU or CUDA toolkit needed to build; libnvrtc.so.12 at run time)",
     )
+}
+
+fn parse_profile_device(s: &str) -> Result<String, String> {
+    if s == "cuda" || DeviceProfile::builtin_names().any(|n| n == s) {
+        Ok(s.into())
+    } else {
+        Err(format!(
+            "`{s}` is not a device; use cuda or a simulated profile ({})",
+            DeviceProfile::builtin_names()
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+    }
+}
+
+/// `sluice profile --device <simulated profile>`: L(b, p) on the GPU model.
+fn profile_sim_cmd(
+    device: &str,
+    model: &str,
+    batches: Vec<u32>,
+    partitions: Vec<u32>,
+    json: bool,
+) -> ExitCode {
+    use sluice_cli::profile_sim as ps;
+    let profile = match DeviceProfile::builtin(device) {
+        Ok(p) => p,
+        Err(e) => return fail_chain(&e),
+    };
+    let reg = sluice_model::ModelRegistry::builtin();
+    let Some((_, m)) = reg.lookup(model) else {
+        let names: Vec<&str> = reg.iter().map(|(_, m)| m.name()).collect();
+        return fail(format!(
+            "no model `{model}`; use one of {}",
+            names.join(", ")
+        ));
+    };
+    let batches = if batches.is_empty() {
+        ps::DEFAULT_BATCHES.to_vec()
+    } else {
+        batches
+    };
+    let partitions = if partitions.is_empty() {
+        ps::DEFAULT_PARTITIONS.to_vec()
+    } else {
+        partitions
+    };
+    let r = ps::profile(&profile, m, &batches, &partitions, |done, total| {
+        eprint!("\rsluice profile: {done}/{total} points");
+        if done == total {
+            eprintln!();
+        }
+    });
+    match r {
+        Ok(r) if json => print_json(&r),
+        Ok(r) => {
+            print!("{}", ps::table(&r));
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail_chain(&e),
+    }
 }
 
 fn parse_cuda_only(s: &str) -> Result<String, String> {
