@@ -12,6 +12,8 @@
 //!   real device;
 //! - [`bench_padding`]: REEF §6.5's one-to-one padding matrix on the GPU
 //!   model;
+//! - [`bench_interference`]: gpulet's interference study (§3.4, §4.4) on
+//!   the GPU model's partitions;
 //! - [`bench_sim`]: what the GPU model itself costs to run, per simulated
 //!   second, as clients grow;
 //! - [`cuda_models`]: `sluice check|profile --device cuda` (the models' real
@@ -26,6 +28,7 @@
 //! (`sluice-service`) is below it.
 
 pub mod bench_hol;
+pub mod bench_interference;
 pub mod bench_ipc;
 pub mod bench_padding;
 pub mod bench_paella;

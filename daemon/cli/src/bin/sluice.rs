@@ -361,6 +361,35 @@ enum Bench {
     /// load) beside N closed-loop best-effort clients (the DISB models in
     /// turn), wall-clock seconds on this machine per simulated second, per
     /// device profile, policy and N. Compare rows of one run only.
+    /// gpulet's interference study (§3.4, §4.4) on the GPU model: pairs of
+    /// models side by side in two partitions of one simulated GPU (pairs of
+    /// inception, resnet50, mobilenet, vgg19, resnet18 × batches × splits),
+    /// each one's latency against alone in its partition; the slowdown
+    /// distribution (beside gpulet Fig. 7), gpulet's linear model fitted to
+    /// it and its error (beside Fig. 10), and the gpulet authors' own
+    /// coefficients on their measured utilisations for the same pairs.
+    Interference {
+        /// Device profile.
+        #[arg(long, default_value = "mi50")]
+        device: String,
+        /// Batch sizes (both models; default 2,4,8,16,32).
+        #[arg(long, value_delimiter = ',')]
+        batches: Vec<u32>,
+        /// Percent of the CUs for the first model of a pair (default
+        /// 20,40,50,60,80).
+        #[arg(long, value_delimiter = ',')]
+        splits: Vec<u32>,
+        /// Requests each model completes at least while co-running.
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1000))]
+        requests: u32,
+        /// The gpulet authors' data (the folder with 2080ti/ and 3080/);
+        /// default ../shared/data/gpulet if it exists.
+        #[arg(long, value_name = "DIR")]
+        gpulet_data: Option<PathBuf>,
+        /// Print one JSON object instead of a summary.
+        #[arg(long)]
+        json: bool,
+    },
     Sim {
         /// Device profiles (default mi50,gv100).
         #[arg(long = "device", value_delimiter = ',')]
@@ -731,6 +760,55 @@ fn main() -> ExitCode {
             } else {
                 print!("{}", bench_hol::table(&r));
                 ExitCode::SUCCESS
+            }
+        }
+        Cmd::Bench {
+            which:
+                Bench::Interference {
+                    device,
+                    batches,
+                    splits,
+                    requests,
+                    gpulet_data,
+                    json,
+                },
+        } => {
+            use sluice_cli::bench_interference as bi;
+            let d = bi::InterferenceOptions::default();
+            let gpulet_data = gpulet_data.or_else(|| {
+                let p = PathBuf::from("../shared/data/gpulet");
+                p.is_dir().then_some(p)
+            });
+            if gpulet_data.is_none() {
+                eprintln!(
+                    "sluice bench interference: no gpulet data (--gpulet-data DIR); \
+                     its coefficients are left out"
+                );
+            }
+            let opts = bi::InterferenceOptions {
+                device,
+                batches: if batches.is_empty() {
+                    d.batches
+                } else {
+                    batches
+                },
+                splits: if splits.is_empty() { d.splits } else { splits },
+                requests,
+                gpulet_data,
+            };
+            let r = bi::run(&opts, |done, total| {
+                eprint!("\rsluice bench interference: {done}/{total} cases");
+                if done == total {
+                    eprintln!();
+                }
+            });
+            match r {
+                Ok(r) if json => print_json(&r),
+                Ok(r) => {
+                    print!("{}", bi::table(&r));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(e),
             }
         }
         Cmd::Bench {
