@@ -1171,16 +1171,8 @@ impl GpuSim {
                         // check against what is left.
                         self.refresh_dirty_max();
                     }
-                    let k = &mut self.kernels[id as usize];
-                    if placed > 0 && !k.started {
-                        k.started = true;
-                        let kref = k.kref();
-                        self.streams[s].active = Some(id);
-                        self.out.push_back(Event::KernelStarted {
-                            t: self.now,
-                            stream: StreamId(s as u32),
-                            kernel: kref,
-                        });
+                    if placed > 0 {
+                        self.mark_started(id);
                     }
                     if self.kernels[id as usize].blocks_left == 0 {
                         self.pop_head(h);
@@ -1209,6 +1201,23 @@ impl GpuSim {
         }
         self.dirty.clear();
         self.wake = false;
+    }
+
+    /// Kernel `id` has placed blocks: on its first, it becomes its stream's
+    /// active kernel and [`Event::KernelStarted`] goes out.
+    fn mark_started(&mut self, id: u32) {
+        let k = &mut self.kernels[id as usize];
+        if k.started {
+            return;
+        }
+        k.started = true;
+        let (kref, s) = (k.kref(), k.stream);
+        self.streams[s as usize].active = Some(id);
+        self.out.push_back(Event::KernelStarted {
+            t: self.now,
+            stream: StreamId(s),
+            kernel: kref,
+        });
     }
 
     /// Sets [`Self::dirty_max`] from the CUs in `dirty` as they are now.
@@ -1250,17 +1259,8 @@ impl GpuSim {
             }
             return true;
         }
-        let placed = self.place(id);
-        let k = &mut self.kernels[id as usize];
-        if placed > 0 && !k.started {
-            k.started = true;
-            let kref = k.kref();
-            self.streams[s].active = Some(id);
-            self.out.push_back(Event::KernelStarted {
-                t: self.now,
-                stream: StreamId(s as u32),
-                kernel: kref,
-            });
+        if self.place(id) > 0 {
+            self.mark_started(id);
         }
         if self.kernels[id as usize].blocks_left == 0 {
             self.fused[i].kernel = u32::MAX;
