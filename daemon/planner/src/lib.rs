@@ -19,7 +19,8 @@
 //! every rule, including those the paper leaves open.
 //!
 //! A library only: no daemon, no GPU model. Tables come from `sluice
-//! profile` (not built yet) or from measurement.
+//! profile --device <profile>` on the GPU model (whose batch axis does not
+//! yet pass its check, `docs/planners.md`) or from measurement.
 
 mod batching;
 mod check;
