@@ -21,7 +21,7 @@
 //! so no client of a class can queue more than that in front of another.
 //!
 //! The per-request path is kept short, for every model:
-//! - clients live in a [`SlotTable`]; a client's slot goes with its jobs
+//! - clients live in a slot table (`crate::slots`); a client's slot goes with its jobs
 //!   through [`FairShare`] (whose lanes are indexed by it) and names its
 //!   eventfd's epoll registration, so no look-up hashes;
 //! - the counters ([`Counters`], [`ClientStats`]) have one writer, this

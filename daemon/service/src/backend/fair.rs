@@ -27,7 +27,7 @@
 //! up. A client's own ids are not trusted to be unique.
 //!
 //! The caller names each client by a small *slot* number it keeps while the
-//! client lives (the dispatcher's client table, [`crate::slots`]); lanes are
+//! client lives (the dispatcher's client table, `crate::slots`); lanes are
 //! a vector indexed by it and every completion comes back with it
 //! ([`Done`]), so neither side hashes a client id per request.
 //!
