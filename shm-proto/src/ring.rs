@@ -331,6 +331,15 @@ impl<T: Record, O> Producer<T, O> {
         Ok(self.tail.wrapping_sub(self.head_cache))
     }
 
+    /// [`Producer::len`] from the consumer's head as last read (by `len` or
+    /// by a push that found the ring full), reading no shared memory: at
+    /// least the true count, never less, since the head only grows. Room
+    /// computed from it is therefore never more than there is.
+    #[inline]
+    pub fn len_cached(&self) -> u32 {
+        self.tail.wrapping_sub(self.head_cache)
+    }
+
     /// Whether no published entry is waiting for the consumer.
     pub fn is_empty(&mut self) -> Result<bool, RingError> {
         Ok(self.len()? == 0)
@@ -608,6 +617,34 @@ mod tests {
             assert_eq!(c.pop().unwrap().unwrap().request_id, i);
         }
         assert_eq!(c.pop().unwrap(), None);
+    }
+
+    #[test]
+    fn cached_len_never_undercounts() {
+        let ring = HeapRing::<Request>::new(8);
+        // SAFETY: `ring` outlives both ends.
+        let (mut p, mut c) = unsafe { ring.split() };
+        c.set_publish_batch(1);
+        for i in 0..3 {
+            p.push(req(i)).unwrap();
+        }
+        assert_eq!(p.len_cached(), 3);
+        c.pop().unwrap().unwrap();
+        c.pop().unwrap().unwrap();
+        // The consumer published its head; the cached count has not seen it.
+        assert_eq!(p.len_cached(), 3);
+        assert_eq!(p.len().unwrap(), 1);
+        assert_eq!(p.len_cached(), 1);
+        // Fill the ring: the push that finds it full by the cached head
+        // reloads the head, and the cached count follows.
+        for i in 3..10 {
+            p.push(req(i)).unwrap();
+        }
+        assert_eq!(p.len_cached(), 8);
+        c.pop().unwrap().unwrap();
+        p.push(req(10)).unwrap();
+        assert_eq!(p.len_cached(), 8);
+        assert_eq!(p.len().unwrap(), 8);
     }
 
     #[test]

@@ -20,12 +20,29 @@
 //! and the rest are handed on round robin between clients as those finish,
 //! so no client of a class can queue more than that in front of another.
 //!
+//! The per-request path is kept short, for every model:
+//! - clients live in a slot table (`crate::slots`); a client's slot goes with its jobs
+//!   through [`FairShare`] (whose lanes are indexed by it) and names its
+//!   eventfd's epoll registration, so no look-up hashes;
+//! - the counters ([`Counters`], [`ClientStats`]) have one writer, this
+//!   thread, so each update is a plain load and store, not a locked
+//!   read-modify-write; they are exact whenever read;
+//! - the clock is read once per request taken (its `received_ns`); the
+//!   device is polled at the time of the last request taken in the pass
+//!   when there was one, and a device with nothing queued and no next
+//!   event is not polled at all until a request reaches it; an idle pass
+//!   reads the clock only every [`IDLE_CLOCK_EVERY`] passes;
+//! - completion credit is reckoned from the completion ring's head as last
+//!   read, which never over-states the room; the shared head, a line the
+//!   client writes once per round trip, is reread only when that reckoning
+//!   allows nothing and before every park (so a corrupt head is found
+//!   then, not on the next pass).
+//!
 //! Everything a client wrote is hostile: each request is copied out of the
 //! ring by value, every field is checked, and a bad one is answered with an
 //! error completion. A client whose ring indices or header magic are
 //! corrupt is dropped (its region closed, its socket shut down).
 
-use std::collections::HashMap;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
@@ -38,13 +55,26 @@ use shm_proto::region::DaemonRings;
 use shm_proto::ring::{Consumer, Producer, PushError};
 use shm_proto::{Completion, Priority, Request, status};
 
-use crate::backend::fair::FairShare;
+use crate::backend::fair::{Done, FairShare};
 use crate::config::ClientsConfig;
 use crate::region::Region;
-use sluice_backend::{Backend, Finished, Job};
+use crate::slots::SlotTable;
+use sluice_backend::{Backend, Job};
 use sluice_model::ModelRegistry;
 
-/// Per-client counters, shared with the status reporter.
+/// Adds one to a counter that only the dispatcher thread writes: a relaxed
+/// load and store (plain moves), not a locked read-modify-write. Readers
+/// see every value in order, as with `fetch_add`.
+#[inline(always)]
+fn bump(counter: &AtomicU64) {
+    counter.store(
+        counter.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
+}
+
+/// Per-client counters, shared with the status reporter. Written by the
+/// dispatcher thread only.
 #[derive(Debug, Default)]
 pub struct ClientStats {
     /// Requests taken off the ring.
@@ -93,20 +123,24 @@ struct Active {
     wake: OwnedFd,
     sock: UnixStream,
     stats: Arc<ClientStats>,
+    /// Its requests on the device (published to `stats.on_device`).
+    on_device: u32,
 }
 
 impl Active {
-    /// This client's requests on the device. The dispatcher is the only
-    /// writer of the counter, so a relaxed load is exact here.
-    fn on_device(&self) -> u32 {
-        self.stats.on_device.load(Ordering::Relaxed)
+    /// Sets the client's count of requests on the device.
+    #[inline(always)]
+    fn set_on_device(&mut self, n: u32) {
+        self.on_device = n;
+        self.stats.on_device.store(n, Ordering::Relaxed);
     }
 
     /// Requests we may take from the ring now: room for their completions
     /// (completion credit) and within `max_in_flight`, and which of the two
-    /// binds. `unread` is the completions the client has not read.
+    /// binds. `unread` is the completions the client has not read (or more:
+    /// [`Producer::len_cached`]).
     fn credit(&self, unread: u32, max_in_flight: u32) -> (u32, Limit) {
-        let on_device = self.on_device();
+        let on_device = self.on_device;
         let room = self.cq.capacity().saturating_sub(unread + on_device);
         let allowed = max_in_flight.saturating_sub(on_device);
         if allowed < room {
@@ -128,6 +162,9 @@ enum Limit {
 
 const CONTROL_TOKEN: u64 = u64::MAX;
 const TIMER_TOKEN: u64 = u64::MAX - 1;
+/// An idle pass (no request, device idle) reads the clock, to know when
+/// `idle_spin_us` is up, once in this many passes.
+pub const IDLE_CLOCK_EVERY: u32 = 16;
 /// Longest sleep, so the heartbeat (watched by the systemd watchdog) moves.
 const MAX_PARK_NS: u64 = 250_000_000;
 /// Longest sleep while a client has requests waiting but no completion
@@ -160,7 +197,8 @@ pub fn validate(
     Ok(priority)
 }
 
-/// Daemon-wide counters.
+/// Daemon-wide counters. Every one but `refused` (the control plane's) is
+/// written by the dispatcher thread only.
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Requests taken off rings.
@@ -169,7 +207,7 @@ pub struct Counters {
     pub completed: AtomicU64,
     /// Error completions.
     pub errors: AtomicU64,
-    /// Sessions refused at the handshake.
+    /// Sessions refused at the handshake (written by the control plane).
     pub refused: AtomicU64,
     /// Clients dropped for corrupting their region.
     pub dropped_clients: AtomicU64,
@@ -190,7 +228,8 @@ pub trait Host: Send + Sync {
     fn idle_spin_us(&self) -> u32;
     /// The daemon's counters.
     fn counters(&self) -> &Counters;
-    /// Incremented by every dispatcher loop (the watchdog reads it).
+    /// Incremented by every dispatcher loop (the watchdog reads it); the
+    /// dispatcher is its only writer.
     fn heartbeat(&self) -> &AtomicU64;
     /// Jobs on the device, as last seen by the dispatcher.
     fn device_queued(&self) -> &AtomicU64;
@@ -205,19 +244,27 @@ pub trait Host: Send + Sync {
 /// on every request are plain field accesses, not calls through a vtable.
 pub(crate) struct Dispatcher<H: Host> {
     shared: Arc<H>,
-    device: Box<dyn Backend>,
+    device: FairShare,
     rx: Receiver<Command>,
     control: Arc<OwnedFd>,
     epoll: OwnedFd,
     /// Armed at the device's next event: `epoll_wait`'s own timeout has
     /// only millisecond resolution, a timerfd has the hrtimer's.
     timer: OwnedFd,
-    clients: Vec<Active>,
-    index: HashMap<u32, usize>,
-    done: Vec<Finished>,
+    /// By slot; the slot is also the epoll token of the client's eventfd.
+    clients: SlotTable<Active>,
+    done: Vec<Done>,
     rr: usize,
     /// `clients.max_in_flight_per_client` (`u32::MAX` when unset).
     max_in_flight: u32,
+    /// The device had nothing queued and no next event when last polled,
+    /// and nothing was submitted or cancelled since: polling it would do
+    /// nothing.
+    device_idle: bool,
+    /// `device_queued` as last published.
+    queued_published: u64,
+    /// Dispatcher passes (published to the heartbeat).
+    beats: u64,
 }
 
 impl<H: Host> Dispatcher<H> {
@@ -246,8 +293,7 @@ impl<H: Host> Dispatcher<H> {
         )?;
         let limits = shared.clients_config();
         let max_in_flight = limits.max_in_flight_per_client.unwrap_or(u32::MAX);
-        let device: Box<dyn Backend> =
-            Box::new(FairShare::new(device, limits.on_device_per_client));
+        let device = FairShare::new(device, limits.on_device_per_client);
         Ok(Self {
             shared,
             device,
@@ -255,11 +301,13 @@ impl<H: Host> Dispatcher<H> {
             control,
             epoll: ep,
             timer,
-            clients: Vec::new(),
-            index: HashMap::new(),
+            clients: SlotTable::default(),
             done: Vec::with_capacity(256),
             rr: 0,
             max_in_flight,
+            device_idle: false,
+            queued_published: u64::MAX,
+            beats: 0,
         })
     }
 
@@ -267,26 +315,41 @@ impl<H: Host> Dispatcher<H> {
     pub(crate) fn run(mut self) {
         let idle_spin_ns = u64::from(self.shared.idle_spin_us()) * 1000;
         let mut last_work = now_ns();
+        let mut idle_passes: u32 = 0;
         // Built here: epoll events hold a pointer-sized union, not `Send`.
         let mut events: Vec<epoll::Event> = Vec::with_capacity(64);
         loop {
-            self.shared.heartbeat().fetch_add(1, Ordering::Relaxed);
+            self.beats = self.beats.wrapping_add(1);
+            self.shared.heartbeat().store(self.beats, Ordering::Relaxed);
             if !self.apply_commands() {
                 break;
             }
-            let mut work = self.poll_clients();
-            work |= self.poll_device();
-            let now = now_ns();
-            if work {
-                last_work = now;
+            // The clock as read for the last request taken, if any: the
+            // device is polled at that time, not at a second reading.
+            let mut now = self.poll_clients();
+            let mut work = now.is_some();
+            if !self.device_idle {
+                let t = *now.get_or_insert_with(now_ns);
+                work |= self.poll_device(t);
+            }
+            if let (true, Some(t)) = (work, now) {
+                last_work = t;
+                idle_passes = 0;
                 continue;
             }
+            idle_passes = idle_passes.wrapping_add(1);
+            if idle_spin_ns > 0 && now.is_none() && idle_passes % IDLE_CLOCK_EVERY != 0 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let now = now.unwrap_or_else(now_ns);
             if now.saturating_sub(last_work) < idle_spin_ns {
                 std::hint::spin_loop();
                 continue;
             }
             self.park(&mut events);
             last_work = now_ns();
+            idle_passes = 0;
         }
         self.shutdown_all();
     }
@@ -305,22 +368,8 @@ impl<H: Host> Dispatcher<H> {
     fn add(&mut self, c: NewClient) {
         let region = c.rings.mapping().clone();
         let DaemonRings { sq, cq } = c.rings;
-        if let Err(e) = epoll::add(
-            &self.epoll,
-            c.wake.as_fd(),
-            epoll::EventData::new_u64(u64::from(c.id)),
-            epoll::EventFlags::IN,
-        ) {
-            tracing::error!(
-                client = c.id,
-                "cannot watch the client's eventfd: {e}; dropping it"
-            );
-            region.close();
-            let _ = c.sock.shutdown(std::net::Shutdown::Both);
-            return;
-        }
-        self.index.insert(c.id, self.clients.len());
-        self.clients.push(Active {
+        let on_device = c.stats.on_device.load(Ordering::Relaxed);
+        let slot = self.clients.insert(Active {
             sq,
             cq,
             id: c.id,
@@ -328,18 +377,48 @@ impl<H: Host> Dispatcher<H> {
             wake: c.wake,
             sock: c.sock,
             stats: c.stats,
+            on_device,
         });
-    }
-
-    fn remove(&mut self, id: u32, why: &str) {
-        let Some(pos) = self.index.remove(&id) else {
+        let Some(a) = self.clients.get(slot) else {
             return;
         };
-        let gone = self.clients.swap_remove(pos);
-        if let Some(moved) = self.clients.get(pos) {
-            self.index.insert(moved.id, pos);
+        if let Err(e) = epoll::add(
+            &self.epoll,
+            a.wake.as_fd(),
+            epoll::EventData::new_u64(u64::from(slot)),
+            epoll::EventFlags::IN,
+        ) {
+            tracing::error!(
+                client = c.id,
+                "cannot watch the client's eventfd: {e}; dropping it"
+            );
+            if let Some(a) = self.clients.remove(slot) {
+                a.region.close();
+                let _ = a.sock.shutdown(std::net::Shutdown::Both);
+            }
         }
-        let dropped = self.device.cancel_client(id);
+    }
+
+    /// Drops client `id` (a control command: scans the table).
+    fn remove(&mut self, id: u32, why: &str) {
+        let slot = self
+            .clients
+            .iter()
+            .find(|(_, c)| c.id == id)
+            .map(|(s, _)| s);
+        if let Some(slot) = slot {
+            self.remove_slot(slot, why);
+        }
+    }
+
+    fn remove_slot(&mut self, slot: u32, why: &str) {
+        let Some(gone) = self.clients.remove(slot) else {
+            return;
+        };
+        let id = gone.id;
+        let dropped = self.device.cancel(slot, id);
+        // A device may keep cancelled work running (CUDA): poll it again.
+        self.device_idle = false;
         let _ = epoll::delete(&self.epoll, gone.wake.as_fd());
         gone.region.close();
         let _ = gone.sock.shutdown(std::net::Shutdown::Both);
@@ -347,63 +426,78 @@ impl<H: Host> Dispatcher<H> {
         tracing::info!(client = id, dropped, "{why}; region reclaimed");
     }
 
-    /// Takes what every client has submitted. Returns whether anything was.
-    fn poll_clients(&mut self) -> bool {
+    /// Takes what every client has submitted. Returns the clock as read
+    /// for the last request taken, or `None` when none was.
+    fn poll_clients(&mut self) -> Option<u64> {
         let n = self.clients.len();
         if n == 0 {
-            return false;
+            return None;
         }
-        let mut work = false;
+        let mut taken = None;
         let mut bad: Vec<(u32, &'static str)> = Vec::new();
-        self.rr = (self.rr + 1) % n;
+        self.rr += 1;
+        if self.rr >= n {
+            self.rr = 0;
+        }
         for k in 0..n {
-            let i = (self.rr + k) % n;
+            let mut i = self.rr + k;
+            if i >= n {
+                i -= n;
+            }
             match self.poll_one(i) {
-                Ok(w) => work |= w,
-                Err(why) => bad.push((self.clients[i].id, why)),
+                Ok(Some(t)) => taken = Some(t),
+                Ok(None) => {}
+                Err((slot, why)) => bad.push((slot, why)),
             }
         }
-        for (id, why) in bad {
-            self.shared
-                .counters()
-                .dropped_clients
-                .fetch_add(1, Ordering::Relaxed);
-            self.remove(id, why);
+        for (slot, why) in bad {
+            bump(&self.shared.counters().dropped_clients);
+            self.remove_slot(slot, why);
         }
-        work
+        taken
     }
 
-    fn poll_one(&mut self, i: usize) -> Result<bool, &'static str> {
+    /// Takes what the client at dense position `i` has submitted, within
+    /// its credit. Returns the clock as read for the last request taken.
+    fn poll_one(&mut self, i: usize) -> Result<Option<u64>, (u32, &'static str)> {
         let registry = self.shared.registry();
+        let counters = self.shared.counters();
         let max_in_flight = self.max_in_flight;
-        let c = &mut self.clients[i];
+        let Some((slot, c)) = self.clients.nth_mut(i) else {
+            return Ok(None);
+        };
         if !c.region.magic_intact() {
-            return Err("client corrupted its region header (magic)");
+            return Err((slot, "client corrupted its region header (magic)"));
         }
-        let unread =
-            c.cq.len()
-                .map_err(|_| "client corrupted its completion ring head")?;
-        let (mut credit, _) = c.credit(unread, max_in_flight);
-        let mut work = false;
+        // Credit from the completion ring's head as last read (never more
+        // than the truth); reread the shared head only when that allows
+        // nothing.
+        let (mut credit, _) = c.credit(c.cq.len_cached(), max_in_flight);
+        if credit == 0 {
+            let unread =
+                c.cq.len()
+                    .map_err(|_| (slot, "client corrupted its completion ring head"))?;
+            credit = c.credit(unread, max_in_flight).0;
+        }
+        let mut taken = None;
         let mut woke = false;
         while credit > 0 {
             let req = match c.sq.pop() {
                 Ok(Some(r)) => r,
                 Ok(None) => break,
-                Err(_) => return Err("client corrupted its submission ring indices"),
+                Err(_) => return Err((slot, "client corrupted its submission ring indices")),
             };
-            work = true;
             credit -= 1;
             let now = now_ns();
-            c.stats.submitted.fetch_add(1, Ordering::Relaxed);
-            self.shared
-                .counters()
-                .submitted
-                .fetch_add(1, Ordering::Relaxed);
+            taken = Some(now);
+            bump(&c.stats.submitted);
+            bump(&counters.submitted);
             match validate(&req, registry, c.region.geometry()) {
                 Ok(priority) => {
-                    c.stats.on_device.fetch_add(1, Ordering::Relaxed);
+                    c.set_on_device(c.on_device + 1);
+                    self.device_idle = false;
                     self.device.submit(
+                        slot,
                         Job {
                             client: c.id,
                             request_id: req.request_id,
@@ -429,20 +523,18 @@ impl<H: Host> Dispatcher<H> {
                         finished_ns: now,
                         ..Completion::default()
                     };
-                    c.stats.errors.fetch_add(1, Ordering::Relaxed);
-                    self.shared
-                        .counters()
-                        .errors
-                        .fetch_add(1, Ordering::Relaxed);
+                    bump(&c.stats.errors);
+                    bump(&counters.errors);
                     match c.cq.push(completion) {
                         Ok(()) => woke = true,
                         Err(PushError::Full) => {
-                            return Err(
+                            return Err((
+                                slot,
                                 "completion ring full despite credit (client corrupted it)",
-                            );
+                            ));
                         }
                         Err(PushError::Corrupt(_)) => {
-                            return Err("client corrupted its completion ring head");
+                            return Err((slot, "client corrupted its completion ring head"));
                         }
                     }
                 }
@@ -451,34 +543,32 @@ impl<H: Host> Dispatcher<H> {
         if woke && c.cq.needs_wake() {
             shm_proto::futex::wake_all(c.cq.wake_word());
         }
-        Ok(work)
+        Ok(taken)
     }
 
-    /// Posts the device's finished jobs. Returns whether there were any.
-    fn poll_device(&mut self) -> bool {
-        self.device.poll(now_ns(), &mut self.done);
-        self.shared
-            .device_queued()
-            .store(self.device.queued() as u64, Ordering::Relaxed);
-        if self.done.is_empty() {
-            return false;
-        }
-        let mut done = std::mem::take(&mut self.done);
+    /// Polls the device at `now` and posts its finished jobs. Returns
+    /// whether there were any.
+    fn poll_device(&mut self, now: u64) -> bool {
+        self.device.poll(now, &mut self.done);
+        let work = !self.done.is_empty();
         let mut bad = Vec::new();
-        for f in done.drain(..) {
-            let Some(&i) = self.index.get(&f.client) else {
+        let counters = self.shared.counters();
+        for d in self.done.drain(..) {
+            let f = d.finished;
+            // The id check is a guard: a slot's jobs are cancelled before
+            // the slot is given to another client.
+            let Some(c) = self.clients.get_mut(d.slot).filter(|c| c.id == f.client) else {
                 continue;
             };
-            let c = &mut self.clients[i];
-            c.stats.on_device.fetch_sub(1, Ordering::Relaxed);
+            c.set_on_device(c.on_device.saturating_sub(1));
             let ok = f.status == status::OK;
             let (mine, all) = if ok {
-                (&c.stats.completed, &self.shared.counters().completed)
+                (&c.stats.completed, &counters.completed)
             } else {
-                (&c.stats.errors, &self.shared.counters().errors)
+                (&c.stats.errors, &counters.errors)
             };
-            mine.fetch_add(1, Ordering::Relaxed);
-            all.fetch_add(1, Ordering::Relaxed);
+            bump(mine);
+            bump(all);
             let completion = Completion {
                 request_id: f.request_id,
                 status: f.status,
@@ -492,21 +582,25 @@ impl<H: Host> Dispatcher<H> {
                 Ok(()) => {
                     if c.cq.needs_wake() {
                         shm_proto::futex::wake_all(c.cq.wake_word());
-                        self.shared.counters().wakes.fetch_add(1, Ordering::Relaxed);
+                        bump(&counters.wakes);
                     }
                 }
-                Err(_) => bad.push(c.id),
+                Err(_) => bad.push(d.slot),
             }
         }
-        self.done = done;
-        for id in bad {
+        let queued = self.device.queued();
+        self.device_idle = queued == 0 && self.device.next_event_ns().is_none();
+        if queued as u64 != self.queued_published {
+            self.queued_published = queued as u64;
             self.shared
-                .counters()
-                .dropped_clients
-                .fetch_add(1, Ordering::Relaxed);
-            self.remove(id, "client corrupted its completion ring");
+                .device_queued()
+                .store(self.queued_published, Ordering::Relaxed);
         }
-        true
+        for slot in bad {
+            bump(&self.shared.counters().dropped_clients);
+            self.remove_slot(slot, "client corrupted its completion ring");
+        }
+        work
     }
 
     /// Sleeps until a client rings, a command arrives, or the device's next
@@ -515,9 +609,16 @@ impl<H: Host> Dispatcher<H> {
         let mut bad = Vec::new();
         let mut ready = false;
         let mut credit_blocked = false;
-        for c in &mut self.clients {
+        for (slot, c) in self.clients.iter_mut() {
             match c.sq.prepare_park() {
-                Ok(Some(_)) => {}
+                // The request path reckons credit from the completion
+                // ring's head as last read; check the shared one here, so a
+                // client that corrupted it is dropped by the next park.
+                Ok(Some(_)) => {
+                    if c.cq.len().is_err() {
+                        bad.push(slot);
+                    }
+                }
                 Ok(None) => {
                     // Entries are waiting; we can take them only with
                     // completion credit. A client that sits on its
@@ -533,22 +634,19 @@ impl<H: Host> Dispatcher<H> {
                         Ok((credit, _)) if credit > 0 => ready = true,
                         Ok((_, Limit::Completions)) => credit_blocked = true,
                         Ok((_, Limit::InFlight)) => {}
-                        Err(_) => bad.push(c.id),
+                        Err(_) => bad.push(slot),
                     }
                 }
-                Err(_) => bad.push(c.id),
+                Err(_) => bad.push(slot),
             }
         }
         if !bad.is_empty() || ready {
-            for c in &self.clients {
+            for (_, c) in self.clients.iter() {
                 c.sq.unpark();
             }
-            for id in bad {
-                self.shared
-                    .counters()
-                    .dropped_clients
-                    .fetch_add(1, Ordering::Relaxed);
-                self.remove(id, "client corrupted its rings");
+            for slot in bad {
+                bump(&self.shared.counters().dropped_clients);
+                self.remove_slot(slot, "client corrupted its rings");
             }
             return;
         }
@@ -563,7 +661,7 @@ impl<H: Host> Dispatcher<H> {
             }));
         let wait_ns = until.saturating_sub(now);
         if wait_ns > 0 {
-            self.shared.counters().parks.fetch_add(1, Ordering::Relaxed);
+            bump(&self.shared.counters().parks);
             // Wake at `until` to the nanosecond: an absolute timerfd.
             let spec = rustix::time::Itimerspec {
                 it_interval: rustix::time::Timespec {
@@ -599,9 +697,10 @@ impl<H: Host> Dispatcher<H> {
                 } else if token == TIMER_TOKEN {
                     Some(self.timer.as_fd())
                 } else {
-                    self.index
-                        .get(&(token as u32))
-                        .map(|&i| self.clients[i].wake.as_fd())
+                    u32::try_from(token)
+                        .ok()
+                        .and_then(|slot| self.clients.get(slot))
+                        .map(|c| c.wake.as_fd())
                 };
                 if let Some(fd) = fd {
                     // Drain the eventfd counter (non-blocking fd).
@@ -609,15 +708,15 @@ impl<H: Host> Dispatcher<H> {
                 }
             }
         }
-        for c in &self.clients {
+        for (_, c) in self.clients.iter() {
             c.sq.unpark();
         }
     }
 
     fn shutdown_all(&mut self) {
-        let ids: Vec<u32> = self.clients.iter().map(|c| c.id).collect();
-        for id in ids {
-            self.remove(id, "daemon shutting down");
+        let slots: Vec<u32> = self.clients.iter().map(|(s, _)| s).collect();
+        for slot in slots {
+            self.remove_slot(slot, "daemon shutting down");
         }
     }
 }

@@ -12,7 +12,8 @@
 //!   `sluice-cuda`).
 //! - [`sys`]: CPU pinning, `SCHED_FIFO`, `mlockall`, systemd notification.
 //! - [`region`]: a client's sealed shared-memory region, daemon side.
-//! - [`dispatch`]: the dispatcher thread (rings → backend → completions).
+//! - [`dispatch`]: the dispatcher thread (rings → backend → completions);
+//!   its clients live in a slot table (`slots`).
 //! - [`server`]: the control socket and the [`Daemon`] handle.
 //! - [`kill_capability`]: which kill mechanism the patched drivers offer.
 pub mod backend;
@@ -21,6 +22,7 @@ pub mod dispatch;
 pub mod kill_capability;
 pub mod region;
 pub mod server;
+mod slots;
 pub mod startup;
 pub mod sys;
 

@@ -26,12 +26,17 @@
 //! which maps back to the client's id, the class and the client on the way
 //! up. A client's own ids are not trusted to be unique.
 //!
+//! The caller names each client by a small *slot* number it keeps while the
+//! client lives (the dispatcher's client table, `crate::slots`); lanes are
+//! a vector indexed by it and every completion comes back with it
+//! ([`Done`]), so neither side hashes a client id per request.
+//!
 //! Cost: the device sees only `share` requests of a client per class, so a
 //! single client cannot overlap more than `share` of its own requests of one
 //! class on a device that runs several at once (the GPU-model policies).
 //! Raise `on_device_per_client` to trade isolation for that overlap.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use shm_proto::Priority;
 use sluice_backend::{Backend, Finished, Job};
@@ -58,17 +63,34 @@ struct Lane {
 /// What a renamed job was.
 #[derive(Debug, Clone, Copy)]
 struct Ticket {
+    slot: u32,
     client: u32,
     request_id: u64,
     class: usize,
 }
 
-/// A [`Backend`] that hands the wrapped one at most `share` requests of
-/// each client per priority class; see the module docs.
+/// A finished job, its request id the client's again, and the slot its
+/// client was submitted under.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Done {
+    /// The caller's slot for the client ([`FairShare::submit`]).
+    pub slot: u32,
+    /// The wrapped device's completion.
+    pub finished: Finished,
+}
+
+/// The wrapped device behind per-client lanes: it holds at most `share`
+/// requests of each client per priority class; see the module docs.
+///
+/// Clients are named by a *slot*, a small number the caller chooses and
+/// keeps while the client lives (the dispatcher's client table): lanes are
+/// indexed by it, so nothing on the request path hashes. The caller must
+/// [`FairShare::cancel`] a slot's client before giving the slot to another.
 pub struct FairShare {
     inner: Box<dyn Backend>,
     share: u32,
-    lanes: HashMap<u32, [Lane; CLASSES]>,
+    /// By slot.
+    lanes: Vec<[Lane; CLASSES]>,
     /// Jobs on the wrapped device, by the request id it sees (the index).
     tickets: Vec<Option<Ticket>>,
     /// Free indices of `tickets`.
@@ -97,7 +119,7 @@ impl FairShare {
         Self {
             inner,
             share: share.max(1),
-            lanes: HashMap::new(),
+            lanes: Vec::new(),
             tickets: Vec::new(),
             free_tickets: Vec::new(),
             held: 0,
@@ -115,9 +137,15 @@ impl FairShare {
         self.held
     }
 
+    /// The wrapped device's name.
+    pub fn name(&self) -> &str {
+        self.inner.name()
+    }
+
     /// Renames `job` and hands it to the wrapped device.
-    fn hand_on(&mut self, mut job: Job, class: usize, now_ns: u64) {
+    fn hand_on(&mut self, slot: u32, mut job: Job, class: usize, now_ns: u64) {
         let t = Some(Ticket {
+            slot,
             client: job.client,
             request_id: job.request_id,
             class,
@@ -135,35 +163,39 @@ impl FairShare {
         job.request_id = ticket;
         self.inner.submit(job, now_ns);
     }
-}
 
-impl Backend for FairShare {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-
-    fn submit(&mut self, job: Job, now_ns: u64) {
+    /// Queues `job` of the client in `slot`. `now_ns` is the current
+    /// `CLOCK_MONOTONIC` time.
+    pub fn submit(&mut self, slot: u32, job: Job, now_ns: u64) {
         let c = class(job.priority);
-        let lane = &mut self.lanes.entry(job.client).or_default()[c];
+        let s = slot as usize;
+        if s >= self.lanes.len() {
+            self.lanes.resize_with(s + 1, Default::default);
+        }
+        let lane = &mut self.lanes[s][c];
         if lane.on_device < self.share && lane.waiting.is_empty() {
             lane.on_device += 1;
-            self.hand_on(job, c, now_ns);
+            self.hand_on(slot, job, c, now_ns);
         } else {
             lane.waiting.push_back(job);
             self.held += 1;
         }
     }
 
-    fn poll(&mut self, now_ns: u64, done: &mut Vec<Finished>) {
+    /// Advances the device to `now_ns` and appends every job finished by
+    /// then to `done`, handing on the next job of each lane that frees.
+    pub fn poll(&mut self, now_ns: u64, done: &mut Vec<Done>) {
         // Jobs handed on here can finish at once (a zero-time model, a
-        // missed deadline), so poll again until the device has nothing new.
-        // Each pass either finishes a job or stops, so this ends.
+        // missed deadline), so poll again while this pass handed one on.
+        // Each pass finishes a job or stops, so this ends; a pass that
+        // handed nothing on leaves the device as its poll found it.
         loop {
             self.scratch.clear();
             self.inner.poll(now_ns, &mut self.scratch);
             if self.scratch.is_empty() {
                 return;
             }
+            let mut handed_on = false;
             let mut finished = std::mem::take(&mut self.scratch);
             for mut f in finished.drain(..) {
                 let slot = usize::try_from(f.request_id)
@@ -180,8 +212,11 @@ impl Backend for FairShare {
                 };
                 self.free_tickets.push(f.request_id);
                 f.request_id = t.request_id;
-                done.push(f);
-                let Some(lanes) = self.lanes.get_mut(&t.client) else {
+                done.push(Done {
+                    slot: t.slot,
+                    finished: f,
+                });
+                let Some(lanes) = self.lanes.get_mut(t.slot as usize) else {
                     continue;
                 };
                 let lane = &mut lanes[t.class];
@@ -189,28 +224,39 @@ impl Backend for FairShare {
                 if let Some(next) = lane.waiting.pop_front() {
                     lane.on_device += 1;
                     self.held -= 1;
-                    self.hand_on(next, t.class, now_ns);
+                    self.hand_on(t.slot, next, t.class, now_ns);
+                    handed_on = true;
                 }
             }
             self.scratch = finished;
+            if !handed_on {
+                return;
+            }
         }
     }
 
-    fn next_event_ns(&self) -> Option<u64> {
+    /// The `CLOCK_MONOTONIC` time of the next completion, or `None` when
+    /// idle.
+    pub fn next_event_ns(&self) -> Option<u64> {
         // A job waits here only while its client's slots on the device are
         // taken, so the next thing that can happen is the device's.
         self.inner.next_event_ns()
     }
 
-    fn cancel_client(&mut self, client: u32) -> usize {
+    /// Drops every job of `client`, whose slot is `slot` (it has gone),
+    /// here and on the device, and returns how many were dropped; no
+    /// completion comes for them. The slot may then be given to another
+    /// client.
+    pub fn cancel(&mut self, slot: u32, client: u32) -> usize {
         let mut dropped = 0;
-        if let Some(lanes) = self.lanes.remove(&client) {
+        if let Some(lanes) = self.lanes.get_mut(slot as usize) {
             let waiting: usize = lanes.iter().map(|l| l.waiting.len()).sum();
+            *lanes = Default::default();
             self.held -= waiting;
             dropped += waiting;
         }
         for (i, t) in self.tickets.iter_mut().enumerate() {
-            if t.is_some_and(|t| t.client == client) {
+            if t.is_some_and(|t| t.slot == slot) {
                 *t = None;
                 self.free_tickets.push(i as u64);
             }
@@ -218,12 +264,9 @@ impl Backend for FairShare {
         dropped + self.inner.cancel_client(client)
     }
 
-    fn queued(&self) -> usize {
+    /// Jobs waiting here or queued or running on the device.
+    pub fn queued(&self) -> usize {
         self.held + self.inner.queued()
-    }
-
-    fn simulated(&self) -> bool {
-        self.inner.simulated()
     }
 }
 
@@ -265,12 +308,30 @@ mod tests {
             .total_time_ns
     }
 
+    /// Submits `job` under a slot equal to its client's id.
+    fn put(dev: &mut FairShare, job: Job, now: u64) {
+        dev.submit(job.client, job, now);
+    }
+
+    /// Polls once; checks each completion comes back under its client's
+    /// slot.
+    fn poll(dev: &mut FairShare, now: u64) -> Vec<Finished> {
+        let mut done = Vec::new();
+        dev.poll(now, &mut done);
+        done.iter()
+            .map(|d| {
+                assert_eq!(d.slot, d.finished.client);
+                d.finished
+            })
+            .collect()
+    }
+
     /// Runs the device event by event until idle; returns the completions.
     fn drain(dev: &mut FairShare, from: u64) -> Vec<Finished> {
         let mut done = Vec::new();
         let mut now = from;
         for _ in 0..100_000 {
-            dev.poll(now, &mut done);
+            done.extend(poll(dev, now));
             match dev.next_event_ns() {
                 Some(t) => now = now.max(t),
                 None => break,
@@ -287,9 +348,9 @@ mod tests {
             // Client 1 queues 12 long real-time requests, then client 2 one
             // short one, all at time 0.
             for r in 0..12 {
-                dev.submit(job("resnet152", 1, r, Priority::RealTime, 0), 0);
+                put(&mut dev, job("resnet152", 1, r, Priority::RealTime, 0), 0);
             }
-            dev.submit(job("echo_small", 2, 7, Priority::RealTime, 0), 0);
+            put(&mut dev, job("echo_small", 2, 7, Priority::RealTime, 0), 0);
             assert_eq!(dev.held(), 12 - share as usize);
             let done = drain(&mut dev, 0);
             assert_eq!(done.len(), 13);
@@ -349,14 +410,16 @@ mod tests {
                     .unwrap();
             let mut dev = FairShare::new(Box::new(inner), 1);
             for r in 0..6 {
-                dev.submit(job("resnet152", 1, r, Priority::RealTime, 0), 0);
+                put(&mut dev, job("resnet152", 1, r, Priority::RealTime, 0), 0);
             }
             // Client 2 arrives while the first flood request runs.
-            let mut done = Vec::new();
-            dev.poll(MS, &mut done);
-            assert!(done.is_empty());
-            dev.submit(job("echo_small", 2, 7, Priority::RealTime, MS), MS);
-            done = drain(&mut dev, MS);
+            assert!(poll(&mut dev, MS).is_empty());
+            put(
+                &mut dev,
+                job("echo_small", 2, 7, Priority::RealTime, MS),
+                MS,
+            );
+            let done = drain(&mut dev, MS);
             assert_eq!(done.len(), 7, "{kind}");
             let ahead = done.iter().take_while(|f| f.client != 2).count();
             assert!(ahead <= 1, "{kind}: {ahead} flood requests finished first");
@@ -368,7 +431,11 @@ mod tests {
         let mut dev = fair(1);
         for client in 1..=3u32 {
             for r in 0..4 {
-                dev.submit(job("echo_small", client, r, Priority::BestEffort, 0), 0);
+                put(
+                    &mut dev,
+                    job("echo_small", client, r, Priority::BestEffort, 0),
+                    0,
+                );
             }
         }
         let done = drain(&mut dev, 0);
@@ -380,11 +447,15 @@ mod tests {
     fn classes_have_separate_shares() {
         let mut dev = fair(1);
         for r in 0..3 {
-            dev.submit(job("echo_small", 1, r, Priority::BestEffort, 0), 0);
+            put(
+                &mut dev,
+                job("echo_small", 1, r, Priority::BestEffort, 0),
+                0,
+            );
         }
         // The client's real-time request is not stuck behind its own
         // best-effort backlog: it has a slot of its own class.
-        dev.submit(job("echo_small", 1, 10, Priority::RealTime, 0), 0);
+        put(&mut dev, job("echo_small", 1, 10, Priority::RealTime, 0), 0);
         assert_eq!(dev.held(), 2);
         let done = drain(&mut dev, 0);
         assert_eq!(done[0].request_id, 10);
@@ -394,7 +465,7 @@ mod tests {
     fn duplicate_client_request_ids_are_kept_apart() {
         let mut dev = fair(2);
         for _ in 0..5 {
-            dev.submit(job("echo_small", 1, 42, Priority::RealTime, 0), 0);
+            put(&mut dev, job("echo_small", 1, 42, Priority::RealTime, 0), 0);
         }
         let done = drain(&mut dev, 0);
         assert_eq!(done.len(), 5);
@@ -405,29 +476,58 @@ mod tests {
     fn cancel_drops_waiting_and_device_jobs() {
         let mut dev = fair(1);
         for r in 0..5 {
-            dev.submit(job("echo_small", 1, r, Priority::RealTime, 0), 0);
+            put(&mut dev, job("echo_small", 1, r, Priority::RealTime, 0), 0);
         }
-        dev.submit(job("echo_small", 2, 9, Priority::RealTime, 0), 0);
+        put(&mut dev, job("echo_small", 2, 9, Priority::RealTime, 0), 0);
         assert_eq!(dev.queued(), 6);
-        assert_eq!(dev.cancel_client(1), 5);
+        assert_eq!(dev.cancel(1, 1), 5);
         assert_eq!(dev.held(), 0);
-        assert_eq!(dev.cancel_client(1), 0);
+        assert_eq!(dev.cancel(1, 1), 0);
         let done = drain(&mut dev, 0);
         assert_eq!(done.iter().map(|f| f.request_id).collect::<Vec<_>>(), [9]);
         // The client can come back under the same id with a clean slate.
-        dev.submit(job("echo_small", 1, 3, Priority::RealTime, 0), 0);
+        put(&mut dev, job("echo_small", 1, 3, Priority::RealTime, 0), 0);
         assert_eq!(drain(&mut dev, 0).len(), 1);
+    }
+
+    #[test]
+    fn a_reused_slot_starts_clean_and_gets_only_its_clients_completions() {
+        let mut dev = fair(1);
+        // Client 7 in slot 0: one job on the device, three waiting.
+        for r in 0..4 {
+            dev.submit(0, job("echo_small", 7, r, Priority::RealTime, 0), 0);
+        }
+        assert_eq!(dev.cancel(0, 7), 4);
+        // Client 8 takes slot 0: its first job goes straight to the device
+        // (the lane is empty), and only its completions come back.
+        dev.submit(0, job("echo_small", 8, 100, Priority::RealTime, 0), 0);
+        assert_eq!(dev.held(), 0);
+        let mut done = Vec::new();
+        let mut now = 0;
+        while let Some(t) = dev.next_event_ns() {
+            now = now.max(t);
+            dev.poll(now, &mut done);
+        }
+        assert_eq!(
+            done.iter()
+                .map(|d| (d.slot, d.finished.client, d.finished.request_id))
+                .collect::<Vec<_>>(),
+            [(0, 8, 100)]
+        );
+        assert_eq!(dev.queued(), 0);
     }
 
     #[test]
     fn zero_time_and_missed_jobs_release_the_next_in_one_poll() {
         let mut dev = fair(1);
         for r in 0..10 {
-            dev.submit(job("null", 1, r, Priority::RealTime, 5 * MS), 5 * MS);
+            put(
+                &mut dev,
+                job("null", 1, r, Priority::RealTime, 5 * MS),
+                5 * MS,
+            );
         }
-        let mut done = Vec::new();
-        dev.poll(5 * MS, &mut done);
-        assert_eq!(done.len(), 10);
+        assert_eq!(poll(&mut dev, 5 * MS).len(), 10);
         assert_eq!(dev.queued(), 0);
     }
 }
