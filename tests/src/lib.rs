@@ -431,6 +431,8 @@ pub struct ControlOpts {
     pub nofile_limit: Option<u64>,
     /// `access.socket_group`.
     pub socket_group: Option<String>,
+    /// `access.allowed_gids`.
+    pub allowed_gids: Vec<u32>,
     /// `daemon.handshake_timeout_ms`.
     pub handshake_timeout_ms: Option<u32>,
     /// `daemon.max_handshakes`.
@@ -510,6 +512,16 @@ impl DaemonProc {
                 c.handshake_timeout_ms.map(|v| v.to_string()),
             ),
             ("max_handshakes", c.max_handshakes.map(|v| v.to_string())),
+            (
+                "allowed_gids",
+                (!c.allowed_gids.is_empty()).then(|| {
+                    c.allowed_gids
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(",")
+                }),
+            ),
         ];
         args.extend(control.into_iter().filter_map(|(k, v)| v.map(|v| (k, v))));
         let child = spawn_role("daemon", &args, &log);
@@ -1007,6 +1019,9 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
     config.device.time_scale = a.num("time_scale", 1.0);
     if let Some(g) = a.get("socket_group") {
         config.access.socket_group = Some(g.to_owned());
+    }
+    if let Some(g) = a.get("allowed_gids") {
+        config.access.allowed_gids = g.split(',').map(|v| v.parse().expect("gid")).collect();
     }
     if a.get("handshake_timeout_ms").is_some() {
         config.daemon.handshake_timeout_ms = a.num("handshake_timeout_ms", 0);

@@ -6,7 +6,8 @@
 //! connect the daemon closed it and whether a `Refused` frame came first.
 //! With `hold_ms`, it keeps the attack up that long after the first round:
 //! every connection the daemon closes is opened again (those are timed
-//! too). With `as_uid`/`as_gid` it first drops root for that user (after
+//! too). With `as_uid`/`as_gid` (and `as_groups`, its supplementary
+//! groups) it first drops root for that user (after
 //! raising its own `RLIMIT_NOFILE`, which needs root), so it plays a local
 //! user the daemon's `[access]` does not allow.
 //!
@@ -38,6 +39,8 @@ pub struct TrickleOpts {
     pub hold_ms: u64,
     /// Drop root for this uid/gid before connecting (`None`: stay).
     pub as_user: Option<(u32, u32)>,
+    /// With `as_user`: the supplementary groups to keep (default none).
+    pub groups: Vec<u32>,
 }
 
 /// Starts a `trickle` process against `socket`.
@@ -53,6 +56,10 @@ pub fn spawn_trickle(socket: &Path, opts: &TrickleOpts, dir: &TestDir) -> Client
     if let Some((uid, gid)) = opts.as_user {
         args.push(("as_uid", uid.to_string()));
         args.push(("as_gid", gid.to_string()));
+        if !opts.groups.is_empty() {
+            let g: Vec<String> = opts.groups.iter().map(u32::to_string).collect();
+            args.push(("as_groups", g.join(",")));
+        }
     }
     let mut child = spawn_role("trickle", &args, &log);
     let pid = child.id();
@@ -75,10 +82,11 @@ struct Conn {
     got: Vec<u8>,
 }
 
-fn drop_privileges(uid: u32, gid: u32) -> Result<(), String> {
-    // SAFETY: plain syscalls on ids; glibc applies them to every thread.
+fn drop_privileges(uid: u32, gid: u32, groups: &[u32]) -> Result<(), String> {
+    // SAFETY: plain syscalls on ids; `groups` is a live slice of gid_t
+    // whose length is passed; glibc applies them to every thread.
     let rc = unsafe {
-        if libc::setgroups(0, std::ptr::null()) != 0 {
+        if libc::setgroups(groups.len(), groups.as_ptr()) != 0 {
             -1
         } else if libc::setgid(gid) != 0 {
             -2
@@ -128,7 +136,15 @@ pub(crate) fn role(a: &Args) -> i32 {
     if let Some(uid) = a.get("as_uid") {
         let uid: u32 = uid.parse().expect("as_uid");
         let gid: u32 = a.num("as_gid", uid);
-        if let Err(e) = drop_privileges(uid, gid) {
+        let groups: Vec<u32> = a
+            .get("as_groups")
+            .map(|g| {
+                g.split(',')
+                    .map(|v| v.parse().expect("as_groups"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if let Err(e) = drop_privileges(uid, gid, &groups) {
             report("problem", e);
             return 1;
         }

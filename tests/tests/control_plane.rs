@@ -128,6 +128,7 @@ fn unauthorised_trickle_is_closed_at_accept_while_allowed_clients_get_in() {
             // Keep re-opening what the daemon closes for 6 s more.
             hold_ms: 6000,
             as_user: Some((NOBODY, NOBODY)),
+            groups: Vec::new(),
         },
         &dir,
     );
@@ -180,6 +181,67 @@ fn unauthorised_trickle_is_closed_at_accept_while_allowed_clients_get_in() {
     );
 }
 
+/// `[access] allowed_gids` counts a peer's supplementary groups
+/// (`SO_PEERGROUPS`), not only the primary gid `SO_PEERCRED` gives: the
+/// usual way to let a user in is to add them to a group.
+#[test]
+fn a_listed_supplementary_group_lets_a_peer_in() {
+    let _w = sluice_tests::watchdog("a_listed_supplementary_group_lets_a_peer_in", 120);
+    if !is_root() {
+        eprintln!("skipped: playing user nobody with chosen groups needs root");
+        return;
+    }
+    const GROUP: u32 = 4242;
+    let dir = TestDir::new("ctl-groups");
+    let socket = dir.join("run/sluiced.sock");
+    let _daemon = DaemonProc::spawn(DaemonOpts {
+        socket: Some(socket.clone()),
+        control: ControlOpts {
+            // nobody's primary group opens the socket file either way;
+            // [access] lists only GROUP.
+            socket_group: Some(NOBODY.to_string()),
+            allowed_gids: vec![GROUP],
+            handshake_timeout_ms: Some(HANDSHAKE_MS),
+            ..ControlOpts::default()
+        },
+        ..DaemonOpts::default()
+    });
+    let one = |groups: Vec<u32>| {
+        spawn_trickle(
+            &socket,
+            &TrickleOpts {
+                count: 1,
+                interval_ms: 3000,
+                hold_ms: 0,
+                as_user: Some((NOBODY, NOBODY)),
+                groups,
+            },
+            &dir,
+        )
+        .finish(secs(60))
+    };
+    let not_allowed = format!("{}:", refused::NOT_ALLOWED);
+    let without = one(Vec::new());
+    assert_eq!(without.u64("connect_errors"), 0, "{without:?}");
+    assert_eq!(
+        without.get("refused_codes"),
+        Some(format!("{not_allowed}1").as_str()),
+        "{without:?}"
+    );
+    let with = one(vec![77, GROUP]);
+    assert_eq!(with.u64("connect_errors"), 0, "{with:?}");
+    // Let in: the daemon waited for a handshake (which never came) instead
+    // of refusing at accept.
+    assert_eq!(with.u64("closed"), 1, "{with:?}");
+    assert!(
+        !with
+            .get("refused_codes")
+            .unwrap_or("")
+            .contains(&not_allowed),
+        "{with:?}"
+    );
+}
+
 #[test]
 fn allowed_trickle_at_the_fd_limit_is_shed_within_the_deadline() {
     let _w = sluice_tests::watchdog(
@@ -209,6 +271,7 @@ fn allowed_trickle_at_the_fd_limit_is_shed_within_the_deadline() {
             interval_ms: 3000,
             hold_ms: 4000,
             as_user: None,
+            groups: Vec::new(),
         },
         &dir,
     );

@@ -129,7 +129,8 @@ impl Default for DaemonConfig {
 pub struct AccessConfig {
     /// Peer uids allowed to connect. Default: none.
     pub allowed_uids: Vec<u32>,
-    /// A peer whose primary gid is listed is allowed. Default: none.
+    /// A peer whose primary gid or one of whose supplementary groups is
+    /// listed is allowed. Default: none.
     pub allowed_gids: Vec<u32>,
     /// Group of the socket file (a name or a numeric gid); the socket is
     /// mode 0660, so only its owner, this group and root can connect at
@@ -138,16 +139,19 @@ pub struct AccessConfig {
 }
 
 impl AccessConfig {
-    /// Whether a peer with credentials `uid`/`gid` may connect to a daemon
-    /// running as `daemon_uid`. Root and `daemon_uid` always may.
+    /// Whether a peer with credentials `uid`/`gid` and supplementary
+    /// `groups` may connect to a daemon running as `daemon_uid`. Root and
+    /// `daemon_uid` always may.
     ///
-    /// `gid` is the peer's primary gid as `SO_PEERCRED` reports it;
-    /// supplementary groups are not considered.
-    pub fn allows(&self, uid: u32, gid: u32, daemon_uid: u32) -> bool {
+    /// `gid` is the peer's primary gid as `SO_PEERCRED` reports it, `groups`
+    /// its supplementary groups as `SO_PEERGROUPS` does (both as they were
+    /// when it connected).
+    pub fn allows(&self, uid: u32, gid: u32, groups: &[u32], daemon_uid: u32) -> bool {
         uid == 0
             || uid == daemon_uid
             || self.allowed_uids.contains(&uid)
             || self.allowed_gids.contains(&gid)
+            || groups.iter().any(|g| self.allowed_gids.contains(g))
     }
 }
 
@@ -1723,16 +1727,24 @@ mod tests {
             socket_group: None,
         };
         let daemon_uid = 999;
-        assert!(a.allows(0, 0, daemon_uid), "root");
-        assert!(a.allows(0, 12345, daemon_uid), "root, any gid");
+        assert!(a.allows(0, 0, &[], daemon_uid), "root");
+        assert!(a.allows(0, 12345, &[], daemon_uid), "root, any gid");
         assert!(
-            a.allows(daemon_uid, 4321, daemon_uid),
+            a.allows(daemon_uid, 4321, &[], daemon_uid),
             "the daemon's own uid"
         );
-        assert!(a.allows(1000, 1000, daemon_uid), "listed uid");
-        assert!(a.allows(1234, 2000, daemon_uid), "listed gid");
-        assert!(!a.allows(1234, 1234, daemon_uid), "neither");
-        assert!(!AccessConfig::default().allows(1000, 1000, daemon_uid));
+        assert!(a.allows(1000, 1000, &[], daemon_uid), "listed uid");
+        assert!(a.allows(1234, 2000, &[], daemon_uid), "listed gid");
+        assert!(
+            a.allows(1234, 1234, &[77, 2000], daemon_uid),
+            "listed supplementary group"
+        );
+        assert!(
+            !a.allows(1234, 1234, &[77, 78], daemon_uid),
+            "unlisted groups"
+        );
+        assert!(!a.allows(1234, 1234, &[], daemon_uid), "neither");
+        assert!(!AccessConfig::default().allows(1000, 1000, &[1000], daemon_uid));
     }
 
     #[test]

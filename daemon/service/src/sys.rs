@@ -542,6 +542,43 @@ pub fn group_id(name: &str) -> Option<u32> {
     }
 }
 
+/// The supplementary groups of the process at the other end of a connected
+/// Unix socket, as they were when it connected (`SO_PEERGROUPS`, Linux
+/// 4.13+). `SO_PEERCRED` gives only the primary gid.
+pub fn peer_groups(fd: std::os::fd::BorrowedFd<'_>) -> std::io::Result<Vec<u32>> {
+    use std::os::fd::AsRawFd;
+    let mut groups: Vec<libc::gid_t> = vec![0; 32];
+    loop {
+        let mut len = libc::socklen_t::try_from(groups.len() * size_of::<libc::gid_t>())
+            .unwrap_or(libc::socklen_t::MAX);
+        // SAFETY: `groups` is a live buffer of `len` bytes the call fills
+        // with gid_t values and `len` a valid in/out length; `fd` is a
+        // borrowed open descriptor.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        let n = len as usize / size_of::<libc::gid_t>();
+        if rc == 0 {
+            groups.truncate(n);
+            return Ok(groups);
+        }
+        let e = std::io::Error::last_os_error();
+        // Too small: the kernel says how much it needs (NGROUPS_MAX is
+        // 65536).
+        if e.raw_os_error() == Some(libc::ERANGE) && n > groups.len() && n <= 65536 {
+            groups.resize(n, 0);
+            continue;
+        }
+        return Err(e);
+    }
+}
+
 // ---------------------------------------------------------------------------
 // systemd.
 

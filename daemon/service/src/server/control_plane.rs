@@ -447,13 +447,21 @@ impl ControlPlane {
             cred.pid.as_raw_nonzero().get(),
         );
         let access = &self.shared.config.access;
-        if !access.allows(uid, gid, self.daemon_uid) {
+        // Supplementary groups matter only where [access] lists groups;
+        // a peer whose groups cannot be read is judged on the rest.
+        let groups = if access.allowed_gids.is_empty() {
+            Vec::new()
+        } else {
+            crate::sys::peer_groups(fd.as_fd()).unwrap_or_default()
+        };
+        if !access.allows(uid, gid, &groups, self.daemon_uid) {
             let c = &self.shared.control_counters;
             c.not_allowed.fetch_add(1, Ordering::Relaxed);
             self.shared.counters.refused.fetch_add(1, Ordering::Relaxed);
             let msg = format!(
-                "uid {uid} (gid {gid}) is not allowed to use this daemon; add it to \
-                 access.allowed_uids (or its group to access.allowed_gids) in the daemon's config"
+                "uid {uid} (gid {gid}, groups {groups:?}) is not allowed to use this daemon; add \
+                 it to access.allowed_uids (or one of its groups to access.allowed_gids) in the \
+                 daemon's config"
             );
             if let Some(n) = self.not_allowed_log.allow(Instant::now()) {
                 tracing::warn!(
