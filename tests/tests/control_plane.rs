@@ -242,6 +242,68 @@ fn a_listed_supplementary_group_lets_a_peer_in() {
     );
 }
 
+/// With the handshake table full, room is made by closing the oldest
+/// handshake of the uid holding the most: a user flooding the table with
+/// connections it never finishes evicts its own, and another user's slow
+/// handshake waits out its own deadline.
+#[test]
+fn a_handshake_flood_evicts_its_own_user_s_handshakes() {
+    let _w = sluice_tests::watchdog("a_handshake_flood_evicts_its_own_user_s_handshakes", 120);
+    if !is_root() {
+        eprintln!("skipped: playing user nobody needs root");
+        return;
+    }
+    let dir = TestDir::new("ctl-hs-uid");
+    let socket = dir.join("run/sluiced.sock");
+    let daemon = DaemonProc::spawn(DaemonOpts {
+        socket: Some(socket.clone()),
+        control: ControlOpts {
+            socket_group: Some(NOBODY.to_string()),
+            allowed_gids: vec![NOBODY],
+            handshake_timeout_ms: Some(HANDSHAKE_MS),
+            max_handshakes: Some(32),
+            ..ControlOpts::default()
+        },
+        ..DaemonOpts::default()
+    });
+    let opts = |count: usize, as_user: Option<(u32, u32)>| TrickleOpts {
+        count,
+        interval_ms: 3000,
+        hold_ms: 0,
+        as_user,
+        groups: Vec::new(),
+    };
+    // Root's one slow handshake first, so it is the oldest in the table.
+    let mut slow = spawn_trickle(&socket, &opts(1, None), &dir);
+    slow.wait_key("euid", secs(30));
+    std::thread::sleep(Duration::from_millis(300));
+    let flood = spawn_trickle(&socket, &opts(200, Some((NOBODY, NOBODY))), &dir);
+    let flood = flood.finish(secs(60));
+    let slow = slow.finish(secs(60));
+    let st = daemon.status();
+    println!(
+        "handshake flood: nobody {} opened, {} closed; root's slow handshake closed after {} ms; \
+         daemon control counters {:?}",
+        flood.u64("opened"),
+        flood.u64("closed"),
+        slow.get("max_close_ms").unwrap_or("?"),
+        st.control
+    );
+    assert_eq!(flood.u64("connect_errors"), 0, "{flood:?}");
+    assert!(
+        st.control.handshakes_evicted >= 200 - 32,
+        "{:?}",
+        st.control
+    );
+    // Root's connection ran to its own deadline (an eviction would have
+    // closed it as the flood arrived, within a few hundred ms).
+    let root_ms: f64 = slow.get("max_close_ms").unwrap().parse().unwrap();
+    assert!(
+        root_ms >= f64::from(HANDSHAKE_MS) * 0.75,
+        "root's handshake closed after {root_ms} ms: evicted by another user's flood"
+    );
+}
+
 #[test]
 fn allowed_trickle_at_the_fd_limit_is_shed_within_the_deadline() {
     let _w = sluice_tests::watchdog(

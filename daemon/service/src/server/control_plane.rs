@@ -119,6 +119,8 @@ pub(super) struct ControlPlane {
     /// Unfinished handshakes: (token, deadline), in accept order.
     deadlines: VecDeque<(u64, Instant)>,
     handshaking: usize,
+    /// Unfinished handshakes per peer uid (entries with 0 removed).
+    handshaking_by_uid: HashMap<u32, usize>,
     reserve: Option<OwnedFd>,
     accept_paused_until: Option<Instant>,
     timeout: Duration,
@@ -189,6 +191,7 @@ impl ControlPlane {
             next_token: FIRST_CONN,
             deadlines: VecDeque::new(),
             handshaking: 0,
+            handshaking_by_uid: HashMap::new(),
             reserve: reserve_fd(),
             accept_paused_until: None,
             timeout,
@@ -251,6 +254,7 @@ impl ControlPlane {
         // down too, reclaims every session.
         self.conns.clear();
         self.handshaking = 0;
+        self.handshaking_by_uid.clear();
         self.publish_gauges();
     }
 
@@ -328,19 +332,45 @@ impl ControlPlane {
         }
     }
 
-    /// Closes the oldest unfinished handshake; false if there is none.
-    fn evict_oldest_handshake(&mut self) -> bool {
-        while let Some((token, _)) = self.deadlines.pop_front() {
-            if self.is_handshaking(token) {
-                self.shared
-                    .control_counters
-                    .handshakes_evicted
-                    .fetch_add(1, Ordering::Relaxed);
-                self.close(token);
-                return true;
+    /// A handshake of `uid` ended (closed, or became a session).
+    fn handshake_done(&mut self, uid: u32) {
+        self.handshaking -= 1;
+        if let Some(n) = self.handshaking_by_uid.get_mut(&uid) {
+            *n -= 1;
+            if *n == 0 {
+                self.handshaking_by_uid.remove(&uid);
             }
         }
-        false
+    }
+
+    /// Makes room for a handshake: closes the oldest unfinished handshake
+    /// of the uid holding the most (the lowest uid on a tie), so one local
+    /// user opening connections it never finishes evicts its own, not
+    /// another user's; false if there is none.
+    fn evict_oldest_handshake(&mut self) -> bool {
+        let Some(uid) = self
+            .handshaking_by_uid
+            .iter()
+            .max_by_key(|&(&uid, &n)| (n, std::cmp::Reverse(uid)))
+            .map(|(&uid, _)| uid)
+        else {
+            return false;
+        };
+        let conns = &self.conns;
+        let Some(pos) = self.deadlines.iter().position(|(t, _)| {
+            conns
+                .get(t)
+                .is_some_and(|c| c.phase == Phase::Handshake && c.uid == uid)
+        }) else {
+            return false;
+        };
+        let (token, _) = self.deadlines.remove(pos).expect("found above");
+        self.shared
+            .control_counters
+            .handshakes_evicted
+            .fetch_add(1, Ordering::Relaxed);
+        self.close(token);
+        true
     }
 
     fn accept_all(&mut self) {
@@ -511,6 +541,7 @@ impl ControlPlane {
             },
         );
         self.handshaking += 1;
+        *self.handshaking_by_uid.entry(uid).or_default() += 1;
         self.deadlines
             .push_back((token, Instant::now() + self.timeout));
         // A client writes its hello right after connecting: it is usually
@@ -702,7 +733,7 @@ impl ControlPlane {
         };
         let _ = epoll::delete(&self.epoll, &c.sock);
         match c.phase {
-            Phase::Handshake => self.handshaking -= 1,
+            Phase::Handshake => self.handshake_done(c.uid),
             Phase::Session(id) => self.shared.send(Command::Remove(id)),
         }
     }
@@ -832,7 +863,8 @@ impl ControlPlane {
         // cannot pick it.
         if let Some(c) = self.conns.get_mut(&token) {
             c.phase = Phase::Session(id);
-            self.handshaking -= 1;
+            let uid = c.uid;
+            self.handshake_done(uid);
         }
         // The dispatcher's copy of the socket (it shuts the session down
         // when it drops the client).
