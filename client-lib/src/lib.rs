@@ -865,9 +865,21 @@ impl Client {
 }
 
 /// Sends a one-shot status query to the daemon at `path` and returns its
-/// JSON answer.
+/// JSON answer: the counters and the **first page** of clients. When the
+/// daemon has more clients than fit one reply, the JSON's `next_client_id`
+/// names where the next page starts: ask [`query_status_page`] with it until
+/// a page has none (`sluice status` merges every page this way).
 pub fn query_status(path: impl AsRef<Path>) -> Result<String, Error> {
-    let path = path.as_ref();
+    status_query(path.as_ref(), &Msg::StatusRequest)
+}
+
+/// One page of the daemon's status: the clients with ids from `from_id` on
+/// (as many as fit one reply), with the counters; see [`query_status`].
+pub fn query_status_page(path: impl AsRef<Path>, from_id: u32) -> Result<String, Error> {
+    status_query(path.as_ref(), &Msg::StatusPage { from_id })
+}
+
+fn status_query(path: &Path, request: &Msg<'_>) -> Result<String, Error> {
     let mut sock = UnixStream::connect(path).map_err(|e| {
         set_last_error(format!(
             "cannot connect to sluiced at {}: {e}",
@@ -875,7 +887,7 @@ pub fn query_status(path: impl AsRef<Path>) -> Result<String, Error> {
         ));
         Error::DaemonUnreachable
     })?;
-    conn::send(&mut sock, &Msg::StatusRequest)?;
+    conn::send(&mut sock, request)?;
     let _ = sock.flush();
     let mut body = Vec::new();
     let mut fds = Vec::new();

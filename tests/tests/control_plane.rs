@@ -418,13 +418,33 @@ fn status_json_is_valid_with_4096_connected_clients() {
         sluice_client::Error::Refused(refused::TOO_MANY_CLIENTS)
     );
 
-    // The first page alone (what an old `sluice` or the C library's
-    // status query reads) is valid JSON, and says there is more.
+    // The first page alone (what an old `sluice` or `sluice_client::query_status`
+    // reads) is valid JSON, and says there is more.
     let first = sluice_client::query_status(&socket).expect("first page");
     assert!(first.len() <= shm_proto::control::STATUS_PAGE_BUDGET);
     let page: serde_json::Value = serde_json::from_str(&first).expect("first page is JSON");
     assert_eq!(page["clients_total"], N as u64);
     assert!(page["next_client_id"].is_u64(), "first page names the next");
+    // The client library walks the pages too: every client exactly once.
+    let mut walked: Vec<u64> = Vec::new();
+    let mut page = page;
+    loop {
+        walked.extend(
+            page["clients"]
+                .as_array()
+                .expect("clients")
+                .iter()
+                .map(|c| c["id"].as_u64().expect("id")),
+        );
+        let Some(next) = page["next_client_id"].as_u64() else {
+            break;
+        };
+        let json = sluice_client::query_status_page(&socket, next as u32).expect("next page");
+        page = serde_json::from_str(&json).expect("page is JSON");
+    }
+    walked.sort_unstable();
+    walked.dedup();
+    assert_eq!(walked.len(), N, "pages walked with query_status_page");
 
     // Every page, merged.
     let all = sluice_cli::status::query_all(&socket).expect("status");
