@@ -126,9 +126,10 @@ enum Cmd {
         /// `cuda` (CUDA device 0) or a simulated device profile.
         #[arg(long, value_parser = parse_profile_device)]
         device: String,
-        /// The model: a registry name on a simulated device (`sluice models`
-        /// lists them: resnet50, vgg19, ...); on cuda a builder: vgg19,
-        /// resnet152, bert_base or gpt2.
+        /// The model: on a simulated device a built-in manifest (alexnet,
+        /// bert205, bert_base, densenet, gpt2, inception, mobilenet,
+        /// resnet152, resnet18, resnet50, vgg19, yolov3; docs/models.md); on
+        /// cuda a builder: vgg19, resnet152, bert_base or gpt2.
         model: String,
         /// Simulated device: batch sizes (default 1,2,4,8,16,32).
         #[arg(long, value_delimiter = ',')]
