@@ -24,7 +24,7 @@
 use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use shm_proto::control::{Msg, refused};
@@ -181,6 +181,35 @@ fn unauthorised_trickle_is_closed_at_accept_while_allowed_clients_get_in() {
     );
 }
 
+/// A daemon whose socket (in `dir/run/`) user nobody's primary group may
+/// open, with `control` for the rest: the tests below judge what `[access]`
+/// and the handshake table do with nobody's connections, not the file mode.
+fn daemon_open_to_nobody(dir: &TestDir, control: ControlOpts) -> (DaemonProc, PathBuf) {
+    let socket = dir.join("run/sluiced.sock");
+    let daemon = DaemonProc::spawn(DaemonOpts {
+        socket: Some(socket.clone()),
+        control: ControlOpts {
+            socket_group: Some(NOBODY.to_string()),
+            handshake_timeout_ms: Some(HANDSHAKE_MS),
+            ..control
+        },
+        ..DaemonOpts::default()
+    });
+    (daemon, socket)
+}
+
+/// `count` connections that never finish a hello, as `as_user` with
+/// supplementary `groups`, not re-opened when closed.
+fn silent(count: usize, as_user: Option<(u32, u32)>, groups: Vec<u32>) -> TrickleOpts {
+    TrickleOpts {
+        count,
+        interval_ms: 3000,
+        hold_ms: 0,
+        as_user,
+        groups,
+    }
+}
+
 /// `[access] allowed_gids` counts a peer's supplementary groups
 /// (`SO_PEERGROUPS`), not only the primary gid `SO_PEERCRED` gives: the
 /// usual way to let a user in is to add them to a group.
@@ -193,32 +222,16 @@ fn a_listed_supplementary_group_lets_a_peer_in() {
     }
     const GROUP: u32 = 4242;
     let dir = TestDir::new("ctl-groups");
-    let socket = dir.join("run/sluiced.sock");
-    let _daemon = DaemonProc::spawn(DaemonOpts {
-        socket: Some(socket.clone()),
-        control: ControlOpts {
-            // nobody's primary group opens the socket file either way;
-            // [access] lists only GROUP.
-            socket_group: Some(NOBODY.to_string()),
+    // [access] lists only GROUP.
+    let (_daemon, socket) = daemon_open_to_nobody(
+        &dir,
+        ControlOpts {
             allowed_gids: vec![GROUP],
-            handshake_timeout_ms: Some(HANDSHAKE_MS),
             ..ControlOpts::default()
         },
-        ..DaemonOpts::default()
-    });
+    );
     let one = |groups: Vec<u32>| {
-        spawn_trickle(
-            &socket,
-            &TrickleOpts {
-                count: 1,
-                interval_ms: 3000,
-                hold_ms: 0,
-                as_user: Some((NOBODY, NOBODY)),
-                groups,
-            },
-            &dir,
-        )
-        .finish(secs(60))
+        spawn_trickle(&socket, &silent(1, Some((NOBODY, NOBODY)), groups), &dir).finish(secs(60))
     };
     let not_allowed = format!("{}:", refused::NOT_ALLOWED);
     let without = one(Vec::new());
@@ -254,30 +267,23 @@ fn a_handshake_flood_evicts_its_own_user_s_handshakes() {
         return;
     }
     let dir = TestDir::new("ctl-hs-uid");
-    let socket = dir.join("run/sluiced.sock");
-    let daemon = DaemonProc::spawn(DaemonOpts {
-        socket: Some(socket.clone()),
-        control: ControlOpts {
-            socket_group: Some(NOBODY.to_string()),
+    let (daemon, socket) = daemon_open_to_nobody(
+        &dir,
+        ControlOpts {
             allowed_gids: vec![NOBODY],
-            handshake_timeout_ms: Some(HANDSHAKE_MS),
             max_handshakes: Some(32),
             ..ControlOpts::default()
         },
-        ..DaemonOpts::default()
-    });
-    let opts = |count: usize, as_user: Option<(u32, u32)>| TrickleOpts {
-        count,
-        interval_ms: 3000,
-        hold_ms: 0,
-        as_user,
-        groups: Vec::new(),
-    };
+    );
     // Root's one slow handshake first, so it is the oldest in the table.
-    let mut slow = spawn_trickle(&socket, &opts(1, None), &dir);
+    let mut slow = spawn_trickle(&socket, &silent(1, None, Vec::new()), &dir);
     slow.wait_key("euid", secs(30));
     std::thread::sleep(Duration::from_millis(300));
-    let flood = spawn_trickle(&socket, &opts(200, Some((NOBODY, NOBODY))), &dir);
+    let flood = spawn_trickle(
+        &socket,
+        &silent(200, Some((NOBODY, NOBODY)), Vec::new()),
+        &dir,
+    );
     let flood = flood.finish(secs(60));
     let slow = slow.finish(secs(60));
     let st = daemon.status();

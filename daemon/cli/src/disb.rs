@@ -81,7 +81,7 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 use shm_proto::Priority;
 
-use sluice_gpu::{DeviceProfile, KernelLaunch, Ns, OpError, ProfileError};
+use sluice_gpu::{DeviceProfile, Ns, OpError, ProfileError};
 use sluice_gpusim::GpuSim;
 use sluice_model::{Model, ModelRegistry};
 use sluice_sched::workload::{self, Arrival, ClientSpec, RunResult, Workload};
@@ -508,20 +508,10 @@ struct Case {
 }
 
 /// Standalone time of `model` on `profile`: one request alone on a fresh
-/// model GPU, one stream, default device-queue capacity.
+/// model GPU, one stream, default device-queue capacity (batch 1 on the
+/// whole device: [`crate::profile_sim::run_point`]).
 pub fn standalone_ns(profile: &DeviceProfile, model: &Model) -> Result<Ns, OpError> {
-    let mut gpu = GpuSim::new(profile.clone());
-    let s = gpu.create_stream(0);
-    for (i, k) in model.manifest.kernels.iter().enumerate() {
-        gpu.launch(s, KernelLaunch::from_model(k, i as u64))?;
-    }
-    // Watchdog: a model has a few hundred kernels, each a handful of events.
-    for _ in 0..100_000_000u64 {
-        if gpu.step().is_none() {
-            break;
-        }
-    }
-    Ok(gpu.now())
+    crate::profile_sim::run_point(profile, model, 1, profile.compute_units).map(|(ns, _, _)| ns)
 }
 
 /// Per-model standalone time and the reported figures, by model id.
@@ -1535,6 +1525,7 @@ mod tests {
     use std::collections::HashMap;
 
     use super::*;
+    use sluice_gpu::KernelLaunch;
     use sluice_gpu::{Event, Outcome, StreamId};
     use sluice_sched::{Ctx, Task, TaskDone, tag, untag};
 

@@ -215,12 +215,15 @@ pub fn table(r: &LbpReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use shm_proto::Priority;
     use sluice_model::ModelRegistry;
+    use sluice_sched::seq::Seq;
+    use sluice_sched::workload::{self, Arrival, ClientSpec, Workload};
 
     #[test]
     fn latency_falls_with_more_cus_and_grows_with_the_batch() {
         let reg = ModelRegistry::builtin();
-        let (_, m) = reg.lookup("resnet18").unwrap();
+        let (id, m) = reg.lookup("resnet18").unwrap();
         let p = DeviceProfile::mi50();
         let r = profile(&p, m, &[1, 8, 32], &[20, 50, 100], |_, _| {}).unwrap();
         assert_eq!(r.rows.len(), 9);
@@ -249,8 +252,19 @@ mod tests {
             gain(32),
             gain(1)
         );
-        // Batch 1 on the whole device is the model's standalone time.
-        let alone = crate::disb::standalone_ns(&p, m).unwrap() as f64 / 1e6;
+        // Batch 1 on the whole device is the model's standalone time as
+        // the workload driver measures it: one request under `seq`.
+        let w = Workload {
+            clients: vec![ClientSpec {
+                priority: Priority::BestEffort,
+                model: id,
+                arrival: Arrival::Trace(vec![0]),
+            }],
+            duration_ns: 1,
+        };
+        let models = std::sync::Arc::new(reg.clone());
+        let run = workload::run_on(&mut GpuSim::new(p.clone()), &models, &mut Seq::new(), &w);
+        let alone = run.done[0].finished as f64 / 1e6;
         assert!((l(1, 100) - alone).abs() < 1e-9, "{} vs {alone}", l(1, 100));
         assert!(table(&r).contains("resnet18"));
     }

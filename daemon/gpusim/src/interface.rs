@@ -48,7 +48,7 @@ impl Gpu for GpuSim {
         Ok(GpuSim::set_block_notify(self, stream, every)?)
     }
     fn set_partition(&mut self, stream: StreamId, cus: Option<&[u32]>) -> Result<(), GpuError> {
-        Ok(GpuSim::set_partition(self, stream, cus)?)
+        Ok(self.timed(|g| GpuSim::set_partition(g, stream, cus))?)
     }
     fn model_work_ns(&self) -> u64 {
         GpuSim::model_work_ns(self)

@@ -549,7 +549,7 @@ impl GpuSim {
         self.parked.fill(None);
         self.heads_stale = true;
         self.wake = true;
-        self.timed(|g| g.pump());
+        self.pump();
         Ok(())
     }
 
@@ -2858,17 +2858,12 @@ mod tests {
         assert_eq!(ends[1], ends[0], "packed vs spread");
     }
 
+    /// 256-thread blocks with no bandwidth demand: partitions interact
+    /// only through their CUs.
     fn part_kernel(grid: u32, block_ns: Ns, tag: u64) -> KernelLaunch {
         KernelLaunch {
-            grid_blocks: grid,
-            threads_per_block: 256,
-            regs_per_thread: 32,
-            shared_mem: 0,
-            block_time_ns: block_ns,
-            wave_ns: Vec::new(),
-            idempotent: true,
             mem_intensity: Some(0.0),
-            tag,
+            ..uniform(grid, 256, 0, block_ns, tag)
         }
     }
 

@@ -797,12 +797,7 @@ fn main() -> ExitCode {
                 requests,
                 gpulet_data,
             };
-            let r = bi::run(&opts, |done, total| {
-                eprint!("\rsluice bench interference: {done}/{total} cases");
-                if done == total {
-                    eprintln!();
-                }
-            });
+            let r = bi::run(&opts, progress("sluice bench interference", "cases"));
             match r {
                 Ok(r) if json => print_json(&r),
                 Ok(r) => {
@@ -867,12 +862,7 @@ fn main() -> ExitCode {
                 duration_ms,
                 jobs: jobs.map_or(d.jobs, |j| j as usize),
             };
-            let mut progress = |done: usize, total: usize| {
-                eprint!("\rpadding matrix: {done}/{total} runs");
-                if done == total {
-                    eprintln!();
-                }
-            };
+            let mut progress = progress("padding matrix", "runs");
             match bench_padding::run(&opts, &mut progress) {
                 Ok(r) if json => print_json(&r),
                 Ok(r) => {
@@ -1123,6 +1113,17 @@ fn kernels_ptx(_arches: &[String], _out: &std::path::Path) -> ExitCode {
     )
 }
 
+/// A progress line on stderr, rewritten in place: `what: done/total unit`,
+/// ended with a newline when `done` reaches `total`.
+fn progress(what: &'static str, unit: &'static str) -> impl FnMut(usize, usize) {
+    move |done, total| {
+        eprint!("\r{what}: {done}/{total} {unit}");
+        if done == total {
+            eprintln!();
+        }
+    }
+}
+
 fn parse_profile_device(s: &str) -> Result<String, String> {
     if s == "cuda" || DeviceProfile::builtin_names().any(|n| n == s) {
         Ok(s.into())
@@ -1167,12 +1168,13 @@ fn profile_sim_cmd(
     } else {
         partitions
     };
-    let r = ps::profile(&profile, m, &batches, &partitions, |done, total| {
-        eprint!("\rsluice profile: {done}/{total} points");
-        if done == total {
-            eprintln!();
-        }
-    });
+    let r = ps::profile(
+        &profile,
+        m,
+        &batches,
+        &partitions,
+        progress("sluice profile", "points"),
+    );
     match r {
         Ok(r) if json => print_json(&r),
         Ok(r) => {
@@ -1286,12 +1288,7 @@ fn profile_cmd(model: &str, out: Option<PathBuf>, reps: u32, small: bool, seed: 
         date: cm::today(),
         reps,
     };
-    let mut progress = |done: usize, total: usize| {
-        eprint!("\rsluice profile: {done}/{total} kernels timed");
-        if done == total {
-            eprintln!();
-        }
-    };
+    let mut progress = progress("sluice profile", "kernels timed");
     let r = match cm::profile_model(
         &mut rig.drv,
         &mut rig.q,
