@@ -1783,6 +1783,7 @@ fn need_of(fp: &Footprint) -> [u32; 3] {
 }
 
 mod interface;
+pub mod lbp;
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,197 @@
+//! A model's latency at a batch size on a share of the device, `L(b, p)`:
+//! the input the multi-GPU planners take (`sluice-planner`, gpulet §3–4),
+//! measured on the GPU model.
+//!
+//! Each point runs one request of the model alone on a fresh simulated
+//! device, its kernels in order on one stream (host pushes, fetches and
+//! launches as the model charges them), at batch `b` (batch-scaled kernels
+//! have `b` times the blocks: [`Model::batch_scaled`],
+//! [`KernelLaunch::at_batch`]) and with the stream confined to the lowest
+//! ⌈p % × CUs⌉ CUs ([`GpuSim::set_partition`]). It reports the time to the
+//! last kernel's end and the mean memory-bandwidth demand over the run.
+//!
+//! `sluice profile --device <profile>` prints these points; the daemon's
+//! cluster backend and `sluice bench cluster` build their planners' tables
+//! from them.
+
+use sluice_gpu::{DeviceProfile, Event, KernelLaunch, Ns, OpError};
+use sluice_model::Model;
+
+use crate::GpuSim;
+
+/// Default batch sizes (gpulet's profiles).
+pub const DEFAULT_BATCHES: [u32; 6] = [1, 2, 4, 8, 16, 32];
+/// Default partition sizes, percent of the CUs.
+pub const DEFAULT_PARTITIONS: [u32; 10] = [10, 20, 30, 40, 50, 60, 70, 80, 90, 100];
+
+/// One measured (batch, partition) point.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LbpPoint {
+    /// Batch size.
+    pub batch: u32,
+    /// Partition size asked for, percent of the device's CUs.
+    pub partition_pct: u32,
+    /// CUs that makes: [`partition_cus`].
+    pub cus: u32,
+    /// Time from the first launch to the last kernel's end.
+    pub latency_ns: Ns,
+    /// Mean memory-bandwidth demand over the run (share of the device's).
+    pub mem_demand: f64,
+    /// Blocks over all kernels at this batch.
+    pub blocks: u64,
+}
+
+/// Why a point could not be measured.
+#[derive(Debug, thiserror::Error)]
+pub enum LbpError {
+    /// A batch size of 0 or above the limit.
+    #[error("batch size {0} is outside 1..=4096; give batch sizes like 1,2,4,8")]
+    BadBatch(u32),
+    /// A partition size outside 1..=100.
+    #[error("partition size {0}% is outside 1..=100; give percentages like 10,20,...,100")]
+    BadPartition(u32),
+    /// The model refused by the device.
+    #[error("{model} at batch {batch} on {pct}% of `{device}`: {source}")]
+    Device {
+        /// Model.
+        model: String,
+        /// Batch.
+        batch: u32,
+        /// Partition, percent.
+        pct: u32,
+        /// Device profile.
+        device: String,
+        /// The device's reason.
+        #[source]
+        source: OpError,
+    },
+}
+
+/// CUs of a `pct` % partition of `profile`: ⌈pct × CUs / 100⌉, at least 1.
+pub fn partition_cus(profile: &DeviceProfile, pct: u32) -> u32 {
+    (u64::from(profile.compute_units) * u64::from(pct))
+        .div_ceil(100)
+        .clamp(1, u64::from(profile.compute_units)) as u32
+}
+
+/// One request of `model` at `batch` on the lowest `cus` CUs: (latency ns,
+/// mean bandwidth demand, blocks).
+pub fn run_point(
+    profile: &DeviceProfile,
+    model: &Model,
+    batch: u32,
+    cus: u32,
+) -> Result<(Ns, f64, u64), OpError> {
+    let scaled = model.batch_scaled();
+    let mut gpu = GpuSim::new(profile.clone());
+    let s = gpu.create_stream(0);
+    if cus < profile.compute_units {
+        let part: Vec<u32> = (0..cus).collect();
+        gpu.set_partition(s, Some(&part))?;
+    }
+    let mut blocks = 0u64;
+    for (i, k) in model.manifest.kernels.iter().enumerate() {
+        let l = KernelLaunch::from_model(k, i as u64).at_batch(batch, scaled[i]);
+        blocks += u64::from(l.grid_blocks);
+        gpu.launch(s, l)?;
+    }
+    let mut end = 0;
+    while let Some(e) = gpu.step() {
+        if let Event::KernelFinished { t, .. } = e {
+            end = t;
+        }
+    }
+    Ok((end, gpu.mean_bandwidth_demand(), blocks))
+}
+
+/// `L(b, p)` for every batch and partition, batch-major, reporting progress
+/// to `progress(done, total)`.
+pub fn measure(
+    profile: &DeviceProfile,
+    model: &Model,
+    batches: &[u32],
+    partitions: &[u32],
+    mut progress: impl FnMut(usize, usize),
+) -> Result<Vec<LbpPoint>, LbpError> {
+    if let Some(&b) = batches.iter().find(|&&b| b == 0 || b > 4096) {
+        return Err(LbpError::BadBatch(b));
+    }
+    if let Some(&p) = partitions.iter().find(|&&p| p == 0 || p > 100) {
+        return Err(LbpError::BadPartition(p));
+    }
+    let total = batches.len() * partitions.len();
+    let mut points = Vec::with_capacity(total);
+    for &batch in batches {
+        for &pct in partitions {
+            let cus = partition_cus(profile, pct);
+            let (latency_ns, mem_demand, blocks) =
+                run_point(profile, model, batch, cus).map_err(|source| LbpError::Device {
+                    model: model.name().to_owned(),
+                    batch,
+                    pct,
+                    device: profile.name.clone(),
+                    source,
+                })?;
+            points.push(LbpPoint {
+                batch,
+                partition_pct: pct,
+                cus,
+                latency_ns,
+                mem_demand,
+                blocks,
+            });
+            progress(points.len(), total);
+        }
+    }
+    Ok(points)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_model::ModelRegistry;
+
+    #[test]
+    fn latency_falls_with_more_cus_and_grows_with_the_batch() {
+        let reg = ModelRegistry::builtin();
+        let (_, m) = reg.lookup("resnet18").unwrap();
+        let p = DeviceProfile::mi50();
+        let pts = measure(&p, m, &[1, 8, 32], &[20, 50, 100], |_, _| {}).unwrap();
+        assert_eq!(pts.len(), 9);
+        let l = |b: u32, pct: u32| {
+            pts.iter()
+                .find(|x| x.batch == b && x.partition_pct == pct)
+                .unwrap()
+                .latency_ns
+        };
+        for b in [1, 8, 32] {
+            assert!(l(b, 20) >= l(b, 50) && l(b, 50) >= l(b, 100), "batch {b}");
+        }
+        for pct in [20, 50, 100] {
+            assert!(l(1, pct) < l(8, pct) && l(8, pct) < l(32, pct), "{pct}%");
+        }
+        // gpulet Fig. 4's shape: a large batch gains more from 50 -> 100 %
+        // than batch 1 does.
+        let gain = |b: u32| l(b, 50) as f64 / l(b, 100) as f64;
+        assert!(
+            gain(32) > gain(1),
+            "gain b32 {} vs b1 {}",
+            gain(32),
+            gain(1)
+        );
+    }
+
+    #[test]
+    fn bad_sizes_are_refused_with_the_value() {
+        let reg = ModelRegistry::builtin();
+        let (_, m) = reg.lookup("resnet18").unwrap();
+        let p = DeviceProfile::mi50();
+        let e = measure(&p, m, &[0], &[100], |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("batch size 0"), "{e}");
+        let e = measure(&p, m, &[1], &[101], |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("101%"), "{e}");
+        assert_eq!(partition_cus(&p, 1), 1);
+        assert_eq!(partition_cus(&p, 50), 30);
+        assert_eq!(partition_cus(&p, 100), 60);
+    }
+}
