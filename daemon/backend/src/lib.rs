@@ -21,7 +21,7 @@
 #[cfg(feature = "test-util")]
 pub mod testmem;
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use shm_proto::Priority;
 
@@ -119,10 +119,95 @@ pub trait Backend: Send {
     fn cancel_client(&mut self, client: u32) -> usize;
     /// Jobs queued or running.
     fn queued(&self) -> usize;
+    /// What runs where, for `sluice status`, when the backend serves
+    /// several devices or partitions (`None`: one device, nothing to
+    /// show). The backend updates it from its own thread; the status
+    /// reader locks it briefly.
+    fn layout(&self) -> Option<Arc<Mutex<Layout>>> {
+        None
+    }
     /// Whether the device is simulated: its outputs are the reference
     /// digest of the input ([`shm_proto::sim::expected_output`]), which
     /// clients can check. A real GPU computes the model instead.
     fn simulated(&self) -> bool {
         true
     }
+}
+
+/// What a backend serving several GPUs runs where (`sluice status`).
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Layout {
+    /// The planner that made the placement in force.
+    pub planner: String,
+    /// Each GPU with its partitions.
+    pub gpus: Vec<GpuLayout>,
+    /// Each model served, with its load.
+    pub models: Vec<ModelLoad>,
+    /// Placements applied since start (the first included).
+    pub switches: u64,
+    /// Dispatcher time the last switch took, ns (planning excluded).
+    pub last_switch_ns: u64,
+    /// The longest switch so far, ns.
+    pub max_switch_ns: u64,
+    /// Dispatcher time the last planner run took, ns.
+    pub last_plan_ns: u64,
+    /// Why the last plan fell back to every GPU serving every model, if it
+    /// did.
+    pub plan_error: Option<String>,
+}
+
+/// One GPU in a [`Layout`].
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct GpuLayout {
+    /// Its index in the configuration.
+    pub index: u32,
+    /// Its device profile (simulated).
+    pub profile: String,
+    /// Compute units it has.
+    pub compute_units: u32,
+    /// Its partitions: those of the placement in force, then those still
+    /// draining the previous one.
+    pub partitions: Vec<PartitionLayout>,
+}
+
+/// One partition in a [`GpuLayout`].
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PartitionLayout {
+    /// Planned share of the GPU, percent.
+    pub size_pct: u32,
+    /// First CU it owns.
+    pub first_cu: u32,
+    /// CUs it owns.
+    pub cus: u32,
+    /// Whether it is draining: it takes no new batch and goes away once
+    /// its last one finishes.
+    pub draining: bool,
+    /// Batches running in it now.
+    pub in_flight: u32,
+    /// The models it serves: (model, planned batch, planned rate share in
+    /// requests/s).
+    pub models: Vec<(String, u32, f64)>,
+}
+
+/// One model's load in a [`Layout`].
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ModelLoad {
+    /// Model name.
+    pub name: String,
+    /// Its SLO, ms.
+    pub slo_ms: f64,
+    /// Arrival rate over the monitor's window, requests/s.
+    pub rate_rps: f64,
+    /// The rate the placement in force was planned for.
+    pub planned_rps: f64,
+    /// Requests waiting for a batch.
+    pub queued: u64,
+    /// Requests completed.
+    pub completed: u64,
+    /// Completed later than the SLO after they arrived.
+    pub slo_violations: u64,
+    /// Batches run.
+    pub batches: u64,
+    /// Largest batch run.
+    pub max_batch: u32,
 }

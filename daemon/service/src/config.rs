@@ -27,6 +27,9 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 use shm_proto::layout::{MAX_ARENA, MAX_ENTRIES, MIN_ENTRIES, PAGE};
 
+mod cluster;
+pub use cluster::{ClusterConfig, PlannerKind};
+
 /// Where the system-wide daemon listens (root, or the systemd unit).
 pub const SYSTEM_SOCKET: &str = "/run/sluice/sluiced.sock";
 
@@ -80,6 +83,8 @@ pub struct Config {
     pub device: DeviceConfig,
     /// `[models]`: where model manifests come from.
     pub models: ModelsConfig,
+    /// `[cluster]`: several GPUs, request rates, batching, partitions.
+    pub cluster: ClusterConfig,
 }
 
 /// `[daemon]`.
@@ -523,6 +528,7 @@ impl Config {
             clients: v.clients(raw.clients),
             device: v.device(raw.device),
             models: v.models(raw.models, origin),
+            cluster: v.cluster(raw.cluster),
         };
         if v.errors.is_empty() {
             Ok(config)
@@ -675,6 +681,7 @@ impl Config {
                 let _ = writeln!(s, "# dir unset: the models built into the binary");
             }
         }
+        self.cluster.render(&mut s);
         s
     }
 }
@@ -789,6 +796,8 @@ struct RawConfig {
     device: RawDevice,
     #[serde(default)]
     models: RawModels,
+    #[serde(default)]
+    cluster: cluster::RawCluster,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -97,6 +97,7 @@ pub struct Shared {
     /// Control-plane counters.
     pub control_counters: ControlCounters,
     device_name: String,
+    layout: Option<Arc<Mutex<sluice_backend::Layout>>>,
     kill: crate::kill_capability::KillCapability,
     realtime: Mutex<String>,
     dispatcher_warning: Mutex<Option<String>>,
@@ -196,6 +197,10 @@ impl Shared {
             uptime_s: self.started.elapsed().as_secs_f64(),
             socket: self.config.daemon.socket.display().to_string(),
             device: self.device_name.clone(),
+            cluster: self
+                .layout
+                .as_ref()
+                .and_then(|l| l.lock().ok().map(|l| l.clone())),
             kill_mechanism: self.kill.to_string(),
             dispatcher: self.realtime.lock().map(|s| s.clone()).unwrap_or_default(),
             dispatcher_realtime: warning.is_none(),
@@ -311,6 +316,10 @@ pub struct Status {
     pub socket: String,
     /// Device backend.
     pub device: String,
+    /// With `[cluster]`: each GPU's partitions, what runs where, and each
+    /// model's load.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<sluice_backend::Layout>,
     /// How running GPU work is killed: the start-up probe of the patched
     /// drivers (`amd-wave-kill …`, `nvidia-trap …`, or `none: …` with the
     /// reasons).
@@ -491,6 +500,7 @@ impl Daemon {
             device_queued: AtomicU64::new(0),
             control_counters: ControlCounters::default(),
             device_name: device.name().to_owned(),
+            layout: device.layout(),
             kill,
             realtime: Mutex::new(String::from("starting")),
             dispatcher_warning: Mutex::new(None),
@@ -674,6 +684,7 @@ mod tests {
             uptime_s: 1e9,
             socket: "/run/sluice/sluiced.sock".into(),
             device: "sim".into(),
+            cluster: None,
             kill_mechanism: "none".into(),
             dispatcher: "not pinned, SCHED_OTHER".into(),
             dispatcher_realtime: false,

@@ -92,6 +92,18 @@ pub enum LoadModelsError {
         #[source]
         source: Box<RegistryError>,
     },
+    /// `cluster.models` names a model that is not there.
+    #[error(
+        "cluster.models lists {model:?}, which is not among the models: {}; fix the name or \
+         add its manifest to models.dir",
+        available.join(", ")
+    )]
+    ClusterModel {
+        /// The name.
+        model: String,
+        /// The models there are.
+        available: Vec<String>,
+    },
     /// The manifests of `models.dir` could not replace the builders' ones
     /// (`device.backend = "cuda"`).
     #[error(
@@ -108,7 +120,8 @@ pub enum LoadModelsError {
     },
 }
 
-/// The models the config asks for.
+/// The models the config asks for; with `[cluster]` and `cluster.models`,
+/// only those.
 ///
 /// - `device.backend = "sim"`: `models.dir`, or the built-in set.
 /// - `device.backend = "cuda"`: the models the CUDA backend can run, the
@@ -120,6 +133,28 @@ pub enum LoadModelsError {
 ///   daemon falls back to the simulated GPU (`device.fallback = "sim"`), so
 ///   clients see the same models either way.
 pub fn load_models(config: &Config) -> Result<ModelRegistry, LoadModelsError> {
+    let all = load_all_models(config)?;
+    let wanted = &config.cluster.models;
+    if !config.cluster.enabled() || wanted.is_empty() {
+        return Ok(all);
+    }
+    if let Some(missing) = wanted.iter().find(|m| all.lookup(m).is_none()) {
+        return Err(LoadModelsError::ClusterModel {
+            model: missing.clone(),
+            available: all.iter().map(|(_, m)| m.name().to_owned()).collect(),
+        });
+    }
+    let kept = all
+        .iter()
+        .filter(|(_, m)| wanted.iter().any(|w| w == m.name()))
+        .map(|(_, m)| (m.file.clone(), m.manifest.clone(), m.memory.clone()));
+    // The models were valid in `all`, so they are here.
+    Ok(ModelRegistry::from_parts(kept).expect("a subset of a valid registry is valid"))
+}
+
+/// Every model `models.dir` or the backend offers, before `cluster.models`
+/// cuts them down.
+fn load_all_models(config: &Config) -> Result<ModelRegistry, LoadModelsError> {
     let dir = config.models.dir.as_ref();
     match config.device.backend {
         BackendKind::Sim => match dir {
@@ -303,6 +338,19 @@ pub enum DeviceError {
         #[source]
         source: ModeledError,
     },
+    /// `[cluster]` could not be built.
+    #[error("cannot start the cluster of [cluster]")]
+    Cluster {
+        /// Why.
+        #[source]
+        source: crate::backend::cluster::ClusterError,
+    },
+    /// `[cluster]` with the CUDA backend.
+    #[error(
+        "[cluster] serves simulated GPUs only so far, but device.backend = \"cuda\"; remove \
+         [cluster] to serve one CUDA GPU, or set device.backend = \"sim\""
+    )]
+    ClusterOnCuda,
     /// The CUDA device answered the probe but could not be set up.
     #[cfg(feature = "cuda")]
     #[error(
@@ -327,6 +375,9 @@ pub fn open_device(
     models: Arc<ModelRegistry>,
     choice: &DeviceChoice,
 ) -> Result<Box<dyn Backend>, DeviceError> {
+    if config.cluster.enabled() {
+        return make_cluster(config, models);
+    }
     match choice {
         DeviceChoice::Sim => make_sim_device(config, models),
         #[cfg(feature = "cuda")]
@@ -350,6 +401,28 @@ pub fn make_device(
 ) -> Result<Box<dyn Backend>, DeviceError> {
     let choice = choose_device(&config.device)?;
     open_device(config, models, &choice)
+}
+
+/// `[cluster]`: several simulated GPUs, planned and batched
+/// ([`crate::backend::cluster`]).
+fn make_cluster(
+    config: &Config,
+    models: Arc<ModelRegistry>,
+) -> Result<Box<dyn Backend>, DeviceError> {
+    if config.device.backend != BackendKind::Sim {
+        return Err(DeviceError::ClusterOnCuda);
+    }
+    tracing::info!(
+        "cluster: profiling {} models on the simulated {} for the planner",
+        models.len(),
+        config.cluster.gpus[0]
+    );
+    let cluster =
+        crate::backend::cluster::setup::from_config(config, models, shm_proto::now_ns(), |m| {
+            tracing::info!("cluster: profiling {m}")
+        })
+        .map_err(|source| DeviceError::Cluster { source })?;
+    Ok(Box::new(cluster))
 }
 
 /// The simulated device of `device.scheduler`: step 1's real-time one for

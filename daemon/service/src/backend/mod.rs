@@ -7,6 +7,7 @@
 //!   whichever device runs, bounding each client's share of its priority
 //!   class.
 
+pub mod cluster;
 pub mod fair;
 pub mod fifo;
 pub mod modeled;

@@ -1,0 +1,1095 @@
+//! Several simulated GPUs serving models at request rates (issue 13):
+//! a rate monitor per model, batching of requests from different clients,
+//! spatial partitions of each GPU, and a planner (`sluice-planner`) whose
+//! placement says which partition serves which model at which batch size.
+//! The daemon re-plans on a period or when a rate moves, and applies a new
+//! placement in place with shadow partitions.
+//!
+//! # The request path
+//!
+//! The dispatcher hands every validated request to [`ClusterBackend`], which
+//! queues it on its model's queue (real-time requests ahead of best-effort
+//! ones) and counts it in the model's [`rate::RateMonitor`]. A partition
+//! serving the model *pulls* from that queue whenever it has no batch of
+//! the model running: it takes `n` requests, the largest listed batch size
+//! with `n ≤ queued` and `n ≤ b_max`, where `b_max` is gpulet's adaptive
+//! batch (§2.1): the largest listed `b` with `b / rate + L(b, p) ≤ SLO`,
+//! `rate` the model's observed rate over the partitions serving it and
+//! `L(b, p)` the model's profiled latency at batch `b` on the partition's
+//! size. A batch never waits to fill: at low load it is one request, under
+//! load the queue that builds while a batch runs is the next batch. The
+//! batch runs as one task of the partition's policy on the model's
+//! batch-`n` kernels (grids scaled by [`sluice_model::Model::batch_scaled`]);
+//! when it finishes each request's output is written to its own client.
+//! A request whose deadline passed while it waited completes with
+//! `DEADLINE_MISSED` without running; one that finishes later than its
+//! model's SLO completes normally and is counted as an SLO violation.
+//!
+//! # Placement and re-placement
+//!
+//! A placement comes from the planner for the observed rates times
+//! `cluster.headroom` (a model with queued requests but no observed rate is
+//! planned at one request per window). Applying it is a *shadow switch*:
+//! every partition of the new placement is built at once (its own policy
+//! instance, its streams confined to its CUs), every old partition stops
+//! taking batches and drains, and goes away when its last batch finishes.
+//! Queued requests stay on their model's queue throughout, so nothing is
+//! dropped, duplicated or stalled; for a while old and new partitions
+//! overlap on some CUs and share them. A partition identical to one in
+//! force (same GPU, CUs and models) is kept as it is. When the planner finds no placement (rates beyond the GPUs, an
+//! SLO no partition meets) the daemon falls back to every GPU whole,
+//! serving every model, says why in the log and in `sluice status`, and
+//! keeps serving: no request is ever left without a partition.
+
+mod part;
+mod rate;
+pub mod setup;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use shm_proto::{Priority, status};
+use sluice_backend::{Backend, Finished, GpuLayout, Job, Layout, ModelLoad, PartitionLayout};
+use sluice_gpu::{DeviceProfile, Event};
+use sluice_model::{Manifest, ModelRegistry};
+use sluice_planner::{GpuSpec, LatencyTable, ModelSpec, Placement, Planner};
+use sluice_sched::{
+    Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, untag,
+};
+
+use part::{GpuState, NO_OWNER, PartGpu};
+use rate::RateMonitor;
+
+/// What the cluster serves, with its profiles: everything but the planner.
+#[derive(Debug, Clone)]
+pub struct ClusterSetup {
+    /// One device profile per GPU; all alike (the planners assume identical
+    /// GPUs).
+    pub gpus: Vec<DeviceProfile>,
+    /// Memory of one GPU, MB.
+    pub gpu_mem_mb: u64,
+    /// The policy inside every partition.
+    pub policy: PolicyKind,
+    /// The models, by registry id.
+    pub models: Vec<ServedModel>,
+    /// Partition sizes are multiples of this many percent.
+    pub partition_step_pct: u32,
+    /// Re-plan period, ns (0: only when a rate moves).
+    pub replan_ns: u64,
+    /// Rate monitor window, ns.
+    pub rate_window_ns: u64,
+    /// Re-plan when a rate leaves `planned × (1 ± rate_change)`.
+    pub rate_change: f64,
+    /// Plan for `observed × headroom`.
+    pub headroom: f64,
+}
+
+/// One model the cluster serves.
+#[derive(Debug, Clone)]
+pub struct ServedModel {
+    /// Its id in the registry clients see.
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+    /// Latency objective, ms.
+    pub slo_ms: f64,
+    /// GPU memory one copy takes, MB.
+    pub mem_mb: u64,
+    /// Profiled `L(b, p)` on one GPU of the cluster.
+    pub table: LatencyTable,
+}
+
+/// Why the cluster backend could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// No GPUs.
+    #[error("the cluster has no GPUs; list at least one in cluster.gpus")]
+    NoGpus,
+    /// GPUs of different profiles.
+    #[error(
+        "cluster.gpus mixes device profiles ({first:?} and {other:?}); the planners assume identical GPUs, so list one profile"
+    )]
+    Mixed {
+        /// The first GPU's profile.
+        first: String,
+        /// A different one.
+        other: String,
+    },
+    /// A model id not in the registry, or served twice.
+    #[error("model id {0} is not in the registry or is listed twice")]
+    BadModel(u32),
+    /// The policy cannot run in a daemon.
+    #[error(
+        "policy `{0}` cannot run inside a partition; use seq, streams, wait-preempt, reef or paella"
+    )]
+    Policy(PolicyKind),
+    /// A profile that is not built in.
+    #[error("cluster.gpus: {profile:?} is not a GPU model profile: {why}")]
+    Profile {
+        /// The name.
+        profile: String,
+        /// Why.
+        why: String,
+    },
+    /// A model could not be profiled.
+    #[error("cannot profile model {model:?} for the planner: {why}")]
+    Profiling {
+        /// The model.
+        model: String,
+        /// Why.
+        why: String,
+    },
+    /// An SLO no partition can meet.
+    #[error(
+        "model {model:?}: its SLO of {slo_ms} ms is below twice its fastest batch ({fastest_ms:.3} ms alone on a whole simulated {profile}), so no placement can meet it (a request may wait for one batch before its own); raise cluster.slo_ms_per_model.{model} to at least {need:.1}",
+        need = 2.0 * fastest_ms
+    )]
+    SloUnreachable {
+        /// The model.
+        model: String,
+        /// Its SLO.
+        slo_ms: f64,
+        /// `L(smallest batch, 100 %)`.
+        fastest_ms: f64,
+        /// The device profile.
+        profile: String,
+    },
+    /// A model's batch-scaled manifest was refused.
+    #[error("cannot build model {model:?} at batch {batch}: {why}")]
+    Batched {
+        /// The model.
+        model: String,
+        /// The batch.
+        batch: u32,
+        /// The registry's reason.
+        why: String,
+    },
+}
+
+/// One model's state in the backend.
+struct Served {
+    spec: ServedModel,
+    slo_ns: u64,
+    /// Registry (batched) id of the model at each listed batch size.
+    batched: Vec<u32>,
+    rt: VecDeque<Job>,
+    be: VecDeque<Job>,
+    rate: RateMonitor,
+    planned_rps: f64,
+    /// Partitions in force serving it.
+    serving: u32,
+    completed: u64,
+    slo_violations: u64,
+    batches: u64,
+    max_batch: u32,
+}
+
+impl Served {
+    fn queued(&self) -> usize {
+        self.rt.len() + self.be.len()
+    }
+}
+
+/// One model's part of a partition.
+struct Slot {
+    served: usize,
+    planned_batch: u32,
+    share_rps: f64,
+    /// A batch of it is running here.
+    busy: bool,
+}
+
+struct Partition {
+    gpu: usize,
+    size_pct: u32,
+    first_cu: u32,
+    cus: Vec<u32>,
+    policy: Box<dyn Policy>,
+    streams: Vec<(i32, sluice_gpu::StreamId)>,
+    slots: Vec<Slot>,
+    draining: bool,
+    in_flight: u32,
+    stats: PolicyStats,
+}
+
+struct Batch {
+    part: usize,
+    slot: usize,
+    jobs: Vec<Job>,
+    started: Option<u64>,
+}
+
+/// The cluster as a [`Backend`].
+pub struct ClusterBackend {
+    name: String,
+    planner: Box<dyn Planner + Send>,
+    setup: ClusterSetup,
+    gpus: Vec<GpuState>,
+    /// The registry clients see.
+    models: Arc<ModelRegistry>,
+    /// Every served model at every listed batch size, for the policies.
+    batched: Arc<ModelRegistry>,
+    served: Vec<Served>,
+    /// Registry id → index into `served`.
+    by_id: Vec<Option<usize>>,
+    parts: Vec<Option<Partition>>,
+    batches: HashMap<TaskId, Batch>,
+    next_task: TaskId,
+    epoch: u64,
+    /// The latest time the backend has been advanced to (virtual ns).
+    clock: u64,
+    last_plan: u64,
+    replan_now: bool,
+    events: Vec<Event>,
+    fresh: Vec<TaskDone>,
+    failed: Vec<TaskFailed>,
+    out: Vec<Finished>,
+    buf: Vec<u8>,
+    layout: Arc<Mutex<Layout>>,
+    layout_at: u64,
+}
+
+impl std::fmt::Debug for ClusterBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterBackend")
+            .field("name", &self.name)
+            .field("gpus", &self.gpus.len())
+            .field("batches", &self.batches.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The model's manifest at batch `b`: batch-scaled kernels have `b` times
+/// the blocks and `b` times the kernel time, as
+/// [`sluice_gpu::KernelLaunch::at_batch`] launches them.
+fn manifest_at_batch(m: &sluice_model::Model, b: u32) -> Manifest {
+    let scaled = m.batch_scaled();
+    let mut man = m.manifest.clone();
+    man.name = format!("{}__b{b}", man.name);
+    for (k, &s) in man.kernels.iter_mut().zip(&scaled) {
+        if s {
+            k.grid[0] = k.grid[0].saturating_mul(b);
+            k.kernel_time_us *= f64::from(b);
+        }
+    }
+    man.total_time_us = man.kernels.iter().map(|k| k.kernel_time_us).sum();
+    man
+}
+
+const MS: u64 = 1_000_000;
+
+impl ClusterBackend {
+    /// The cluster of `setup`, placed by `planner`, serving clients that
+    /// see `models`; virtual time 0 is `now_ns`.
+    pub fn new(
+        setup: ClusterSetup,
+        planner: Box<dyn Planner + Send>,
+        models: Arc<ModelRegistry>,
+        now_ns: u64,
+    ) -> Result<Self, ClusterError> {
+        let first = setup.gpus.first().ok_or(ClusterError::NoGpus)?;
+        if let Some(o) = setup.gpus.iter().find(|g| g.name != first.name) {
+            return Err(ClusterError::Mixed {
+                first: first.name.clone(),
+                other: o.name.clone(),
+            });
+        }
+        if matches!(setup.policy, PolicyKind::RtOnly) {
+            return Err(ClusterError::Policy(setup.policy));
+        }
+        let mut by_id = vec![None; models.len()];
+        let mut parts = Vec::new();
+        for (i, m) in setup.models.iter().enumerate() {
+            let model = models.get(m.id).ok_or(ClusterError::BadModel(m.id))?;
+            let slot = &mut by_id[m.id as usize];
+            if slot.is_some() {
+                return Err(ClusterError::BadModel(m.id));
+            }
+            *slot = Some(i);
+            for &b in m.table.batches() {
+                parts.push((
+                    format!("cluster:{}@{b}", m.name),
+                    manifest_at_batch(model, b),
+                    model.memory.clone(),
+                ));
+            }
+        }
+        let batched = ModelRegistry::from_parts(parts).map_err(|e| ClusterError::Batched {
+            model: String::new(),
+            batch: 0,
+            why: e.to_string(),
+        })?;
+        let served = setup
+            .models
+            .iter()
+            .map(|m| {
+                let base = &models.get(m.id).expect("checked above").manifest.name;
+                let batched_ids = m
+                    .table
+                    .batches()
+                    .iter()
+                    .map(|b| {
+                        batched
+                            .lookup(&format!("{base}__b{b}"))
+                            .map(|(id, _)| id)
+                            .ok_or_else(|| ClusterError::Batched {
+                                model: m.name.clone(),
+                                batch: *b,
+                                why: "missing after building".into(),
+                            })
+                    })
+                    .collect::<Result<Vec<u32>, _>>()?;
+                Ok(Served {
+                    slo_ns: (m.slo_ms * 1e6) as u64,
+                    batched: batched_ids,
+                    rt: VecDeque::new(),
+                    be: VecDeque::new(),
+                    rate: RateMonitor::new(setup.rate_window_ns, 0),
+                    planned_rps: 0.0,
+                    serving: 0,
+                    completed: 0,
+                    slo_violations: 0,
+                    batches: 0,
+                    max_batch: 0,
+                    spec: m.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, ClusterError>>()?;
+        let name = format!(
+            "cluster of {} simulated {} GPUs, planner {}, policy {} in each partition",
+            setup.gpus.len(),
+            first.name,
+            planner.name(),
+            setup.policy
+        );
+        let gpus = setup.gpus.iter().cloned().map(GpuState::new).collect();
+        let mut me = Self {
+            name,
+            planner,
+            gpus,
+            models,
+            batched: Arc::new(batched),
+            served,
+            by_id,
+            parts: Vec::new(),
+            batches: HashMap::new(),
+            next_task: 0,
+            epoch: now_ns,
+            clock: 0,
+            last_plan: 0,
+            replan_now: false,
+            events: Vec::new(),
+            fresh: Vec::new(),
+            failed: Vec::new(),
+            out: Vec::new(),
+            buf: vec![0u8; super::fifo::CHUNK],
+            layout: Arc::new(Mutex::new(Layout::default())),
+            layout_at: 0,
+            setup,
+        };
+        // Until rates are seen: every GPU whole, serving every model.
+        let start = me.fallback_placement();
+        me.apply(&start);
+        me.publish(None, 0);
+        Ok(me)
+    }
+
+    /// The placement the backend falls back to: every GPU one whole
+    /// partition serving every model at its largest listed batch.
+    fn fallback_placement(&self) -> Placement {
+        let models: Vec<sluice_planner::Assignment> = self
+            .served
+            .iter()
+            .map(|s| sluice_planner::Assignment {
+                model: s.spec.name.clone(),
+                batch: *s.spec.table.batches().last().unwrap_or(&1),
+                share_rps: 0.0,
+            })
+            .collect();
+        Placement {
+            gpus: (0..self.gpus.len())
+                .map(|_| sluice_planner::GpuPlan {
+                    partitions: vec![sluice_planner::PartitionPlan {
+                        size_pct: 100,
+                        duty_cycle_ms: 0.0,
+                        models: models.clone(),
+                    }],
+                })
+                .collect(),
+        }
+    }
+
+    /// Applies `placement` as a shadow switch (module docs); returns the
+    /// wall-clock ns it took.
+    fn apply(&mut self, placement: &Placement) -> u64 {
+        let t0 = Instant::now();
+        // What is in force now, to keep identical partitions.
+        let mut keep: Vec<bool> = vec![false; self.parts.len()];
+        let mut new_parts: Vec<(usize, u32, u32, Vec<Slot>)> = Vec::new();
+        for (g, gp) in placement.gpus.iter().enumerate().take(self.gpus.len()) {
+            let ncu = self.gpus[g].sim.profile().compute_units;
+            let mut first = 0u32;
+            for pp in &gp.partitions {
+                let cus =
+                    sluice_gpusim::lbp::partition_cus(self.gpus[g].sim.profile(), pp.size_pct)
+                        .min(ncu.saturating_sub(first))
+                        .max(1);
+                let slots: Vec<Slot> = pp
+                    .models
+                    .iter()
+                    .filter_map(|a| {
+                        let served = self.served.iter().position(|s| s.spec.name == a.model)?;
+                        Some(Slot {
+                            served,
+                            planned_batch: a.batch,
+                            share_rps: a.share_rps,
+                            busy: false,
+                        })
+                    })
+                    .collect();
+                let first_cu = first.min(ncu - 1);
+                first = (first + cus).min(ncu);
+                let same = self.parts.iter().position(|p| {
+                    p.as_ref().is_some_and(|p| {
+                        !p.draining
+                            && p.gpu == g
+                            && p.first_cu == first_cu
+                            && p.cus
+                                .len()
+                                .max(if p.cus.is_empty() { ncu as usize } else { 0 })
+                                == cus as usize
+                            && p.slots.len() == slots.len()
+                            && p.slots.iter().zip(&slots).all(|(a, b)| {
+                                a.served == b.served && a.planned_batch == b.planned_batch
+                            })
+                    })
+                });
+                match same {
+                    Some(i) if !keep[i] => {
+                        keep[i] = true;
+                        if let Some(p) = self.parts[i].as_mut() {
+                            for (a, b) in p.slots.iter_mut().zip(&slots) {
+                                a.share_rps = b.share_rps;
+                            }
+                        }
+                    }
+                    _ => new_parts.push((g, first_cu, cus, slots)),
+                }
+            }
+        }
+        for (i, p) in self.parts.iter_mut().enumerate() {
+            if let Some(p) = p
+                && !keep.get(i).copied().unwrap_or(false)
+            {
+                p.draining = true;
+            }
+        }
+        for (g, first_cu, cus, slots) in new_parts {
+            let ncu = self.gpus[g].sim.profile().compute_units;
+            let list: Vec<u32> = if first_cu == 0 && cus >= ncu {
+                Vec::new()
+            } else {
+                (first_cu..first_cu + cus).collect()
+            };
+            let policy = sluice_sched::make_policy(self.setup.policy, &self.batched)
+                .expect("checked at construction");
+            let size_pct = ((u64::from(cus) * 100).div_ceil(u64::from(ncu))) as u32;
+            let part = Partition {
+                gpu: g,
+                size_pct,
+                first_cu,
+                cus: list,
+                policy,
+                streams: Vec::new(),
+                slots,
+                draining: false,
+                in_flight: 0,
+                stats: PolicyStats::default(),
+            };
+            match self.parts.iter().position(Option::is_none) {
+                Some(i) => self.parts[i] = Some(part),
+                None => self.parts.push(Some(part)),
+            }
+        }
+        // Partitions that drain with nothing running go at once.
+        for i in 0..self.parts.len() {
+            self.retire_if_done(i);
+        }
+        for s in &mut self.served {
+            s.serving = 0;
+        }
+        for p in self.parts.iter().flatten().filter(|p| !p.draining) {
+            for sl in &p.slots {
+                self.served[sl.served].serving += 1;
+            }
+        }
+        t0.elapsed().as_nanos() as u64
+    }
+
+    fn retire_if_done(&mut self, i: usize) {
+        let done = self.parts[i]
+            .as_ref()
+            .is_some_and(|p| p.draining && p.in_flight == 0);
+        if done && let Some(p) = self.parts[i].take() {
+            self.gpus[p.gpu].release(&p.streams);
+        }
+    }
+
+    /// Re-plans for the observed rates and applies the result.
+    fn replan(&mut self) {
+        let now = self.clock;
+        let t0 = Instant::now();
+        let window_rps = 1e9 / self.setup.rate_window_ns as f64;
+        let specs: Vec<ModelSpec> = self
+            .served
+            .iter_mut()
+            .map(|s| {
+                let mut r = s.rate.rate(now);
+                if r == 0.0 && s.queued() > 0 {
+                    r = window_rps;
+                }
+                ModelSpec {
+                    name: s.spec.name.clone(),
+                    slo_ms: s.spec.slo_ms,
+                    rate_rps: r * self.setup.headroom,
+                    mem_mb: s.spec.mem_mb,
+                    profile: s.spec.table.clone(),
+                }
+            })
+            .collect();
+        let gpus = GpuSpec {
+            count: self.gpus.len() as u32,
+            mem_mb: self.setup.gpu_mem_mb,
+            partition_step_pct: self.setup.partition_step_pct,
+        };
+        let (placement, error) = match self.planner.plan(&specs, &gpus) {
+            Ok(p) if self.covers_queued(&p) => (p, None),
+            Ok(_) => (
+                self.fallback_placement(),
+                Some("the plan leaves a model with queued requests unserved".to_owned()),
+            ),
+            Err(e) => (self.fallback_placement(), Some(e.to_string())),
+        };
+        let plan_ns = t0.elapsed().as_nanos() as u64;
+        if let Some(e) = &error {
+            tracing::warn!(
+                "cluster: planner {} found no placement ({e}); every GPU serves every model until the next plan",
+                self.planner.name()
+            );
+        }
+        for (s, spec) in self.served.iter_mut().zip(&specs) {
+            s.planned_rps = spec.rate_rps;
+        }
+        let switch_ns = self.apply(&placement);
+        self.last_plan = now;
+        self.replan_now = false;
+        self.publish_switch(error, plan_ns, switch_ns);
+    }
+
+    fn covers_queued(&self, p: &Placement) -> bool {
+        self.served.iter().all(|s| {
+            s.queued() == 0
+                || p.partitions()
+                    .any(|(_, pp)| pp.models.iter().any(|a| a.model == s.spec.name))
+        })
+    }
+
+    fn due_for_plan(&mut self) -> bool {
+        if self.replan_now {
+            return true;
+        }
+        let now = self.clock;
+        if self.setup.replan_ns > 0 && now >= self.last_plan + self.setup.replan_ns {
+            return true;
+        }
+        // Rates are looked at once per 10 ms at most.
+        if now < self.layout_at + 10 * MS {
+            return false;
+        }
+        let band = self.setup.rate_change;
+        let headroom = self.setup.headroom;
+        self.served.iter_mut().any(|s| {
+            let r = s.rate.rate(now) * headroom;
+            let p = s.planned_rps;
+            r > p * (1.0 + band) + 1e-9 || r < p * (1.0 - band) - 1e-9
+        })
+    }
+
+    fn vt(&self, now_ns: u64) -> u64 {
+        now_ns.saturating_sub(self.epoch)
+    }
+
+    /// Runs every GPU up to virtual `target`, handing events to the
+    /// partitions' policies, finishing batches and starting new ones as
+    /// they free up.
+    fn advance(&mut self, target: u64) {
+        loop {
+            let next = self
+                .gpus
+                .iter()
+                .filter_map(|g| g.sim.next_event_time())
+                .min();
+            let t = match next {
+                Some(t) if t <= target => t,
+                _ => break,
+            };
+            self.clock = self.clock.max(t);
+            for g in 0..self.gpus.len() {
+                if self.gpus[g].sim.next_event_time() == Some(t) {
+                    self.gpus[g].sim.run_until(t);
+                    self.deliver(g);
+                }
+            }
+            self.settle();
+            self.pump();
+        }
+        self.clock = self.clock.max(target);
+        for g in 0..self.gpus.len() {
+            if self.gpus[g].sim.now() < target {
+                self.gpus[g].sim.run_until(target);
+                self.deliver(g);
+            }
+        }
+        self.settle();
+        if self.due_for_plan() {
+            self.replan();
+        }
+        self.pump();
+    }
+
+    fn deliver(&mut self, g: usize) {
+        let mut events = std::mem::take(&mut self.events);
+        events.extend(self.gpus[g].sim.drain_events());
+        for ev in events.drain(..) {
+            let stream = match &ev {
+                Event::KernelStarted { stream, .. }
+                | Event::KernelFinished { stream, .. }
+                | Event::BlocksCompleted { stream, .. } => *stream,
+                Event::Preempted(r) => r.stream,
+            };
+            if let Event::KernelStarted { t, kernel, .. } = &ev {
+                let (task, _) = untag(kernel.tag);
+                if let Some(b) = self.batches.get_mut(&task)
+                    && b.started.is_none()
+                {
+                    b.started = Some(*t);
+                }
+            }
+            let owner = self.gpus[g]
+                .owner
+                .get(stream.0 as usize)
+                .copied()
+                .unwrap_or(NO_OWNER);
+            let Some(Some(p)) = self.parts.get_mut(owner as usize) else {
+                continue;
+            };
+            let mut gpu = PartGpu {
+                gpu: &mut self.gpus[g],
+                cus: &p.cus,
+                streams: &mut p.streams,
+                slot: owner,
+            };
+            let mut cx = Ctx {
+                gpu: &mut gpu,
+                models: &self.batched,
+                done: &mut self.fresh,
+                failed: &mut self.failed,
+                stats: &mut p.stats,
+            };
+            p.policy.on_event(&mut cx, &ev);
+        }
+        self.events = events;
+    }
+
+    /// Completes the batches the policies finished or failed.
+    fn settle(&mut self) {
+        let done: Vec<(TaskId, u64, bool)> = self
+            .fresh
+            .drain(..)
+            .map(|d| (d.task.id, d.finished, false))
+            .chain(self.failed.drain(..).map(|f| (f.task.id, f.at, true)))
+            .collect();
+        for (id, at, failed) in done {
+            let Some(b) = self.batches.remove(&id) else {
+                continue;
+            };
+            let finished = self.epoch + at;
+            let started = b.started.map_or(finished, |s| self.epoch + s);
+            let part_gpu;
+            let served;
+            {
+                let Some(p) = self.parts[b.part].as_mut() else {
+                    continue;
+                };
+                part_gpu = p.gpu;
+                p.in_flight -= 1;
+                let sl = &mut p.slots[b.slot];
+                sl.busy = false;
+                served = sl.served;
+            }
+            let _ = part_gpu;
+            let s = &mut self.served[served];
+            for job in b.jobs {
+                let (status, output_len) = if failed {
+                    (status::DEVICE_ERROR, 0)
+                } else if job.deadline_ns != 0 && started > job.deadline_ns {
+                    (status::DEADLINE_MISSED, 0)
+                } else {
+                    super::fifo::compute_output(&self.models, &mut self.buf, &job)
+                };
+                if !failed {
+                    s.completed += 1;
+                    if finished.saturating_sub(job.received_ns) > s.slo_ns {
+                        s.slo_violations += 1;
+                    }
+                }
+                self.out.push(Finished {
+                    client: job.client,
+                    request_id: job.request_id,
+                    status,
+                    output_len,
+                    received_ns: job.received_ns,
+                    started_ns: started,
+                    finished_ns: finished,
+                });
+            }
+            self.retire_if_done(b.part);
+        }
+    }
+
+    /// gpulet's adaptive batch for `served` on a `pct` % partition: the
+    /// largest listed `b` with `b / rate + L(b, pct) ≤ SLO`, at least the
+    /// smallest listed.
+    fn batch_limit(&mut self, served: usize, pct: u32) -> u32 {
+        let now = self.clock;
+        let s = &mut self.served[served];
+        let rate = s.rate.rate(now) / f64::from(s.serving.max(1));
+        let batches = s.spec.table.batches();
+        let mut best = batches[0];
+        for &b in batches {
+            let Some(l) = s.spec.table.latency_ms(b, pct) else {
+                continue;
+            };
+            let build_ms = if rate > 0.0 {
+                f64::from(b) * 1e3 / rate
+            } else {
+                f64::INFINITY
+            };
+            if build_ms + l <= s.spec.slo_ms || b == batches[0] {
+                best = b;
+            }
+        }
+        best
+    }
+
+    /// Starts a batch in every partition slot that is free and has
+    /// requests queued.
+    fn pump(&mut self) {
+        for pi in 0..self.parts.len() {
+            let Some(p) = self.parts[pi].as_ref() else {
+                continue;
+            };
+            if p.draining {
+                continue;
+            }
+            for si in 0..p.slots.len() {
+                let Some(p) = self.parts[pi].as_ref() else {
+                    break;
+                };
+                let sl = &p.slots[si];
+                if sl.busy || self.served[sl.served].queued() == 0 {
+                    continue;
+                }
+                let (served, size_pct, g) = (sl.served, p.size_pct, p.gpu);
+                // The table lists the planner's sizes; a partition of
+                // another size (the fallback's whole GPU) reads 100 %.
+                let pct = if self.served[served]
+                    .spec
+                    .table
+                    .partitions_pct()
+                    .contains(&size_pct)
+                {
+                    size_pct
+                } else {
+                    100
+                };
+                let limit = self.batch_limit(served, pct);
+                self.start_batch(pi, si, served, g, limit);
+            }
+        }
+    }
+
+    fn start_batch(&mut self, pi: usize, si: usize, served: usize, g: usize, limit: u32) {
+        let now_abs = self.epoch + self.clock;
+        let s = &mut self.served[served];
+        // Requests whose deadline passed while they waited do not run.
+        let mut jobs = Vec::new();
+        let batches = s.spec.table.batches().to_vec();
+        let want = {
+            let q = s.queued() as u32;
+            batches
+                .iter()
+                .copied()
+                .filter(|&b| b <= q.min(limit))
+                .max()
+                .unwrap_or(1)
+        };
+        while jobs.len() < want as usize {
+            let Some(job) = s.rt.pop_front().or_else(|| s.be.pop_front()) else {
+                break;
+            };
+            if job.deadline_ns != 0 && now_abs > job.deadline_ns {
+                self.out.push(Finished {
+                    client: job.client,
+                    request_id: job.request_id,
+                    status: status::DEADLINE_MISSED,
+                    output_len: 0,
+                    received_ns: job.received_ns,
+                    started_ns: now_abs,
+                    finished_ns: now_abs,
+                });
+                continue;
+            }
+            jobs.push(job);
+        }
+        if jobs.is_empty() {
+            return;
+        }
+        // Fewer left than wanted (deadlines dropped some): the largest
+        // listed batch that fits; the rest go back to the front.
+        let n = batches
+            .iter()
+            .copied()
+            .filter(|&b| b as usize <= jobs.len())
+            .max()
+            .unwrap_or(1);
+        while jobs.len() > n as usize {
+            let j = jobs.pop().expect("longer than n");
+            match j.priority {
+                Priority::RealTime => s.rt.push_front(j),
+                _ => s.be.push_front(j),
+            }
+        }
+        let bi = batches.iter().position(|&b| b == n).unwrap_or(0);
+        let model = s.batched[bi];
+        s.batches += 1;
+        s.max_batch = s.max_batch.max(n);
+        let priority = if jobs.iter().any(|j| j.priority == Priority::RealTime) {
+            Priority::RealTime
+        } else {
+            Priority::BestEffort
+        };
+        let id = self.next_task;
+        self.next_task += 1;
+        let gpu = &mut self.gpus[g];
+        if gpu.sim.now() < self.clock {
+            gpu.sim.run_until(self.clock);
+            // Nothing was due before `clock` (advance runs every GPU to
+            // each event time), so there are no events to hand on here.
+        }
+        let task = Task {
+            id,
+            client: jobs[0].client,
+            priority,
+            model,
+            arrival: gpu.sim.now(),
+        };
+        let Some(p) = self.parts[pi].as_mut() else {
+            return;
+        };
+        p.slots[si].busy = true;
+        p.in_flight += 1;
+        self.batches.insert(
+            id,
+            Batch {
+                part: pi,
+                slot: si,
+                jobs,
+                started: None,
+            },
+        );
+        let mut pg = PartGpu {
+            gpu,
+            cus: &p.cus,
+            streams: &mut p.streams,
+            slot: pi as u32,
+        };
+        let mut cx = Ctx {
+            gpu: &mut pg,
+            models: &self.batched,
+            done: &mut self.fresh,
+            failed: &mut self.failed,
+            stats: &mut p.stats,
+        };
+        p.policy.on_arrival(&mut cx, task);
+    }
+
+    fn publish_switch(&mut self, error: Option<String>, plan_ns: u64, switch_ns: u64) {
+        if let Ok(mut l) = self.layout.lock() {
+            l.switches += 1;
+            l.last_switch_ns = switch_ns;
+            l.max_switch_ns = l.max_switch_ns.max(switch_ns);
+            l.last_plan_ns = plan_ns;
+            l.plan_error = error.clone();
+        }
+        self.publish(error, switch_ns);
+    }
+
+    /// Refreshes what `sluice status` shows.
+    fn publish(&mut self, _error: Option<String>, _switch_ns: u64) {
+        let now = self.clock;
+        self.layout_at = now;
+        let mut gpus: Vec<GpuLayout> = self
+            .gpus
+            .iter()
+            .enumerate()
+            .map(|(i, g)| GpuLayout {
+                index: i as u32,
+                profile: g.sim.profile().name.clone(),
+                compute_units: g.sim.profile().compute_units,
+                partitions: Vec::new(),
+            })
+            .collect();
+        let mut parts: Vec<&Partition> = self.parts.iter().flatten().collect();
+        parts.sort_by_key(|p| (p.draining, p.gpu, p.first_cu));
+        for p in parts {
+            let ncu = gpus[p.gpu].compute_units;
+            gpus[p.gpu].partitions.push(PartitionLayout {
+                size_pct: p.size_pct,
+                first_cu: p.first_cu,
+                cus: if p.cus.is_empty() {
+                    ncu
+                } else {
+                    p.cus.len() as u32
+                },
+                draining: p.draining,
+                in_flight: p.in_flight,
+                models: p
+                    .slots
+                    .iter()
+                    .map(|s| {
+                        (
+                            self.served[s.served].spec.name.clone(),
+                            s.planned_batch,
+                            s.share_rps,
+                        )
+                    })
+                    .collect(),
+            });
+        }
+        let models: Vec<ModelLoad> = self
+            .served
+            .iter_mut()
+            .map(|s| ModelLoad {
+                name: s.spec.name.clone(),
+                slo_ms: s.spec.slo_ms,
+                rate_rps: s.rate.rate(now),
+                planned_rps: s.planned_rps,
+                queued: s.queued() as u64,
+                completed: s.completed,
+                slo_violations: s.slo_violations,
+                batches: s.batches,
+                max_batch: s.max_batch,
+            })
+            .collect();
+        if let Ok(mut l) = self.layout.lock() {
+            l.planner = self.planner.name().to_owned();
+            l.gpus = gpus;
+            l.models = models;
+        }
+    }
+}
+
+impl Backend for ClusterBackend {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn submit(&mut self, job: Job, now_ns: u64) {
+        let t = self.vt(now_ns);
+        self.advance(t);
+        let Some(Some(si)) = self.by_id.get(job.model as usize).copied() else {
+            // Every registry model is served (startup builds the registry
+            // from the served list); refuse anything else rather than hold it.
+            self.out.push(Finished {
+                client: job.client,
+                request_id: job.request_id,
+                status: status::UNKNOWN_MODEL,
+                output_len: 0,
+                received_ns: job.received_ns,
+                started_ns: now_ns,
+                finished_ns: now_ns,
+            });
+            return;
+        };
+        let s = &mut self.served[si];
+        s.rate.record(self.clock);
+        match job.priority {
+            Priority::RealTime => s.rt.push_back(job),
+            _ => s.be.push_back(job),
+        }
+        if s.serving == 0 {
+            self.replan_now = true;
+            self.replan();
+        }
+        self.pump();
+    }
+
+    fn poll(&mut self, now_ns: u64, done: &mut Vec<Finished>) {
+        let t = self.vt(now_ns);
+        self.advance(t);
+        if self.clock >= self.layout_at + 100 * MS {
+            self.publish(None, 0);
+        }
+        done.append(&mut self.out);
+    }
+
+    fn next_event_ns(&self) -> Option<u64> {
+        if !self.out.is_empty() || !self.fresh.is_empty() || !self.failed.is_empty() {
+            return Some(self.epoch + self.clock);
+        }
+        let mut next = self
+            .gpus
+            .iter()
+            .filter_map(|g| g.sim.next_event_time())
+            .min();
+        // A periodic re-plan matters only while requests are around.
+        if self.setup.replan_ns > 0 && !self.batches.is_empty() {
+            let at = self.last_plan + self.setup.replan_ns;
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+        next.map(|t| self.epoch + t)
+    }
+
+    fn cancel_client(&mut self, client: u32) -> usize {
+        let mut n = 0;
+        for s in &mut self.served {
+            let before = s.queued();
+            s.rt.retain(|j| j.client != client);
+            s.be.retain(|j| j.client != client);
+            n += before - s.queued();
+        }
+        for b in self.batches.values_mut() {
+            let before = b.jobs.len();
+            b.jobs.retain(|j| j.client != client);
+            n += before - b.jobs.len();
+        }
+        let before = self.out.len();
+        self.out.retain(|f| f.client != client);
+        n += before - self.out.len();
+        n
+    }
+
+    fn queued(&self) -> usize {
+        self.served.iter().map(Served::queued).sum::<usize>()
+            + self.batches.values().map(|b| b.jobs.len()).sum::<usize>()
+    }
+
+    fn layout(&self) -> Option<Arc<Mutex<Layout>>> {
+        Some(Arc::clone(&self.layout))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,148 @@
+//! `[cluster]` → [`ClusterBackend`]: each served model's `L(b, p)` measured
+//! on the GPU model of the cluster's profile ([`sluice_gpusim::lbp`]), its
+//! SLO and memory, and the planner.
+
+use std::sync::Arc;
+
+use sluice_model::{Model, ModelRegistry};
+use sluice_planner::{GreedyBestFit, LatencyTable, Planner, Sbp};
+use sluice_sched::PolicyKind;
+
+use super::{ClusterBackend, ClusterError, ClusterSetup, ServedModel};
+use crate::config::{Config, PlannerKind, Scheduler};
+
+/// Memory of one GPU of a built-in profile, MB: the vendor's figure for
+/// the board the profile models (MI50 32 GB, V100 32 GB, H100 80 GB).
+pub fn gpu_mem_mb(profile: &str) -> u64 {
+    match profile {
+        "h100" => 80 * 1024,
+        _ => 32 * 1024,
+    }
+}
+
+/// GPU memory one copy of `m` takes, MB: the end of the highest byte range
+/// its kernels touch (weights, activations and workspace of one request),
+/// at least 1.
+pub fn model_mem_mb(m: &Model) -> u64 {
+    let top = m
+        .memory
+        .iter()
+        .flat_map(|k| k.reads.iter().chain(&k.writes))
+        .map(|r| r.end)
+        .max()
+        .unwrap_or(0)
+        .max(m.input_bytes + m.output_bytes);
+    top.div_ceil(1 << 20).max(1)
+}
+
+/// The partition sizes of a `step` % grid: step, 2·step, ..., 100.
+pub fn partition_sizes(step: u32) -> Vec<u32> {
+    (1..=100 / step.max(1)).map(|i| i * step).collect()
+}
+
+/// Makes measured rows obey the planner's table rules: a partition may
+/// leave CUs idle, so `L(b, p)` is at most `L(b, p′)` for every smaller
+/// `p′`; and a batch is never counted faster than a smaller one, so
+/// `L(b, p)` is at least `L(b′, p)` for every smaller `b′`. The GPU model's
+/// wave quantisation breaks the first now and then by a few µs.
+pub fn monotone_rows(mut rows: Vec<Vec<f64>>) -> Vec<Vec<f64>> {
+    for r in &mut rows {
+        for j in 1..r.len() {
+            r[j] = r[j].min(r[j - 1]);
+        }
+    }
+    for i in 1..rows.len() {
+        for j in 0..rows[i].len() {
+            rows[i][j] = rows[i][j].max(rows[i - 1][j]);
+        }
+    }
+    rows
+}
+
+/// The policy inside each partition: `device.scheduler`, with `fifo`
+/// (the default, which is not a policy of the GPU model) read as `seq`,
+/// its GPU-model counterpart: one request at a time, real-time first.
+pub fn partition_policy(config: &Config) -> PolicyKind {
+    match config.device.scheduler {
+        Scheduler::Fifo => PolicyKind::Seq,
+        Scheduler::Policy(k) => k,
+    }
+}
+
+/// Builds the cluster `config` asks for, serving every model of `models`
+/// (already cut to `cluster.models` by `startup::load_models`); measures
+/// the models' tables first, reporting each model to `progress`.
+pub fn from_config(
+    config: &Config,
+    models: Arc<ModelRegistry>,
+    now_ns: u64,
+    mut progress: impl FnMut(&str),
+) -> Result<ClusterBackend, ClusterError> {
+    let c = &config.cluster;
+    let profiles = c
+        .gpus
+        .iter()
+        .map(|g| {
+            sluice_gpu::DeviceProfile::builtin(g).map_err(|e| ClusterError::Profile {
+                profile: g.clone(),
+                why: e.to_string(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let first = profiles.first().ok_or(ClusterError::NoGpus)?.clone();
+    let parts = partition_sizes(c.partition_step_pct);
+    let mut served = Vec::new();
+    for (id, m) in models.iter() {
+        progress(m.name());
+        let points = sluice_gpusim::lbp::measure(&first, m, &c.batches, &parts, |_, _| {})
+            .map_err(|e| ClusterError::Profiling {
+                model: m.name().to_owned(),
+                why: e.to_string(),
+            })?;
+        let rows = monotone_rows(
+            points
+                .chunks(parts.len())
+                .map(|r| r.iter().map(|p| p.latency_ns as f64 / 1e6).collect())
+                .collect(),
+        );
+        let table = LatencyTable::new(c.batches.clone(), parts.clone(), rows).map_err(|e| {
+            ClusterError::Profiling {
+                model: m.name().to_owned(),
+                why: e.to_string(),
+            }
+        })?;
+        let slo_ms = c.slo_of(m.name());
+        let fastest = table.latency_ms(c.batches[0], 100).unwrap_or(f64::INFINITY);
+        if slo_ms < 2.0 * fastest {
+            return Err(ClusterError::SloUnreachable {
+                model: m.name().to_owned(),
+                slo_ms,
+                fastest_ms: fastest,
+                profile: first.name.clone(),
+            });
+        }
+        served.push(ServedModel {
+            id,
+            name: m.name().to_owned(),
+            slo_ms,
+            mem_mb: model_mem_mb(m),
+            table,
+        });
+    }
+    let setup = ClusterSetup {
+        gpu_mem_mb: gpu_mem_mb(&first.name),
+        gpus: profiles,
+        policy: partition_policy(config),
+        models: served,
+        partition_step_pct: c.partition_step_pct,
+        replan_ns: u64::from(c.replan_ms) * 1_000_000,
+        rate_window_ns: u64::from(c.rate_window_ms) * 1_000_000,
+        rate_change: c.rate_change,
+        headroom: c.headroom,
+    };
+    let planner: Box<dyn Planner + Send> = match c.planner {
+        PlannerKind::Greedy => Box::new(GreedyBestFit),
+        PlannerKind::Sbp => Box::new(Sbp),
+    };
+    ClusterBackend::new(setup, planner, models, now_ns)
+}

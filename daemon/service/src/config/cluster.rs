@@ -1,0 +1,358 @@
+//! `[cluster]`: serving models at request rates on several GPUs
+//! (`backend::cluster`). Absent, the daemon serves one device as `[device]`
+//! says; present, every GPU listed here is a simulated device of that
+//! profile, partitioned and re-partitioned by a planner, and `[device]`'s
+//! `scheduler` is the policy inside each partition.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Deserialize;
+
+use super::{Float, Int, Validator, toml_string};
+
+/// Default `cluster.slo_ms`.
+pub const DEFAULT_SLO_MS: f64 = 100.0;
+/// Default `cluster.replan_ms`.
+pub const DEFAULT_REPLAN_MS: u32 = 1000;
+/// Default `cluster.rate_window_ms`.
+pub const DEFAULT_RATE_WINDOW_MS: u32 = 1000;
+/// Default `cluster.rate_change`.
+pub const DEFAULT_RATE_CHANGE: f64 = 0.25;
+/// Default `cluster.headroom`.
+pub const DEFAULT_HEADROOM: f64 = 1.2;
+/// Default `cluster.batches`: gpulet's profiles.
+pub const DEFAULT_BATCHES: [u32; 6] = [1, 2, 4, 8, 16, 32];
+/// Default `cluster.partition_step_pct`: gpulet's grid.
+pub const DEFAULT_STEP_PCT: u32 = 10;
+/// Most GPUs one daemon serves.
+pub const MAX_GPUS: usize = 64;
+/// Largest batch size.
+pub const MAX_BATCH: u32 = 256;
+
+/// Which planner places the models (`cluster.planner`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PlannerKind {
+    /// Spatial only: each model its smallest partition for its rate
+    /// (`sluice_planner::GreedyBestFit`).
+    Greedy,
+    /// Temporal only: whole GPUs, duty cycles (`sluice_planner::Sbp`).
+    Sbp,
+}
+
+impl PlannerKind {
+    /// The config spelling.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            PlannerKind::Greedy => "greedy",
+            PlannerKind::Sbp => "sbp",
+        }
+    }
+}
+
+/// `[cluster]`. [`ClusterConfig::enabled`] is false when the file has no
+/// `[cluster]` table or lists no GPUs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterConfig {
+    /// One simulated device profile per GPU (`"mi50"`, `"h100"`, ...).
+    pub gpus: Vec<String>,
+    /// The planner. Default greedy.
+    pub planner: PlannerKind,
+    /// Models served; empty = every model of the registry.
+    pub models: Vec<String>,
+    /// Latency objective of a request, arrival to completion, ms.
+    pub slo_ms: f64,
+    /// Per-model SLOs overriding `slo_ms`.
+    pub slo_ms_per_model: BTreeMap<String, f64>,
+    /// Re-plan period, ms; 0 = only when a rate moves.
+    pub replan_ms: u32,
+    /// Window of the rate monitor, ms.
+    pub rate_window_ms: u32,
+    /// Re-plan early when a model's observed rate leaves
+    /// `planned × (1 ± rate_change)`.
+    pub rate_change: f64,
+    /// Plans for `observed rate × headroom`.
+    pub headroom: f64,
+    /// Batch sizes profiled and used, ascending.
+    pub batches: Vec<u32>,
+    /// Partition sizes are multiples of this percentage of a GPU.
+    pub partition_step_pct: u32,
+}
+
+impl Default for ClusterConfig {
+    fn default() -> Self {
+        Self {
+            gpus: Vec::new(),
+            planner: PlannerKind::Greedy,
+            models: Vec::new(),
+            slo_ms: DEFAULT_SLO_MS,
+            slo_ms_per_model: BTreeMap::new(),
+            replan_ms: DEFAULT_REPLAN_MS,
+            rate_window_ms: DEFAULT_RATE_WINDOW_MS,
+            rate_change: DEFAULT_RATE_CHANGE,
+            headroom: DEFAULT_HEADROOM,
+            batches: DEFAULT_BATCHES.to_vec(),
+            partition_step_pct: DEFAULT_STEP_PCT,
+        }
+    }
+}
+
+impl ClusterConfig {
+    /// Whether the daemon serves through the cluster backend.
+    pub fn enabled(&self) -> bool {
+        !self.gpus.is_empty()
+    }
+
+    /// The SLO of `model`, ms.
+    pub fn slo_of(&self, model: &str) -> f64 {
+        self.slo_ms_per_model
+            .get(model)
+            .copied()
+            .unwrap_or(self.slo_ms)
+    }
+
+    /// Appends the section to a `--check-config` summary.
+    pub(super) fn render(&self, s: &mut String) {
+        if !self.enabled() {
+            let _ = writeln!(
+                s,
+                "\n# [cluster] unset: one device, as [device] says (no batching, no partitions)"
+            );
+            return;
+        }
+        let list = |v: &[String]| {
+            v.iter()
+                .map(|g| toml_string(g))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let _ = writeln!(s, "\n[cluster]");
+        let _ = writeln!(
+            s,
+            "gpus = [{}]  # simulated device profiles",
+            list(&self.gpus)
+        );
+        let _ = writeln!(s, "planner = {}", toml_string(self.planner.as_str()));
+        if self.models.is_empty() {
+            let _ = writeln!(s, "# models unset: every model of the registry");
+        } else {
+            let _ = writeln!(s, "models = [{}]", list(&self.models));
+        }
+        let _ = writeln!(s, "slo_ms = {:?}", self.slo_ms);
+        let _ = writeln!(
+            s,
+            "replan_ms = {}  # 0: only when a rate moves",
+            self.replan_ms
+        );
+        let _ = writeln!(s, "rate_window_ms = {}", self.rate_window_ms);
+        let _ = writeln!(s, "rate_change = {:?}", self.rate_change);
+        let _ = writeln!(s, "headroom = {:?}", self.headroom);
+        let batches: Vec<String> = self.batches.iter().map(u32::to_string).collect();
+        let _ = writeln!(s, "batches = [{}]", batches.join(", "));
+        let _ = writeln!(s, "partition_step_pct = {}", self.partition_step_pct);
+        if !self.slo_ms_per_model.is_empty() {
+            let _ = writeln!(s, "\n[cluster.slo_ms_per_model]");
+            for (m, v) in &self.slo_ms_per_model {
+                let _ = writeln!(s, "{m} = {v:?}");
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table ([cluster])")]
+pub(super) struct RawCluster {
+    gpus: Option<Vec<String>>,
+    planner: Option<String>,
+    models: Option<Vec<String>>,
+    slo_ms: Option<Float>,
+    slo_ms_per_model: Option<BTreeMap<String, Float>>,
+    replan_ms: Option<Int>,
+    rate_window_ms: Option<Int>,
+    rate_change: Option<Float>,
+    headroom: Option<Float>,
+    batches: Option<Vec<Int>>,
+    partition_step_pct: Option<Int>,
+}
+
+fn slo_ok(v: f64) -> bool {
+    v.is_finite() && v > 0.0 && v <= 600_000.0
+}
+
+impl Validator {
+    pub(super) fn cluster(&mut self, raw: RawCluster) -> ClusterConfig {
+        let mut c = ClusterConfig::default();
+        if let Some(gpus) = raw.gpus {
+            if gpus.len() > MAX_GPUS {
+                self.fail(
+                    "cluster.gpus",
+                    format!("a list of {}", gpus.len()),
+                    "has too many GPUs",
+                    format!("list at most {MAX_GPUS}"),
+                );
+            }
+            for g in &gpus {
+                if g.starts_with("cuda") {
+                    self.fail(
+                        "cluster.gpus",
+                        toml_string(g),
+                        "is a CUDA device; the cluster backend serves simulated GPUs only so far",
+                        "list simulated device profiles (\"mi50\", \"gv100\", \"h100\"), or \
+                         remove [cluster] and set device.backend = \"cuda\" for one GPU"
+                            .to_owned(),
+                    );
+                } else if sluice_gpu::DeviceProfile::builtin(g).is_err() {
+                    let names: Vec<String> = sluice_gpu::DeviceProfile::builtin_names()
+                        .map(toml_string)
+                        .collect();
+                    self.fail(
+                        "cluster.gpus",
+                        toml_string(g),
+                        "is not a built-in GPU profile",
+                        format!("use one of: {}", names.join(", ")),
+                    );
+                }
+            }
+            c.gpus = gpus;
+        }
+        if let Some(p) = raw.planner {
+            match p.as_str() {
+                "greedy" => c.planner = PlannerKind::Greedy,
+                "sbp" => c.planner = PlannerKind::Sbp,
+                _ => self.fail(
+                    "cluster.planner",
+                    toml_string(&p),
+                    "is not a planner",
+                    "use \"greedy\" (spatial partitions, one model each) or \"sbp\" (whole \
+                     GPUs shared in time)"
+                        .to_owned(),
+                ),
+            }
+        }
+        if let Some(models) = raw.models {
+            for (i, m) in models.iter().enumerate() {
+                if models[..i].contains(m) {
+                    self.fail(
+                        "cluster.models",
+                        toml_string(m),
+                        "is listed twice",
+                        "list each model once".to_owned(),
+                    );
+                }
+            }
+            c.models = models;
+        }
+        if let Some(Float(v)) = raw.slo_ms {
+            if slo_ok(v) {
+                c.slo_ms = v;
+            } else {
+                self.fail(
+                    "cluster.slo_ms",
+                    format!("{v:?}"),
+                    "is not a latency objective",
+                    "use a number of milliseconds greater than 0 and at most 600000".to_owned(),
+                );
+            }
+        }
+        if let Some(map) = raw.slo_ms_per_model {
+            for (m, Float(v)) in map {
+                if slo_ok(v) {
+                    c.slo_ms_per_model.insert(m, v);
+                } else {
+                    self.fail(
+                        format!("cluster.slo_ms_per_model.{m}"),
+                        format!("{v:?}"),
+                        "is not a latency objective",
+                        "use a number of milliseconds greater than 0 and at most 600000".to_owned(),
+                    );
+                }
+            }
+        }
+        if let Some(v) = raw.replan_ms
+            && let Some(v) = self.in_range(
+                "cluster.replan_ms",
+                v,
+                0,
+                3_600_000,
+                "use 0 (re-plan only when a rate moves) to 3600000 ms",
+            )
+        {
+            c.replan_ms = v as u32;
+        }
+        if let Some(v) = raw.rate_window_ms
+            && let Some(v) = self.in_range(
+                "cluster.rate_window_ms",
+                v,
+                10,
+                600_000,
+                "use 10 to 600000 ms",
+            )
+        {
+            c.rate_window_ms = v as u32;
+        }
+        for (key, raw, lo, hi, slot) in [
+            (
+                "cluster.rate_change",
+                raw.rate_change,
+                0.0,
+                10.0,
+                &mut c.rate_change,
+            ),
+            ("cluster.headroom", raw.headroom, 1.0, 10.0, &mut c.headroom),
+        ] {
+            if let Some(Float(v)) = raw {
+                if v.is_finite() && v >= lo && v <= hi {
+                    *slot = v;
+                } else {
+                    self.fail(
+                        key,
+                        format!("{v:?}"),
+                        "is out of range",
+                        format!("use a number from {lo} to {hi}"),
+                    );
+                }
+            }
+        }
+        if let Some(list) = raw.batches {
+            let vals: Vec<i64> = list.iter().map(|i| i.0).collect();
+            let ok = !vals.is_empty()
+                && vals
+                    .iter()
+                    .all(|&b| (1..=i64::from(MAX_BATCH)).contains(&b))
+                && vals.windows(2).all(|w| w[0] < w[1]);
+            if ok {
+                c.batches = vals.iter().map(|&b| b as u32).collect();
+            } else {
+                self.fail(
+                    "cluster.batches",
+                    format!("{vals:?}"),
+                    "is not a list of batch sizes",
+                    format!(
+                        "list strictly ascending sizes from 1 to {MAX_BATCH}, e.g. [1, 2, 4, 8]"
+                    ),
+                );
+            }
+        }
+        if let Some(v) = raw.partition_step_pct
+            && let Some(v) = self.in_range(
+                "cluster.partition_step_pct",
+                v,
+                1,
+                100,
+                "use a divisor of 100 such as 10, 20, 25 or 50",
+            )
+        {
+            if 100 % v == 0 {
+                c.partition_step_pct = v as u32;
+            } else {
+                self.fail(
+                    "cluster.partition_step_pct",
+                    v,
+                    "does not divide 100",
+                    "use a divisor of 100 such as 10, 20, 25 or 50".to_owned(),
+                );
+            }
+        }
+        c
+    }
+}
