@@ -420,6 +420,21 @@ pub struct DaemonOpts {
     /// Control-plane settings (`None`: the config's defaults): see
     /// [`ControlOpts`].
     pub control: ControlOpts,
+    /// `[cluster]` (`None`: one device).
+    pub cluster: Option<ClusterOpts>,
+}
+
+/// `[cluster]` in [`DaemonOpts`]: simulated GPUs, batches 1, 2, 4, 8,
+/// partitions on a 25 % grid.
+#[derive(Debug, Clone)]
+pub struct ClusterOpts {
+    /// `cluster.gpus`, comma-separated profiles (`"mi50,mi50"`).
+    pub gpus: &'static str,
+    /// `cluster.models`, comma-separated.
+    pub models: &'static str,
+    /// 0: `cluster.planner = "greedy"`, re-planned every second; else the
+    /// [`ChurnPlanner`], re-planned every `churn_ms`.
+    pub churn_ms: u32,
 }
 
 /// The daemon's control-plane settings in [`DaemonOpts`].
@@ -454,6 +469,7 @@ impl Default for DaemonOpts {
             max_in_flight_per_client: None,
             on_device_per_client: 1,
             control: ControlOpts::default(),
+            cluster: None,
         }
     }
 }
@@ -503,6 +519,11 @@ impl DaemonProc {
             ),
             ("on_device", opts.on_device_per_client.to_string()),
         ];
+        if let Some(c) = &opts.cluster {
+            args.push(("cluster_gpus", c.gpus.to_owned()));
+            args.push(("cluster_models", c.models.to_owned()));
+            args.push(("cluster_churn_ms", c.churn_ms.to_string()));
+        }
         let c = &opts.control;
         let control = [
             ("nofile_limit", c.nofile_limit.map(|v| v.to_string())),
@@ -1017,6 +1038,20 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
     config.clients.max_in_flight_per_client = Some(a.num("max_in_flight", 0)).filter(|&n| n > 0);
     config.clients.on_device_per_client = a.num("on_device", 1);
     config.device.time_scale = a.num("time_scale", 1.0);
+    let churn_ms: u32 = a.num("cluster_churn_ms", 0);
+    if let Some(gpus) = a.get("cluster_gpus") {
+        let c = &mut config.cluster;
+        c.gpus = gpus.split(',').map(str::to_owned).collect();
+        c.models = a
+            .req("cluster_models")
+            .split(',')
+            .map(str::to_owned)
+            .collect();
+        c.batches = vec![1, 2, 4, 8];
+        c.partition_step_pct = 25;
+        c.replan_ms = if churn_ms > 0 { churn_ms } else { 1000 };
+        c.rate_window_ms = 200;
+    }
     if let Some(g) = a.get("socket_group") {
         config.access.socket_group = Some(g.to_owned());
     }
@@ -1081,7 +1116,22 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
             .map(|s| Box::new(s) as Box<dyn sluice_backend::Backend>)
             .map_err(|e| e.to_string())
     } else {
-        startup::make_device(&config, models.clone()).map_err(|e| e.to_string())
+        if churn_ms > 0 {
+            use sluice_service::backend::cluster::{ClusterBackend, setup};
+            setup::cluster_setup(&config, &models, |_| {})
+                .and_then(|s| {
+                    ClusterBackend::new(
+                        s,
+                        Box::new(ChurnPlanner::default()),
+                        models.clone(),
+                        shm_proto::now_ns(),
+                    )
+                })
+                .map(|b| Box::new(b) as Box<dyn sluice_backend::Backend>)
+                .map_err(|e| e.to_string())
+        } else {
+            startup::make_device(&config, models.clone()).map_err(|e| e.to_string())
+        }
     };
     let device = match device {
         Ok(d) => d,
@@ -1731,4 +1781,66 @@ pub fn find_sluiced() -> Option<PathBuf> {
     [profile.join("sluiced"), deps.join("sluiced")]
         .into_iter()
         .find(|p| p.is_file())
+}
+
+/// A planner that returns a different placement on every call, to make
+/// the cluster backend switch as often as it re-plans: two GPUs or more,
+/// alternately (GPU 0 split 50/50 between the first model and the rest,
+/// the others whole serving every model) and (GPU 0 whole serving every
+/// model, the others split 25/75 between the first model and the rest).
+/// Breaks the `Planner` contract (same inputs, same placement) on purpose.
+#[derive(Debug, Default)]
+pub struct ChurnPlanner(std::sync::atomic::AtomicUsize);
+
+impl sluice_planner::Planner for ChurnPlanner {
+    fn name(&self) -> &'static str {
+        "churn (test)"
+    }
+
+    fn plan(
+        &self,
+        models: &[sluice_planner::ModelSpec],
+        gpus: &sluice_planner::GpuSpec,
+    ) -> Result<sluice_planner::Placement, sluice_planner::PlanError> {
+        use sluice_planner::{Assignment, GpuPlan, PartitionPlan, Placement};
+        let names: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
+        let part = |size_pct: u32, names: &[&str]| PartitionPlan {
+            size_pct,
+            duty_cycle_ms: 0.0,
+            models: names
+                .iter()
+                .map(|n| Assignment {
+                    model: (*n).to_owned(),
+                    batch: 8,
+                    share_rps: 0.0,
+                })
+                .collect(),
+        };
+        let split = |first: u32| GpuPlan {
+            partitions: vec![
+                part(first, &names[..1]),
+                part(
+                    100 - first,
+                    if names.len() > 1 {
+                        &names[1..]
+                    } else {
+                        &names[..]
+                    },
+                ),
+            ],
+        };
+        let whole = || GpuPlan {
+            partitions: vec![part(100, &names)],
+        };
+        let odd = self.0.fetch_add(1, Ordering::Relaxed) % 2 == 1;
+        let gpus = (0..gpus.count)
+            .map(|g| match (g, odd) {
+                (0, false) => split(50),
+                (0, true) => whole(),
+                (_, false) => whole(),
+                (_, true) => split(25),
+            })
+            .collect();
+        Ok(Placement { gpus })
+    }
 }

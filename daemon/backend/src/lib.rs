@@ -149,6 +149,10 @@ pub struct Layout {
     pub last_switch_ns: u64,
     /// The longest switch so far, ns.
     pub max_switch_ns: u64,
+    /// Median switch over the last 1024, ns.
+    pub switch_p50_ns: u64,
+    /// 99th percentile switch over the last 1024, ns.
+    pub switch_p99_ns: u64,
     /// Dispatcher time the last planner run took, ns.
     pub last_plan_ns: u64,
     /// Why the last plan fell back to every GPU serving every model, if it

@@ -103,3 +103,133 @@ pub fn query_all(socket: &Path) -> Result<Status, StatusError> {
     status.clients_total = status.clients_total.max(status.clients.len() as u64);
     Ok(status)
 }
+
+/// The `[cluster]` part of `sluice status`: the placement in force, each
+/// GPU's partitions with what they serve, each model's load, and what
+/// switching placements has cost the dispatcher.
+pub fn cluster_table(c: &sluice_backend::Layout) -> String {
+    let mut out = format!(
+        "cluster (simulated GPUs), planner {}: {} placements applied; dispatcher time per \
+         switch median {:.1} µs, p99 {:.1} µs, longest {:.1} µs; last planner run {:.1} µs\n",
+        c.planner,
+        c.switches,
+        c.switch_p50_ns as f64 / 1e3,
+        c.switch_p99_ns as f64 / 1e3,
+        c.max_switch_ns as f64 / 1e3,
+        c.last_plan_ns as f64 / 1e3,
+    );
+    if let Some(e) = &c.plan_error {
+        out += &format!(
+            "WARNING: the planner found no placement ({e}); every GPU serves every model\n"
+        );
+    }
+    for g in &c.gpus {
+        out += &format!(
+            "  GPU {} ({}, {} CUs)\n",
+            g.index, g.profile, g.compute_units
+        );
+        for p in &g.partitions {
+            let models: Vec<String> = p
+                .models
+                .iter()
+                .map(|(m, b, r)| format!("{m} (batch ≤{b}, {r:.1} req/s planned)"))
+                .collect();
+            out += &format!(
+                "    {:>3} % CUs {}..{}{}: {} batch(es) running; {}\n",
+                p.size_pct,
+                p.first_cu,
+                p.first_cu + p.cus,
+                if p.draining { " DRAINING" } else { "" },
+                p.in_flight,
+                if models.is_empty() {
+                    "no models".to_owned()
+                } else {
+                    models.join(", ")
+                }
+            );
+        }
+    }
+    out += &format!(
+        "  {:<20} {:>8} {:>10} {:>10} {:>7} {:>10} {:>8} {:>8} {:>9}\n",
+        "model",
+        "SLO ms",
+        "rate/s",
+        "planned/s",
+        "queued",
+        "completed",
+        "over SLO",
+        "batches",
+        "max batch"
+    );
+    for m in &c.models {
+        out += &format!(
+            "  {:<20} {:>8.1} {:>10.1} {:>10.1} {:>7} {:>10} {:>8} {:>8} {:>9}\n",
+            m.name,
+            m.slo_ms,
+            m.rate_rps,
+            m.planned_rps,
+            m.queued,
+            m.completed,
+            m.slo_violations,
+            m.batches,
+            m.max_batch
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_backend::{GpuLayout, Layout, ModelLoad, PartitionLayout};
+
+    #[test]
+    fn the_cluster_table_names_every_partition_and_model() {
+        let l = Layout {
+            planner: "greedy-best-fit".into(),
+            gpus: vec![GpuLayout {
+                index: 0,
+                profile: "mi50".into(),
+                compute_units: 60,
+                partitions: vec![
+                    PartitionLayout {
+                        size_pct: 40,
+                        first_cu: 0,
+                        cus: 24,
+                        draining: false,
+                        in_flight: 1,
+                        models: vec![("resnet18".into(), 8, 120.0)],
+                    },
+                    PartitionLayout {
+                        size_pct: 100,
+                        first_cu: 0,
+                        cus: 60,
+                        draining: true,
+                        in_flight: 2,
+                        models: vec![],
+                    },
+                ],
+            }],
+            models: vec![ModelLoad {
+                name: "resnet18".into(),
+                slo_ms: 50.0,
+                max_batch: 8,
+                ..ModelLoad::default()
+            }],
+            switches: 3,
+            plan_error: Some("needs 3 GPUs".into()),
+            ..Layout::default()
+        };
+        let t = cluster_table(&l);
+        for want in [
+            "GPU 0 (mi50, 60 CUs)",
+            "40 % CUs 0..24",
+            "DRAINING",
+            "resnet18 (batch ≤8",
+            "needs 3 GPUs",
+            "3 placements",
+        ] {
+            assert!(t.contains(want), "{want:?} missing from\n{t}");
+        }
+    }
+}

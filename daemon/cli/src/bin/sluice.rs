@@ -1377,6 +1377,10 @@ fn status_table(s: &Status) -> String {
         s.parks,
         s.wakes
     );
+    if let Some(c) = &s.cluster {
+        out += &sluice_cli::status::cluster_table(c);
+        out.push('\n');
+    }
     out += &format!(
         "{:>4} {:<20} {:>8} {:>6} {:>10} {:>10} {:>8} {:>9} {:>10}\n",
         "id", "name", "pid", "uid", "submitted", "completed", "errors", "on device", "connected"

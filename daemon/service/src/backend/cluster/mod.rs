@@ -248,6 +248,9 @@ pub struct ClusterBackend {
     buf: Vec<u8>,
     layout: Arc<Mutex<Layout>>,
     layout_at: u64,
+    /// The last 1024 switches' dispatcher time, ns (a ring).
+    switch_ns: Vec<u64>,
+    switches: u64,
 }
 
 impl std::fmt::Debug for ClusterBackend {
@@ -386,6 +389,8 @@ impl ClusterBackend {
             buf: vec![0u8; super::fifo::CHUNK],
             layout: Arc::new(Mutex::new(Layout::default())),
             layout_at: 0,
+            switch_ns: Vec::with_capacity(1024),
+            switches: 0,
             setup,
         };
         // Until rates are seen: every GPU whole, serving every model.
@@ -926,7 +931,19 @@ impl ClusterBackend {
     }
 
     fn publish_switch(&mut self, error: Option<String>, plan_ns: u64, switch_ns: u64) {
+        if self.switch_ns.len() < 1024 {
+            self.switch_ns.push(switch_ns);
+        } else {
+            self.switch_ns[(self.switches % 1024) as usize] = switch_ns;
+        }
+        self.switches += 1;
+        let mut sorted = self.switch_ns.clone();
+        sorted.sort_unstable();
+        let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
+        let (p50, p99) = (at(0.5), at(0.99));
         if let Ok(mut l) = self.layout.lock() {
+            l.switch_p50_ns = p50;
+            l.switch_p99_ns = p99;
             l.switches += 1;
             l.last_switch_ns = switch_ns;
             l.max_switch_ns = l.max_switch_ns.max(switch_ns);
@@ -1039,7 +1056,10 @@ impl Backend for ClusterBackend {
     fn poll(&mut self, now_ns: u64, done: &mut Vec<Finished>) {
         let t = self.vt(now_ns);
         self.advance(t);
-        if self.clock >= self.layout_at + 100 * MS {
+        // Every 100 ms, and whenever the cluster falls idle, so that what
+        // `sluice status` shows after a burst is its end.
+        let idle_now = self.batches.is_empty() && !self.out.is_empty();
+        if self.clock >= self.layout_at + 100 * MS || idle_now {
             self.publish(None, 0);
         }
         done.append(&mut self.out);

@@ -76,8 +76,26 @@ pub fn from_config(
     config: &Config,
     models: Arc<ModelRegistry>,
     now_ns: u64,
-    mut progress: impl FnMut(&str),
+    progress: impl FnMut(&str),
 ) -> Result<ClusterBackend, ClusterError> {
+    let setup = cluster_setup(config, &models, progress)?;
+    ClusterBackend::new(setup, planner(config), models, now_ns)
+}
+
+/// The planner `cluster.planner` names.
+pub fn planner(config: &Config) -> Box<dyn Planner + Send> {
+    match config.cluster.planner {
+        PlannerKind::Greedy => Box::new(GreedyBestFit),
+        PlannerKind::Sbp => Box::new(Sbp),
+    }
+}
+
+/// What `[cluster]` serves, with every model's table measured.
+pub fn cluster_setup(
+    config: &Config,
+    models: &ModelRegistry,
+    mut progress: impl FnMut(&str),
+) -> Result<ClusterSetup, ClusterError> {
     let c = &config.cluster;
     let profiles = c
         .gpus
@@ -129,7 +147,7 @@ pub fn from_config(
             table,
         });
     }
-    let setup = ClusterSetup {
+    Ok(ClusterSetup {
         gpu_mem_mb: gpu_mem_mb(&first.name),
         gpus: profiles,
         policy: partition_policy(config),
@@ -139,10 +157,5 @@ pub fn from_config(
         rate_window_ns: u64::from(c.rate_window_ms) * 1_000_000,
         rate_change: c.rate_change,
         headroom: c.headroom,
-    };
-    let planner: Box<dyn Planner + Send> = match c.planner {
-        PlannerKind::Greedy => Box::new(GreedyBestFit),
-        PlannerKind::Sbp => Box::new(Sbp),
-    };
-    ClusterBackend::new(setup, planner, models, now_ns)
+    })
 }
