@@ -28,6 +28,7 @@ pub mod gpu;
 pub mod kernels;
 #[cfg(feature = "cuda")]
 pub mod open;
+pub mod partition;
 pub mod plan_exec;
 pub mod queue;
 #[cfg(feature = "cuda")]
