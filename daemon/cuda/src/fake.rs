@@ -1413,6 +1413,54 @@ mod tests {
         assert!(d.release_event(e).is_err(), "double release");
     }
 
+    /// A wait is on the event's point at the call: a second stream (here in
+    /// a green context) starts after the first's kernels end, even when the
+    /// event is released and recorded again elsewhere before that; a wait
+    /// on a completed event waits for nothing.
+    #[test]
+    fn a_stream_waits_for_an_event_of_another_stream() {
+        let mut d = FakeDriver::default();
+        let a = d.create_stream(StreamPriority::BestEffort).unwrap();
+        let layout = d.sm_granules().unwrap();
+        assert_eq!((layout.sm_count, layout.granule_sms), (132, 8));
+        let g = d.create_green_ctx(GranuleSet::range(0, 2)).unwrap();
+        let b = d
+            .create_green_stream(g, StreamPriority::BestEffort)
+            .unwrap();
+        assert_eq!((d.green_ctx_of(a), d.green_ctx_of(b)), (None, Some(g)));
+        assert_eq!((d.stream_sms(a), d.stream_sms(b)), (132, 16));
+        let ctl = d.create_ctl().unwrap();
+        let k = d.kernel_handle("k", FakeKernel::new(10_000));
+        launch_one(&mut d, a, k, ctl, 0);
+        launch_one(&mut d, a, k, ctl, 1);
+        let e = d.record_event(a).unwrap();
+        d.stream_wait_event(b, e).unwrap();
+        launch_one(&mut d, b, k, ctl, 2);
+        // The event completes, is released and recorded on `b` behind the
+        // wait: the wait still means "after a's two kernels".
+        d.advance(22_000);
+        assert!(d.event_done(e).unwrap());
+        d.release_event(e).unwrap();
+        let again = d.record_event(b).unwrap();
+        assert_eq!(again, e, "the event was reused");
+        d.run_until_idle();
+        let log = d.log();
+        let spans: Vec<_> = log
+            .iter()
+            .map(|l| (l.stream, l.start_ns, l.end_ns))
+            .collect();
+        assert_eq!(
+            spans,
+            [(a, 2_000, 12_000), (a, 12_000, 22_000), (b, 22_000, 32_000)]
+        );
+        // Waiting on a completed event adds nothing.
+        d.stream_wait_event(a, again).unwrap();
+        launch_one(&mut d, a, k, ctl, 3);
+        let t = d.now_ns();
+        d.run_until_idle();
+        assert_eq!(d.log().last().unwrap().start_ns, t + 2_000);
+    }
+
     #[test]
     fn flag_evicts_at_entry_and_at_poll_points_only_for_polling_kernels() {
         let mut d = FakeDriver::default();
