@@ -26,6 +26,13 @@
 //! restore point, §4.4), after `resume`. `wait_based_preempt` stops feeding
 //! the queue and reports when it is empty.
 //!
+//! **Partitions.** `set_partition` moves a stream's virtual queue onto a
+//! stream of a green context (CUDA ≥ 12.4) made of the SM granules holding
+//! the asked CUs ([`super::partition`]); kernels already on the device
+//! finish where they are and the new stream waits for them.
+//! [`CudaGpu::prepare_partition`] makes a partition ahead, so the switch is
+//! one `cuStreamWaitEvent` at most.
+//!
 //! **Events.** `KernelFinished` comes from the queue's completion events.
 //! CUDA reports no block placement, so `KernelStarted` is reported when a
 //! launch becomes the first unfinished one of a stream that has a kernel

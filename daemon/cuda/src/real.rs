@@ -1402,6 +1402,93 @@ DONE:
         assert_eq!(read(&mut d), 109);
     }
 
+    /// With a CUDA >= 12.4 driver: the SM split, a green context of one
+    /// granule, a kernel of the primary context's module launched on its
+    /// stream behind a kernel on the whole device (`cuStreamWaitEvent`),
+    /// and a queue moved between them. With an older driver: the
+    /// "not supported" error names the version. Without one: nothing.
+    #[test]
+    fn green_contexts_on_this_machine() {
+        use crate::driver::{KernelArgs, write_prologue};
+        use crate::queue::{Command, KillMechanism, Program, QueueConfig, TaskId, VirtualQueue};
+        if probe().is_err() {
+            return;
+        }
+        let mut d = CudaDriver::new(0).unwrap();
+        let layout = match d.sm_granules() {
+            Ok(l) => l,
+            Err(e) => {
+                let text = e.to_string();
+                assert!(matches!(e, DriverError::Unsupported { .. }), "{e:?}");
+                assert!(text.contains("CUDA 12.4"), "{text}");
+                assert!(d.info().driver_version < GREEN_CTX_MIN_DRIVER, "{text}");
+                return;
+            }
+        };
+        assert_eq!(i64::from(layout.sm_count), i64::from(d.info().sm_count));
+        assert!(
+            layout.granules >= 1 && layout.granule_sms >= 1,
+            "{layout:?}"
+        );
+        let g = d.create_green_ctx(GranuleSet::range(0, 1)).unwrap();
+        let s = d.create_stream(StreamPriority::BestEffort).unwrap();
+        let gs = d
+            .create_green_stream(g, StreamPriority::BestEffort)
+            .unwrap();
+        let ctl = d.create_ctl().unwrap();
+        let m = d.load_module(STORE_PTX).unwrap();
+        let k = d.kernel(m, "sluice_test_store").unwrap();
+        let out = d.alloc_device(8).unwrap();
+        let host = d.alloc_host(8).unwrap();
+        let cmd = |v: u64| {
+            let mut args = KernelArgs::new();
+            args.ptr(out).u64(v);
+            args
+        };
+        // Whole device, then the green stream behind it: the last store wins.
+        let mut p = cmd(1).as_bytes().to_vec();
+        write_prologue(&mut p, d.ctl_device_ptr(ctl).unwrap(), 0);
+        d.launch(s, k, &LaunchDims::linear(4096, 32), &p).unwrap();
+        let e = d.record_event(s).unwrap();
+        d.stream_wait_event(gs, e).unwrap();
+        let mut p = cmd(2).as_bytes().to_vec();
+        write_prologue(&mut p, d.ctl_device_ptr(ctl).unwrap(), 1);
+        d.launch(gs, k, &LaunchDims::linear(1, 32), &p).unwrap();
+        d.copy_to_host(gs, host, 0, out, 8).unwrap();
+        let done = d.record_event(gs).unwrap();
+        wait(&mut d, done);
+        let mut b = [0; 8];
+        d.read_host(host, 0, &mut b).unwrap();
+        assert_eq!(u64::from_ne_bytes(b), 2);
+        // A queue moved onto the green stream mid-task completes once.
+        let mut q = VirtualQueue::new(
+            &mut d,
+            StreamPriority::BestEffort,
+            QueueConfig::default(),
+            KillMechanism::Cooperative,
+        )
+        .unwrap();
+        let cmds = (0..10u64)
+            .map(|v| Command::Kernel {
+                kernel: k,
+                dims: LaunchDims::linear(1, 32),
+                args: cmd(100 + v),
+            })
+            .collect();
+        q.submit(&Program::each_idempotent(TaskId(1), cmds).unwrap());
+        let mut finished = Vec::new();
+        q.poll(&mut d, &mut finished).unwrap();
+        q.rebind(&mut d, gs).unwrap();
+        for _ in 0..200_000_000u64 {
+            q.poll(&mut d, &mut finished).unwrap();
+            if q.is_idle() {
+                break;
+            }
+        }
+        assert_eq!(finished, [TaskId(1)]);
+        assert_eq!(d.read_started(q.ctl()).unwrap(), 10);
+    }
+
     #[test]
     fn info_display_names_the_facts() {
         let info = CudaInfo {
