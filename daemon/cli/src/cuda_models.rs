@@ -27,6 +27,10 @@
 //!   loader (checked before it is returned), so `models.dir` can point at
 //!   it.
 //!
+//! - **partitions** ([`partition_profile`], `sluice profile --device cuda
+//!   MODEL --partitions 25,50,100 --batches 1,8`): the partition latency
+//!   curve and the switch cost of green contexts (below).
+//!
 //! Both are written against [`CuDriver`]; the tests run them on the fake
 //! driver with [`fake_abi`](sluice_cuda::plan_exec::fake_abi)'s
 //! kernels. `check_cuda` and `profile_cuda` (feature `cuda`) open CUDA
@@ -688,6 +692,411 @@ pub fn profile_model(
     })
 }
 
+/// Prepared switches timed by [`partition_profile`].
+pub const SWITCH_REPS: usize = 200;
+
+/// Median, 90th percentile and range of samples, µs.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Spread {
+    /// Samples.
+    pub n: usize,
+    /// Median.
+    pub p50_us: f64,
+    /// 90th percentile.
+    pub p90_us: f64,
+    /// Smallest.
+    pub min_us: f64,
+    /// Largest.
+    pub max_us: f64,
+}
+
+impl Spread {
+    /// Of samples in ns (nearest-rank percentiles); all 0 when empty.
+    pub fn of_ns(mut ns: Vec<u64>) -> Self {
+        ns.sort_unstable();
+        let n = ns.len();
+        let at = |q: f64| {
+            if n == 0 {
+                0.0
+            } else {
+                ns[((n - 1) as f64 * q).round() as usize] as f64 / 1e3
+            }
+        };
+        Self {
+            n,
+            p50_us: at(0.5),
+            p90_us: at(0.9),
+            min_us: at(0.0),
+            max_us: at(1.0),
+        }
+    }
+}
+
+/// One point of the partition latency curve.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PartitionRow {
+    /// Batch size.
+    pub batch: u32,
+    /// Partition asked for, percent of the device's SMs.
+    pub partition_pct: u32,
+    /// SMs that is: ⌈pct × SMs / 100⌉ (the GPU model's rule).
+    pub sms_asked: u32,
+    /// SMs of the green context it became (whole granules), or the whole
+    /// device.
+    pub sms: u32,
+    /// The whole device (primary context), no green context.
+    pub whole_device: bool,
+    /// Latency of one request, first launch to the last kernel's end, over
+    /// the timed runs, µs.
+    pub latency: Spread,
+}
+
+/// The cost of moving a stream between green contexts, on the dispatcher
+/// (host wall clock around `Gpu::set_partition`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SwitchCost {
+    /// SMs of the two prepared partitions switched between.
+    pub between_sms: (u32, u32),
+    /// A switch between the two prepared partitions, with kernels
+    /// outstanding on the stream (so each switch makes the new stream wait
+    /// for them).
+    pub prepared: Spread,
+    /// A switch into a partition never used before: the green context and
+    /// the stream in it are created inside the call.
+    pub first_use: Spread,
+}
+
+/// `sluice profile --device cuda MODEL --partitions …`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PartitionReport {
+    /// False: measured on the device the driver drives (the fake driver in
+    /// the tests, where times are its virtual clock and its dispatcher-side
+    /// costs).
+    pub simulated: bool,
+    /// The device.
+    pub device: String,
+    /// Its SMs, and SMs per granule of its split.
+    pub sms: u32,
+    /// SMs per granule.
+    pub granule_sms: u32,
+    /// Model.
+    pub model: String,
+    /// Where its kernels come from (its manifest's provenance).
+    pub provenance: String,
+    /// How each point is measured.
+    pub rule: String,
+    /// Points, batch-major.
+    pub rows: Vec<PartitionRow>,
+    /// Switch cost.
+    pub switch: SwitchCost,
+}
+
+/// Why [`partition_profile`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionProfileError {
+    /// A batch size outside 1..=4096.
+    #[error("batch size {0} is outside 1..=4096; give batch sizes like 1,8")]
+    BadBatch(u32),
+    /// A partition size the device cannot make.
+    #[error("{0}")]
+    BadPartition(String),
+    /// The device refused an operation.
+    #[error("{what}")]
+    Device {
+        /// What was being done.
+        what: String,
+        /// The device's error.
+        #[source]
+        source: sluice_gpu::GpuError,
+    },
+    /// The device stopped before the request finished.
+    #[error("the device stopped before {what} finished (a driver failure, logged above)")]
+    Stopped {
+        /// What was running.
+        what: String,
+    },
+}
+
+/// One request of `model` at `batch` on stream `s` of `gpu`, alone: ns
+/// from the first launch to the last kernel's end (device clock).
+fn one_request(
+    gpu: &mut sluice_cuda::CudaGpu,
+    s: sluice_gpu::StreamId,
+    model: &sluice_model::Model,
+    batch: u32,
+) -> Result<u64, PartitionProfileError> {
+    use sluice_gpu::{Clocked, Event, Gpu, KernelLaunch};
+    let scaled = model.batch_scaled();
+    let what = || format!("{} at batch {batch}", model.name());
+    let t0 = gpu.now();
+    let n = model.manifest.kernels.len();
+    for (i, k) in model.manifest.kernels.iter().enumerate() {
+        let l = KernelLaunch::from_model(k, i as u64).at_batch(batch, scaled[i]);
+        gpu.launch(s, l)
+            .map_err(|source| PartitionProfileError::Device {
+                what: format!("launching kernel {i} of {}", what()),
+                source,
+            })?;
+    }
+    let mut out = Vec::new();
+    let mut finished = 0;
+    let mut end = t0;
+    while finished < n {
+        out.clear();
+        if gpu.advance(None, &mut out).is_none() && out.is_empty() {
+            return Err(PartitionProfileError::Stopped { what: what() });
+        }
+        for e in &out {
+            if let Event::KernelFinished { t, .. } = e {
+                finished += 1;
+                end = end.max(*t);
+            }
+        }
+    }
+    Ok(end - t0)
+}
+
+/// The partition latency curve of `model` on `gpu` and the switch cost.
+///
+/// For each batch and partition (percent of the SMs, ⌈pct × SMs / 100⌉
+/// rounded up to whole granules; a partition of every granule is the
+/// whole device), one stream is moved into the partition (prepared first),
+/// one untimed request runs, then `reps` timed ones, each alone: the
+/// model's manifest kernels at that batch as synthetic kernels (the GPU
+/// model's inputs, so the curve compares with `sluice profile --device
+/// h100`). Then the switch cost: [`SWITCH_REPS`] switches between the
+/// smallest and the largest partition asked for that is not the whole
+/// device (or 25 % / 50 %), with up to 4 kernels outstanding, and `reps`
+/// (at most 100) first uses of granule ranges never used before.
+pub fn partition_profile(
+    gpu: &mut sluice_cuda::CudaGpu,
+    device: &str,
+    model: &sluice_model::Model,
+    batches: &[u32],
+    partitions: &[u32],
+    reps: u32,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<PartitionReport, PartitionProfileError> {
+    use sluice_cuda::partition;
+    use sluice_gpu::{Gpu, KernelLaunch};
+    use std::time::Instant;
+    if let Some(&b) = batches.iter().find(|&&b| b == 0 || b > 4096) {
+        return Err(PartitionProfileError::BadBatch(b));
+    }
+    let dev_err = |what: String| move |source| PartitionProfileError::Device { what, source };
+    let layout = gpu
+        .sm_granules()
+        .map_err(dev_err("reading the device's SM split".into()))?;
+    let infos = partitions
+        .iter()
+        .map(|&pct| partition::for_percent(&layout, pct).map(|i| (pct, i)))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(PartitionProfileError::BadPartition)?;
+    let s = gpu
+        .create_stream(0)
+        .map_err(dev_err("creating the stream".into()))?;
+    let cus_of = |i: &partition::PartitionInfo| -> Vec<u32> {
+        i.granules
+            .iter()
+            .flat_map(|g| g * layout.granule_sms..(g + 1) * layout.granule_sms)
+            .collect()
+    };
+    let total = batches.len() * infos.len() + 2;
+    let mut done = 0;
+    let mut rows = Vec::new();
+    for &batch in batches {
+        for &(pct, info) in &infos {
+            let cus = cus_of(&info);
+            let what = format!("moving the stream into {} SMs", info.sms);
+            if info.whole_device {
+                gpu.set_partition(s, None).map_err(dev_err(what))?;
+            } else {
+                gpu.prepare_partition_cus(&cus)
+                    .map_err(dev_err(what.clone()))?;
+                gpu.set_partition(s, Some(&cus)).map_err(dev_err(what))?;
+            }
+            one_request(gpu, s, model, batch)?;
+            let mut samples = Vec::with_capacity(reps as usize);
+            for _ in 0..reps {
+                samples.push(one_request(gpu, s, model, batch)?);
+            }
+            rows.push(PartitionRow {
+                batch,
+                partition_pct: pct,
+                sms_asked: (u64::from(layout.sm_count) * u64::from(pct)).div_ceil(100) as u32,
+                sms: info.sms,
+                whole_device: info.whole_device,
+                latency: Spread::of_ns(samples),
+            });
+            done += 1;
+            progress(done, total);
+        }
+    }
+    // Switch cost between two prepared partitions.
+    let parts: Vec<_> = infos.iter().filter(|(_, i)| !i.whole_device).collect();
+    let pick =
+        |pct| partition::for_percent(&layout, pct).map_err(PartitionProfileError::BadPartition);
+    let (a, b) = match (
+        parts.iter().min_by_key(|(_, i)| i.sms),
+        parts.iter().max_by_key(|(_, i)| i.sms),
+    ) {
+        (Some(x), Some(y)) if x.1.granules != y.1.granules => (x.1, y.1),
+        _ => (pick(25)?, pick(50)?),
+    };
+    let (ca, cb) = (cus_of(&a), cus_of(&b));
+    let sw_err = || dev_err("switching between prepared partitions".into());
+    gpu.prepare_partition_cus(&ca).map_err(sw_err())?;
+    gpu.prepare_partition_cus(&cb).map_err(sw_err())?;
+    let tiny = KernelLaunch {
+        grid_blocks: 1,
+        threads_per_block: 32,
+        regs_per_thread: 32,
+        shared_mem: 0,
+        block_time_ns: 20_000,
+        wave_ns: Vec::new(),
+        idempotent: true,
+        mem_intensity: None,
+        tag: u64::MAX,
+    };
+    let mut prepared = Vec::with_capacity(SWITCH_REPS);
+    let drain = |gpu: &mut sluice_cuda::CudaGpu| {
+        let mut out = Vec::new();
+        while sluice_gpu::Clocked::advance(gpu, None, &mut out).is_some() {
+            out.clear();
+        }
+    };
+    for i in 0..SWITCH_REPS {
+        if i % 16 == 0 {
+            drain(gpu);
+            for _ in 0..4 {
+                gpu.launch(s, tiny.clone()).map_err(sw_err())?;
+            }
+            gpu.poll().map_err(|e| PartitionProfileError::Device {
+                what: "polling the device".into(),
+                source: sluice_gpu::GpuError::Driver {
+                    backend: "cuda",
+                    op: "poll",
+                    message: e.to_string(),
+                },
+            })?;
+        }
+        let to = if i % 2 == 0 { &ca } else { &cb };
+        let t0 = Instant::now();
+        gpu.set_partition(s, Some(to)).map_err(sw_err())?;
+        prepared.push(t0.elapsed().as_nanos() as u64);
+    }
+    drain(gpu);
+    done += 1;
+    progress(done, total);
+    // First uses: granule ranges no green context was made of yet.
+    let mut first_use = Vec::new();
+    let want = reps.min(100) as usize;
+    'ranges: for len in 1..layout.granules {
+        for first in 0..=layout.granules - len {
+            if first_use.len() >= want {
+                break 'ranges;
+            }
+            let set = sluice_cuda::driver::GranuleSet::range(first, len);
+            if [a.granules, b.granules].contains(&set)
+                || infos.iter().any(|(_, i)| i.granules == set)
+            {
+                continue;
+            }
+            let cus: Vec<u32> =
+                (first * layout.granule_sms..(first + len) * layout.granule_sms).collect();
+            let t0 = Instant::now();
+            gpu.set_partition(s, Some(&cus))
+                .map_err(dev_err("switching into a new partition".into()))?;
+            first_use.push(t0.elapsed().as_nanos() as u64);
+        }
+    }
+    gpu.set_partition(s, None)
+        .map_err(dev_err("moving the stream back to the whole device".into()))?;
+    done += 1;
+    progress(done, total);
+    Ok(PartitionReport {
+        simulated: false,
+        device: device.to_owned(),
+        sms: layout.sm_count,
+        granule_sms: layout.granule_sms,
+        model: model.name().to_owned(),
+        provenance: model.manifest.provenance.clone(),
+        rule: format!(
+            "one request alone on one stream, the manifest's kernels at batch b as synthetic \
+             kernels (batch-scaled kernels have b times the blocks); partition p%: the stream \
+             moved into the green context of ceil(p x SMs / 100) SMs rounded up to whole \
+             granules of {} SMs (every granule: the whole device); 1 untimed + {reps} timed \
+             requests per point, latency = device clock from the first launch to the last \
+             kernel's end; switch = host wall clock around set_partition",
+            layout.granule_sms
+        ),
+        rows,
+        switch: SwitchCost {
+            between_sms: (a.sms, b.sms),
+            prepared: Spread::of_ns(prepared),
+            first_use: Spread::of_ns(first_use),
+        },
+    })
+}
+
+impl PartitionReport {
+    /// The curve as a table (median µs, one row per batch, one column per
+    /// partition) and the switch cost.
+    pub fn table(&self) -> String {
+        let mut pcts: Vec<u32> = self.rows.iter().map(|r| r.partition_pct).collect();
+        pcts.sort_unstable();
+        pcts.dedup();
+        let mut out = format!(
+            "partition latency of {} on {} ({} SMs, granules of {}), median us\nbatch \\ SMs % (SMs)",
+            self.model, self.device, self.sms, self.granule_sms
+        );
+        for p in &pcts {
+            let sms = self
+                .rows
+                .iter()
+                .find(|r| r.partition_pct == *p)
+                .map_or(0, |r| r.sms);
+            let _ = write!(out, " {:>12}", format!("{p}% ({sms})"));
+        }
+        out.push('\n');
+        let mut batches: Vec<u32> = self.rows.iter().map(|r| r.batch).collect();
+        batches.dedup();
+        for b in batches {
+            let _ = write!(out, "{b:>19}");
+            for p in &pcts {
+                match self
+                    .rows
+                    .iter()
+                    .find(|r| r.batch == b && r.partition_pct == *p)
+                {
+                    Some(r) => {
+                        let _ = write!(out, " {:>12.1}", r.latency.p50_us);
+                    }
+                    None => out.push_str("            -"),
+                }
+            }
+            out.push('\n');
+        }
+        let sw = &self.switch;
+        let line = |name: &str, s: &Spread| {
+            format!(
+                "{name}: p50 {:.2} us, p90 {:.2} us, min {:.2} us, max {:.2} us over {}\n",
+                s.p50_us, s.p90_us, s.min_us, s.max_us, s.n
+            )
+        };
+        out += &format!(
+            "switch between prepared partitions of {} and {} SMs (dispatcher wall clock)\n",
+            sw.between_sms.0, sw.between_sms.1
+        );
+        out += &line("  prepared", &sw.prepared);
+        out += &line(
+            "  first use (creates green context + stream)",
+            &sw.first_use,
+        );
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -918,5 +1327,85 @@ mod tests {
         assert_eq!(utc_date(1_735_689_599), "2024-12-31");
         assert_eq!(utc_date(1_735_689_600), "2025-01-01");
         assert_eq!(utc_date(4_107_542_400), "2100-03-01");
+    }
+
+    fn fake_gpu() -> (sluice_cuda::CudaGpu, FakeDriver) {
+        use sluice_cuda::fake::FakeKernel;
+        use sluice_cuda::gpu::{Kill, SYNTHETIC_KERNEL};
+        let mut d = FakeDriver::default();
+        // `sluice_synthetic(ctl, kidx, float* sink, u64 block_ns)`.
+        let k = d.kernel_handle(
+            SYNTHETIC_KERNEL,
+            FakeKernel::new(0).timed_by_arg(12).polling(1_000),
+        );
+        let probe = d.clone();
+        let g = sluice_cuda::CudaGpu::new(Box::new(d), k, DeviceProfile::h100(), Kill::Cooperative)
+            .unwrap();
+        (g, probe)
+    }
+
+    /// The partition profile on the fake driver: every point, SMs rounded
+    /// to granules of 8, the last point the whole device, latencies from
+    /// the fake's clock (which does not slow kernels on fewer SMs), and the
+    /// switch cost measured; the table and JSON name them.
+    #[test]
+    fn partition_profile_runs_on_the_fake_driver() {
+        let reg = ModelRegistry::builtin();
+        let (_, m) = reg.lookup("resnet18").unwrap();
+        let (mut g, d) = fake_gpu();
+        let mut seen = Vec::new();
+        let r = partition_profile(
+            &mut g,
+            "fake",
+            m,
+            &[1, 8],
+            &[25, 50, 100],
+            3,
+            &mut |a, b| seen.push((a, b)),
+        )
+        .unwrap();
+        assert_eq!(seen.last(), Some(&(8, 8)));
+        let sms: Vec<(u32, u32, bool)> = r
+            .rows
+            .iter()
+            .map(|x| (x.sms_asked, x.sms, x.whole_device))
+            .collect();
+        assert_eq!(
+            &sms[..3],
+            &[(33, 40, false), (66, 72, false), (132, 132, true)]
+        );
+        assert_eq!(r.rows.len(), 6);
+        assert!(
+            r.rows
+                .iter()
+                .all(|x| x.latency.n == 3 && x.latency.p50_us > 0.0)
+        );
+        assert_eq!(r.switch.between_sms, (40, 72));
+        assert_eq!(r.switch.prepared.n, SWITCH_REPS);
+        assert_eq!(r.switch.first_use.n, 3);
+        assert!(d.green_ctx_count() >= 5);
+        println!("{}", r.table());
+        let t = r.table();
+        assert!(t.contains("25% (40)") && t.contains("100% (132)"), "{t}");
+        assert!(
+            t.contains("first use (creates green context + stream)"),
+            "{t}"
+        );
+        let json = serde_json::to_string(&r).unwrap();
+        assert!(json.contains("\"between_sms\":[40,72]"), "{json}");
+        // Bad sizes are refused with the value.
+        let e = partition_profile(&mut g, "fake", m, &[1], &[0], 1, &mut |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("0% is outside 1..=100"), "{e}");
+        let e = partition_profile(&mut g, "fake", m, &[0], &[50], 1, &mut |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("batch size 0"), "{e}");
+        // A driver without green contexts says so.
+        let (mut g, d) = fake_gpu();
+        d.without_green_contexts(12020);
+        let e = partition_profile(&mut g, "fake", m, &[1], &[50], 1, &mut |_, _| {}).unwrap_err();
+        let chain = format!("{e}: {}", std::error::Error::source(&e).unwrap());
+        assert!(
+            chain.contains("CUDA 12.4") && chain.contains("12020"),
+            "{chain}"
+        );
     }
 }

@@ -93,6 +93,150 @@ handle!(
     /// Pinned host memory allocated by [`CuDriver::alloc_host`].
     HostBufId
 );
+handle!(
+    /// A green context created by [`CuDriver::create_green_ctx`].
+    GreenCtxId
+);
+
+/// The CUDA version that brought green contexts (`cuGreenCtxCreate` and
+/// the `cuDevSmResource*` calls), as `cuDriverGetVersion` reports it.
+pub const GREEN_CTX_MIN_DRIVER: i32 = 12040;
+
+/// How a device's SMs split into green contexts.
+///
+/// The driver splits the device's SMs once into `granules` disjoint groups
+/// of `granule_sms` SMs each (`cuDevSmResourceSplitByCount` with
+/// `minCount = granule_sms`); a green context is made of any set of them
+/// (`cuDevResourceGenerateDesc` accepts several groups of one split), so
+/// two green contexts made of disjoint granule sets have disjoint SMs. SMs
+/// left over by the split (4 of an H100 SXM's 132) belong to no granule:
+/// only the whole device (the primary context's streams) uses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SmGranules {
+    /// SMs of the whole device.
+    pub sm_count: u32,
+    /// SMs per granule: the split's group size (8 on compute capability
+    /// 9.x, 4 on 8.x, 2 on 7.x, as the driver rounds `minCount`).
+    pub granule_sms: u32,
+    /// Granules the split made (at most [`MAX_GRANULES`]).
+    pub granules: u32,
+    /// The device's compute capability (major, minor).
+    pub compute_capability: (u32, u32),
+}
+
+/// Most granules a [`GranuleSet`] holds.
+pub const MAX_GRANULES: u32 = 128;
+
+/// A set of granules of an [`SmGranules`] split, as a bit set (bit `i`:
+/// granule `i`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct GranuleSet(pub u128);
+
+impl GranuleSet {
+    /// Granules `first..first + count`.
+    pub fn range(first: u32, count: u32) -> Self {
+        let mut bits = 0u128;
+        for g in first..(first + count).min(MAX_GRANULES) {
+            bits |= 1 << g;
+        }
+        Self(bits)
+    }
+
+    /// Number of granules.
+    pub fn len(self) -> u32 {
+        self.0.count_ones()
+    }
+
+    /// No granule.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    /// Whether granule `g` is in the set.
+    pub fn contains(self, g: u32) -> bool {
+        g < MAX_GRANULES && self.0 & (1 << g) != 0
+    }
+
+    /// The granules, lowest first.
+    pub fn iter(self) -> impl Iterator<Item = u32> {
+        (0..MAX_GRANULES).filter(move |&g| self.contains(g))
+    }
+}
+
+impl fmt::Display for GranuleSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Runs of granules, e.g. `0-3,6`.
+        let mut first = true;
+        let mut g = 0;
+        while g < MAX_GRANULES {
+            if !self.contains(g) {
+                g += 1;
+                continue;
+            }
+            let start = g;
+            while g + 1 < MAX_GRANULES && self.contains(g + 1) {
+                g += 1;
+            }
+            if !first {
+                f.write_str(",")?;
+            }
+            first = false;
+            if start == g {
+                write!(f, "{start}")?;
+            } else {
+                write!(f, "{start}-{g}")?;
+            }
+            g += 1;
+        }
+        if first {
+            f.write_str("none")?;
+        }
+        Ok(())
+    }
+}
+
+impl SmGranules {
+    /// The granule size the CUDA headers give as the default split
+    /// granularity for compute capability `major.minor` (CUDA 12.4+
+    /// `cuDevSmResourceSplitByCount`: 6.x at least 1 SM; 7.x at least 2 and
+    /// a multiple of 2; 8.x at least 4 and a multiple of 2; 9.0 and later
+    /// at least 8 and a multiple of 8). The real driver asks for this size
+    /// and records what the split gave.
+    pub fn default_granule(major: u32) -> u32 {
+        match major {
+            0..=6 => 1,
+            7 => 2,
+            8 => 4,
+            _ => 8,
+        }
+    }
+
+    /// The layout a driver makes of `sm_count` SMs at compute capability
+    /// `cc`: as many whole default granules as fit (at most
+    /// [`MAX_GRANULES`]; the granule doubles until they do).
+    pub fn for_device(sm_count: u32, cc: (u32, u32)) -> Self {
+        let mut granule_sms = Self::default_granule(cc.0);
+        while sm_count / granule_sms > MAX_GRANULES {
+            granule_sms *= 2;
+        }
+        Self {
+            sm_count,
+            granule_sms,
+            granules: sm_count / granule_sms,
+            compute_capability: cc,
+        }
+    }
+
+    /// Every granule.
+    pub fn all(&self) -> GranuleSet {
+        GranuleSet::range(0, self.granules)
+    }
+
+    /// SMs of a green context made of `set`.
+    pub fn sms(&self, set: GranuleSet) -> u32 {
+        set.len() * self.granule_sms
+    }
+}
 
 /// A device address (`CUdeviceptr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
@@ -323,6 +467,40 @@ pub enum DriverError {
     /// A bad argument, named with its value and what is allowed.
     #[error("{0}")]
     Invalid(String),
+    /// The driver lacks a feature: what, what it needs, what was found and
+    /// what to do.
+    #[error("{feature} need {needed}; {found}")]
+    Unsupported {
+        /// The feature, e.g. `green contexts (spatial partitions)`.
+        feature: &'static str,
+        /// What it needs, e.g. the CUDA version and entry points.
+        needed: String,
+        /// What this driver has, and the fix.
+        found: String,
+    },
+}
+
+/// The error for a driver without green contexts: `driver_version` as
+/// `cuDriverGetVersion` reports it (e.g. 12020), `missing` the first entry
+/// point not found.
+pub fn green_ctx_unsupported(driver_version: i32, missing: &str) -> DriverError {
+    DriverError::Unsupported {
+        feature: "green contexts (spatial SM partitions)",
+        needed: format!(
+            "CUDA {}.{} or later (NVIDIA driver 550 or later) with cuDeviceGetDevResource, \
+             cuDevSmResourceSplitByCount, cuDevResourceGenerateDesc, cuGreenCtxCreate and \
+             cuGreenCtxStreamCreate",
+            GREEN_CTX_MIN_DRIVER / 1000,
+            GREEN_CTX_MIN_DRIVER % 1000 / 10
+        ),
+        found: format!(
+            "this driver reports CUDA {}.{} (cuDriverGetVersion = {driver_version}) and lacks \
+             {missing}; update the NVIDIA driver, or run without partitions (every stream then \
+             shares all SMs)",
+            driver_version / 1000,
+            driver_version % 1000 / 10
+        ),
+    }
 }
 
 /// The CUDA driver operations the queue logic needs.
@@ -445,6 +623,33 @@ pub trait CuDriver: Send + fmt::Debug {
 
     /// Gives `event` back for reuse; only once it has completed.
     fn release_event(&mut self, event: EventId) -> Result<(), DriverError>;
+
+    /// Makes everything issued to `stream` from now on wait until `event`
+    /// (as last recorded) has completed, without blocking the host
+    /// (`cuStreamWaitEvent`). The wait is captured at the call: releasing
+    /// and re-recording `event` later does not change it.
+    fn stream_wait_event(&mut self, stream: StreamId, event: EventId) -> Result<(), DriverError>;
+
+    /// How the device's SMs split into green contexts (the split is made
+    /// once, on the first call). [`DriverError::Unsupported`] when the
+    /// driver has no green contexts (CUDA older than 12.4, or an entry
+    /// point missing), naming the version found.
+    fn sm_granules(&mut self) -> Result<SmGranules, DriverError>;
+
+    /// Creates a green context on the granules `set` of
+    /// [`CuDriver::sm_granules`]' split (`cuDevResourceGenerateDesc` on those
+    /// groups, then `cuGreenCtxCreate`). Its SMs are `granule_sms ×
+    /// set.len()`. Lives as long as the driver.
+    fn create_green_ctx(&mut self, set: GranuleSet) -> Result<GreenCtxId, DriverError>;
+
+    /// Creates a non-blocking stream with `priority` whose kernels run only
+    /// on `ctx`'s SMs (`cuGreenCtxStreamCreate`). It takes the same
+    /// commands, control blocks, kernels and memory as any other stream.
+    fn create_green_stream(
+        &mut self,
+        ctx: GreenCtxId,
+        priority: StreamPriority,
+    ) -> Result<StreamId, DriverError>;
 }
 
 #[cfg(test)]

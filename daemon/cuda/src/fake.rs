@@ -27,6 +27,18 @@
 //! - **Copies and memsets** move real bytes between fake host buffers and
 //!   fake device memory when they end; they cannot be cut short.
 //! - **Events** complete when everything before them on their stream has.
+//!   A stream told to wait for an event ([`CuDriver::stream_wait_event`])
+//!   starts nothing issued after the wait before the event's point on its
+//!   own stream has passed (captured at the call, so re-recording the event
+//!   later changes nothing).
+//! - **Green contexts**: the device has [`FakeDriver::sms`] SMs (132 at
+//!   compute capability 9.0, an H100 SXM, by default), split into granules
+//!   as [`SmGranules::for_device`] says; a green context is a set of
+//!   granules, and a green stream belongs to one
+//!   ([`FakeDriver::green_ctx_of`]). Kernels take as long on a green
+//!   stream as on any other: the fake models which stream runs where, not
+//!   how partitions share SMs. [`FakeDriver::without_green_contexts`] makes
+//!   a driver that lacks them.
 //!
 //! Every call is recorded ([`FakeDriver::calls`]) and every command the
 //! device ran is logged with its outcome and times ([`FakeDriver::log`]).
@@ -38,8 +50,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::driver::{
-    CtlId, CuDriver, DevicePtr, DriverError, EventId, HostBufId, KernelHandle, LaunchDims,
-    ModuleId, PROLOGUE_BYTES, StreamId, StreamPriority, read_prologue,
+    CtlId, CuDriver, DevicePtr, DriverError, EventId, GranuleSet, GreenCtxId, HostBufId,
+    KernelHandle, LaunchDims, ModuleId, PROLOGUE_BYTES, SmGranules, StreamId, StreamPriority,
+    green_ctx_unsupported, read_prologue,
 };
 use super::queue::TrapKill;
 
@@ -249,6 +262,14 @@ pub enum Call {
     ReleaseEvent(EventId),
     /// A [`FakeTrap`] kill.
     Trap(StreamId),
+    /// `stream_wait_event`.
+    StreamWaitEvent(StreamId, EventId),
+    /// `sm_granules`.
+    SmGranules,
+    /// `create_green_ctx`.
+    CreateGreenCtx(GranuleSet),
+    /// `create_green_stream`.
+    CreateGreenStream(GreenCtxId, StreamPriority),
 }
 
 /// Fake device memory: allocations of real bytes at fake addresses.
@@ -348,6 +369,11 @@ enum Op {
         len: usize,
     },
     Event(EventId),
+    /// Waits until op number `seq` of stream `stream` has ended.
+    Wait {
+        stream: usize,
+        seq: u64,
+    },
 }
 
 impl Op {
@@ -371,6 +397,34 @@ struct FakeStream {
     active: Option<Active>,
     free_at: u64,
     max_kernels: usize,
+    /// Ops enqueued so far (the next op's number).
+    enqueued: u64,
+    /// End time of every op that has ended, by number.
+    ends: Vec<u64>,
+    /// The green context it belongs to; `None`: the whole device.
+    green: Option<GreenCtxId>,
+}
+
+impl FakeStream {
+    fn new(green: Option<GreenCtxId>) -> Self {
+        Self {
+            pending: VecDeque::new(),
+            active: None,
+            free_at: 0,
+            max_kernels: 0,
+            enqueued: 0,
+            ends: Vec::new(),
+            green,
+        }
+    }
+}
+
+/// The fake device's green-context support.
+#[derive(Debug, Clone, Copy)]
+enum Green {
+    Supported(SmGranules),
+    /// A driver without them: its version and the first missing entry point.
+    Missing(i32, &'static str),
 }
 
 impl FakeStream {
@@ -396,8 +450,12 @@ struct State {
     streams: Vec<FakeStream>,
     ctls: Vec<FakeCtl>,
     events: Vec<Option<bool>>,
+    /// Where each event was last recorded: stream and op number.
+    event_at: Vec<(usize, u64)>,
     free_events: Vec<u32>,
     host: Vec<Option<Vec<u8>>>,
+    green: Green,
+    green_ctxs: Vec<GranuleSet>,
     memory: FakeMemory,
     log: Vec<LogEntry>,
     calls: Vec<Call>,
@@ -468,44 +526,70 @@ impl State {
         Ok(())
     }
 
-    fn enqueue(&mut self, s: StreamId, op: Op) -> Result<(), DriverError> {
+    /// Enqueues `op` on `s`; returns its number on the stream.
+    fn enqueue(&mut self, s: StreamId, op: Op) -> Result<u64, DriverError> {
         let now = self.now;
         let st = self.stream(s)?;
         st.pending.push_back((op, now));
+        st.enqueued += 1;
         let k = st.kernels_not_finished();
         st.max_kernels = st.max_kernels.max(k);
-        Ok(())
+        Ok(st.enqueued - 1)
     }
 
-    /// Runs every stream up to time `t`, then sets the clock to `t`.
+    /// Runs every stream up to time `t`, then sets the clock to `t`. A
+    /// stream waiting for another runs again once the other has moved, until
+    /// nothing moves.
     fn advance_to(&mut self, t: u64) {
         let t = t.max(self.now);
-        for s in 0..self.streams.len() {
-            self.run_stream(s, t);
+        loop {
+            let mut moved = false;
+            for s in 0..self.streams.len() {
+                moved |= self.run_stream(s, t);
+            }
+            if !moved {
+                break;
+            }
         }
         self.now = t;
     }
 
-    fn run_stream(&mut self, s: usize, t: u64) {
+    /// When the front op of stream `s` can start, if it can (a wait whose
+    /// event has not passed cannot).
+    fn front_start(&self, s: usize) -> Option<u64> {
+        let st = &self.streams[s];
+        let (op, issued) = st.pending.front()?;
+        match op {
+            Op::Wait { stream, seq } => {
+                let end = *self.streams[*stream].ends.get(*seq as usize)?;
+                Some(st.free_at.max(*issued).max(end))
+            }
+            _ => Some(st.free_at.max(issued + self.timings.launch_latency_ns)),
+        }
+    }
+
+    /// Runs stream `s` up to `t`; whether anything started or ended.
+    fn run_stream(&mut self, s: usize, t: u64) -> bool {
+        let mut moved = false;
         loop {
             if let Some(a) = &self.streams[s].active {
                 if a.end > t {
-                    return;
+                    return moved;
                 }
                 let a = self.streams[s].active.take().expect("checked above");
                 self.streams[s].free_at = a.end;
+                self.streams[s].ends.push(a.end);
                 self.finish(s, a);
+                moved = true;
                 continue;
             }
-            let latency = self.timings.launch_latency_ns;
-            let st = &self.streams[s];
-            let Some((_, issued)) = st.pending.front() else {
-                return;
+            let Some(start) = self.front_start(s) else {
+                return moved;
             };
-            let start = st.free_at.max(issued + latency);
             if start > t {
-                return;
+                return moved;
             }
+            moved = true;
             let (op, _) = self.streams[s].pending.pop_front().expect("checked above");
             let active = self.begin(op, start);
             self.streams[s].active = Some(active);
@@ -542,7 +626,7 @@ impl State {
                 start + tm.copy_base_ns + (*len as u64).div_ceil(1024) * tm.copy_ns_per_kib,
                 KernelOutcome::Completed,
             ),
-            Op::Event(_) => (start, KernelOutcome::Completed),
+            Op::Event(_) | Op::Wait { .. } => (start, KernelOutcome::Completed),
         };
         Active {
             op,
@@ -615,6 +699,7 @@ impl State {
                 self.events[e.0 as usize] = Some(true);
                 return;
             }
+            Op::Wait { .. } => return,
         };
         self.log.push(LogEntry {
             stream,
@@ -626,15 +711,10 @@ impl State {
 
     /// The next time something starts or ends on any stream, if any.
     fn next_change(&self) -> Option<u64> {
-        let latency = self.timings.launch_latency_ns;
-        self.streams
-            .iter()
-            .filter_map(|st| match &st.active {
+        (0..self.streams.len())
+            .filter_map(|s| match &self.streams[s].active {
                 Some(a) => Some(a.end),
-                None => st
-                    .pending
-                    .front()
-                    .map(|(_, issued)| st.free_at.max(issued + latency)),
+                None => self.front_start(s),
             })
             .min()
     }
@@ -653,8 +733,11 @@ impl FakeDriver {
                 streams: Vec::new(),
                 ctls: Vec::new(),
                 events: Vec::new(),
+                event_at: Vec::new(),
                 free_events: Vec::new(),
                 host: Vec::new(),
+                green: Green::Supported(SmGranules::for_device(132, (9, 0))),
+                green_ctxs: Vec::new(),
                 memory: FakeMemory::default(),
                 log: Vec::new(),
                 calls: Vec::new(),
@@ -695,6 +778,60 @@ impl FakeDriver {
     /// of memory; the context stays usable.
     pub fn fail_stream_creation(&self, n: u32) {
         self.st().failing_streams = n;
+    }
+
+    /// Gives the fake device `sm_count` SMs at compute capability `cc`
+    /// (for its green contexts; default 132 SMs at 9.0, an H100 SXM). Only
+    /// before the first green context.
+    pub fn set_sms(&self, sm_count: u32, cc: (u32, u32)) {
+        self.st().green = Green::Supported(SmGranules::for_device(sm_count, cc));
+    }
+
+    /// Makes this a driver without green contexts, as one older than CUDA
+    /// 12.4: `driver_version` as `cuDriverGetVersion` says (e.g. 12020),
+    /// lacking `cuGreenCtxCreate`.
+    pub fn without_green_contexts(&self, driver_version: i32) {
+        self.st().green = Green::Missing(driver_version, "cuGreenCtxCreate");
+    }
+
+    /// SMs of the whole fake device.
+    pub fn sms(&self) -> u32 {
+        match self.st().green {
+            Green::Supported(g) => g.sm_count,
+            Green::Missing(..) => 132,
+        }
+    }
+
+    /// The green context `stream` belongs to; `None` for a stream of the
+    /// whole device (or an unknown one).
+    pub fn green_ctx_of(&self, stream: StreamId) -> Option<GreenCtxId> {
+        self.st()
+            .streams
+            .get(stream.0 as usize)
+            .and_then(|s| s.green)
+    }
+
+    /// The granules of green context `ctx`.
+    pub fn green_ctx_granules(&self, ctx: GreenCtxId) -> Option<GranuleSet> {
+        self.st().green_ctxs.get(ctx.0 as usize).copied()
+    }
+
+    /// SMs `stream`'s kernels may use: its green context's, or the whole
+    /// device's.
+    pub fn stream_sms(&self, stream: StreamId) -> u32 {
+        let st = self.st();
+        let Green::Supported(g) = st.green else {
+            return 132;
+        };
+        match st.streams.get(stream.0 as usize).and_then(|s| s.green) {
+            Some(c) => g.sms(st.green_ctxs[c.0 as usize]),
+            None => g.sm_count,
+        }
+    }
+
+    /// Green contexts created so far.
+    pub fn green_ctx_count(&self) -> usize {
+        self.st().green_ctxs.len()
     }
 
     /// Moves virtual time forward by `ns`.
@@ -799,12 +936,7 @@ impl CuDriver for FakeDriver {
                 description: "out of memory (fake)".into(),
             });
         }
-        st.streams.push(FakeStream {
-            pending: VecDeque::new(),
-            active: None,
-            free_at: 0,
-            max_kernels: 0,
-        });
+        st.streams.push(FakeStream::new(None));
         Ok(StreamId(st.streams.len() as u32 - 1))
     }
 
@@ -1035,6 +1167,7 @@ impl CuDriver for FakeDriver {
                 params: params.to_vec(),
             },
         )
+        .map(drop)
     }
 
     fn copy_to_device(
@@ -1058,6 +1191,7 @@ impl CuDriver for FakeDriver {
                 len,
             },
         )
+        .map(drop)
     }
 
     fn copy_to_host(
@@ -1081,6 +1215,7 @@ impl CuDriver for FakeDriver {
                 len,
             },
         )
+        .map(drop)
     }
 
     fn memset_d8(
@@ -1093,7 +1228,7 @@ impl CuDriver for FakeDriver {
         let mut st = self.st();
         st.calls.push(Call::Special(stream, "memset_d8"));
         st.memory.find(dst, len, "memset_d8 destination")?;
-        st.enqueue(stream, Op::Memset { dst, value, len })
+        st.enqueue(stream, Op::Memset { dst, value, len }).map(drop)
     }
 
     fn record_event(&mut self, stream: StreamId) -> Result<EventId, DriverError> {
@@ -1107,10 +1242,12 @@ impl CuDriver for FakeDriver {
             }
             None => {
                 st.events.push(Some(false));
+                st.event_at.push((0, 0));
                 EventId(st.events.len() as u32 - 1)
             }
         };
-        st.enqueue(stream, Op::Event(e))?;
+        let seq = st.enqueue(stream, Op::Event(e))?;
+        st.event_at[e.0 as usize] = (stream.0 as usize, seq);
         Ok(e)
     }
 
@@ -1141,6 +1278,69 @@ impl CuDriver for FakeDriver {
             ))),
             None => Err(unknown(event)),
         }
+    }
+
+    fn stream_wait_event(&mut self, stream: StreamId, event: EventId) -> Result<(), DriverError> {
+        let mut st = self.st();
+        st.calls.push(Call::StreamWaitEvent(stream, event));
+        st.stream(stream)?;
+        match st.events.get(event.0 as usize).copied().flatten() {
+            // Already complete: nothing to wait for.
+            Some(true) => Ok(()),
+            Some(false) => {
+                let (on, seq) = st.event_at[event.0 as usize];
+                st.enqueue(stream, Op::Wait { stream: on, seq }).map(drop)
+            }
+            None => Err(unknown(event)),
+        }
+    }
+
+    fn sm_granules(&mut self) -> Result<SmGranules, DriverError> {
+        let mut st = self.st();
+        st.calls.push(Call::SmGranules);
+        match st.green {
+            Green::Supported(g) => Ok(g),
+            Green::Missing(version, missing) => Err(green_ctx_unsupported(version, missing)),
+        }
+    }
+
+    fn create_green_ctx(&mut self, set: GranuleSet) -> Result<GreenCtxId, DriverError> {
+        let mut st = self.st();
+        st.calls.push(Call::CreateGreenCtx(set));
+        let g = match st.green {
+            Green::Supported(g) => g,
+            Green::Missing(version, missing) => {
+                return Err(green_ctx_unsupported(version, missing));
+            }
+        };
+        if set.is_empty() {
+            return Err(DriverError::Invalid(
+                "create_green_ctx: no granule given; a green context needs at least one".into(),
+            ));
+        }
+        if let Some(bad) = set.iter().find(|&i| i >= g.granules) {
+            return Err(DriverError::Invalid(format!(
+                "create_green_ctx: granule {bad} does not exist: the split made granules \
+                 0..{} of {} SMs",
+                g.granules, g.granule_sms
+            )));
+        }
+        st.green_ctxs.push(set);
+        Ok(GreenCtxId(st.green_ctxs.len() as u32 - 1))
+    }
+
+    fn create_green_stream(
+        &mut self,
+        ctx: GreenCtxId,
+        priority: StreamPriority,
+    ) -> Result<StreamId, DriverError> {
+        let mut st = self.st();
+        st.calls.push(Call::CreateGreenStream(ctx, priority));
+        if ctx.0 as usize >= st.green_ctxs.len() {
+            return Err(unknown(ctx));
+        }
+        st.streams.push(FakeStream::new(Some(ctx)));
+        Ok(StreamId(st.streams.len() as u32 - 1))
     }
 }
 
@@ -1211,6 +1411,54 @@ mod tests {
         assert_eq!(d.max_kernels_in_stream(s), 2);
         d.release_event(e).unwrap();
         assert!(d.release_event(e).is_err(), "double release");
+    }
+
+    /// A wait is on the event's point at the call: a second stream (here in
+    /// a green context) starts after the first's kernels end, even when the
+    /// event is released and recorded again elsewhere before that; a wait
+    /// on a completed event waits for nothing.
+    #[test]
+    fn a_stream_waits_for_an_event_of_another_stream() {
+        let mut d = FakeDriver::default();
+        let a = d.create_stream(StreamPriority::BestEffort).unwrap();
+        let layout = d.sm_granules().unwrap();
+        assert_eq!((layout.sm_count, layout.granule_sms), (132, 8));
+        let g = d.create_green_ctx(GranuleSet::range(0, 2)).unwrap();
+        let b = d
+            .create_green_stream(g, StreamPriority::BestEffort)
+            .unwrap();
+        assert_eq!((d.green_ctx_of(a), d.green_ctx_of(b)), (None, Some(g)));
+        assert_eq!((d.stream_sms(a), d.stream_sms(b)), (132, 16));
+        let ctl = d.create_ctl().unwrap();
+        let k = d.kernel_handle("k", FakeKernel::new(10_000));
+        launch_one(&mut d, a, k, ctl, 0);
+        launch_one(&mut d, a, k, ctl, 1);
+        let e = d.record_event(a).unwrap();
+        d.stream_wait_event(b, e).unwrap();
+        launch_one(&mut d, b, k, ctl, 2);
+        // The event completes, is released and recorded on `b` behind the
+        // wait: the wait still means "after a's two kernels".
+        d.advance(22_000);
+        assert!(d.event_done(e).unwrap());
+        d.release_event(e).unwrap();
+        let again = d.record_event(b).unwrap();
+        assert_eq!(again, e, "the event was reused");
+        d.run_until_idle();
+        let log = d.log();
+        let spans: Vec<_> = log
+            .iter()
+            .map(|l| (l.stream, l.start_ns, l.end_ns))
+            .collect();
+        assert_eq!(
+            spans,
+            [(a, 2_000, 12_000), (a, 12_000, 22_000), (b, 22_000, 32_000)]
+        );
+        // Waiting on a completed event adds nothing.
+        d.stream_wait_event(a, again).unwrap();
+        launch_one(&mut d, a, k, ctl, 3);
+        let t = d.now_ns();
+        d.run_until_idle();
+        assert_eq!(d.log().last().unwrap().start_ns, t + 2_000);
     }
 
     #[test]

@@ -26,6 +26,13 @@
 //! restore point, §4.4), after `resume`. `wait_based_preempt` stops feeding
 //! the queue and reports when it is empty.
 //!
+//! **Partitions.** `set_partition` moves a stream's virtual queue onto a
+//! stream of a green context (CUDA ≥ 12.4) made of the SM granules holding
+//! the asked CUs ([`super::partition`]); kernels already on the device
+//! finish where they are and the new stream waits for them.
+//! [`CudaGpu::prepare_partition`] makes a partition ahead, so the switch is
+//! one `cuStreamWaitEvent` at most.
+//!
 //! **Events.** `KernelFinished` comes from the queue's completion events.
 //! CUDA reports no block placement, so `KernelStarted` is reported when a
 //! launch becomes the first unfinished one of a stream that has a kernel
@@ -38,8 +45,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::driver::{
-    CuDriver, DevicePtr, DriverError, KernelArgs, KernelHandle, LaunchDims, StreamPriority,
+    CuDriver, DevicePtr, DriverError, GranuleSet, GreenCtxId, KernelArgs, KernelHandle, LaunchDims,
+    SmGranules, StreamPriority,
 };
+use super::partition::{self, PartitionInfo};
 use super::queue::{
     Command, KillMechanism, PreemptError, Program, QueueConfig, QueueError, TaskId, VirtualQueue,
 };
@@ -99,6 +108,21 @@ struct Lane {
     next_exec: u64,
     mode: Mode,
     dropped: u32,
+    priority: StreamPriority,
+    /// Its stream on the whole device (the primary context).
+    home: crate::driver::StreamId,
+    /// Its stream in each prepared partition (by index in
+    /// `CudaGpu::partitions`), made when prepared or first used.
+    part_streams: Vec<Option<crate::driver::StreamId>>,
+    /// The partition it runs in now; `None`: the whole device.
+    part: Option<usize>,
+}
+
+/// A green context made for partitions.
+#[derive(Debug)]
+struct Prepared {
+    info: PartitionInfo,
+    ctx: GreenCtxId,
 }
 
 /// The scheduler's device interface over CUDA (see the module docs).
@@ -116,6 +140,11 @@ pub struct CudaGpu {
     done: Vec<TaskId>,
     /// Dropped host queues, freed by [`CudaGpu::reclaim`].
     reclaim: Vec<VecDeque<Launch>>,
+    /// The driver's SM split, asked once ([`CudaGpu::sm_granules`]).
+    granules: Option<Result<SmGranules, DriverError>>,
+    /// Green contexts made so far, never destroyed (a switch back reuses
+    /// them).
+    partitions: Vec<Prepared>,
 }
 
 /// Building a [`CudaGpu`] failed.
@@ -156,6 +185,8 @@ impl CudaGpu {
             out: Vec::new(),
             done: Vec::new(),
             reclaim: Vec::new(),
+            granules: None,
+            partitions: Vec::new(),
         })
     }
 
@@ -342,6 +373,122 @@ impl CudaGpu {
         Ok(())
     }
 
+    /// How the device's SMs split into green contexts (asked of the driver
+    /// once). An error when the driver has no green contexts, naming its
+    /// version and the CUDA 12.4 requirement.
+    pub fn sm_granules(&mut self) -> Result<SmGranules, GpuError> {
+        let r = self
+            .granules
+            .get_or_insert_with(|| self.drv.sm_granules())
+            .clone();
+        r.map_err(|e| Self::driver_err("partition the device", e))
+    }
+
+    /// What a partition of the CUs `cus` becomes on this device: the
+    /// granules holding them, their SMs, or the whole device when they hold
+    /// every granule (see [`partition`]). Creates nothing.
+    pub fn partition_for(&mut self, cus: &[u32]) -> Result<PartitionInfo, GpuError> {
+        let layout = self.sm_granules()?;
+        partition::for_cus(&layout, cus).map_err(|why| GpuError::Driver {
+            backend: BACKEND,
+            op: "partition the device",
+            message: why,
+        })
+    }
+
+    /// Prepares a partition of `sm_count` SMs, the lowest ones (CUs
+    /// `0..sm_count`, rounded up to whole granules: 8 SMs on compute
+    /// capability 9.x), so that moving a stream into it later is cheap: the
+    /// green context, and a stream in it for every stream created so far.
+    /// Streams created later get theirs at their first move. Returns what
+    /// the partition is.
+    pub fn prepare_partition(&mut self, sm_count: u32) -> Result<PartitionInfo, GpuError> {
+        let layout = self.sm_granules()?;
+        let info = partition::for_count(&layout, sm_count).map_err(|why| GpuError::Driver {
+            backend: BACKEND,
+            op: "prepare a partition",
+            message: why,
+        })?;
+        self.prepare(info)?;
+        Ok(info)
+    }
+
+    /// [`CudaGpu::prepare_partition`] for the partition holding the CUs
+    /// `cus` (as [`Gpu::set_partition`] would make it).
+    pub fn prepare_partition_cus(&mut self, cus: &[u32]) -> Result<PartitionInfo, GpuError> {
+        let info = self.partition_for(cus)?;
+        self.prepare(info)?;
+        Ok(info)
+    }
+
+    /// The partition `stream` runs in; `None`: the whole device.
+    pub fn partition_of(&self, stream: StreamId) -> Option<PartitionInfo> {
+        let lane = self.lanes.get(stream.0 as usize)?;
+        lane.part.map(|p| self.partitions[p].info)
+    }
+
+    /// Green contexts made so far.
+    pub fn prepared_partitions(&self) -> usize {
+        self.partitions.len()
+    }
+
+    /// The index of `info`'s green context, made if need be; with every
+    /// lane's stream in it. `None` for the whole device.
+    fn prepare(&mut self, info: PartitionInfo) -> Result<Option<usize>, GpuError> {
+        if info.whole_device {
+            return Ok(None);
+        }
+        let p = self.green_ctx(info.granules, info)?;
+        for l in 0..self.lanes.len() {
+            self.lane_stream(l, p)?;
+        }
+        Ok(Some(p))
+    }
+
+    /// The index of the green context of `set`, made if need be.
+    fn green_ctx(&mut self, set: GranuleSet, info: PartitionInfo) -> Result<usize, GpuError> {
+        if let Some(p) = self.partitions.iter().position(|p| p.info.granules == set) {
+            return Ok(p);
+        }
+        let ctx = self.drv.create_green_ctx(set).map_err(|e| {
+            Self::driver_err(
+                "partition the device",
+                format!(
+                    "creating the green context of {} SMs (granules {set}): {e}",
+                    info.sms
+                ),
+            )
+        })?;
+        self.partitions.push(Prepared { info, ctx });
+        Ok(self.partitions.len() - 1)
+    }
+
+    /// Lane `l`'s stream in partition `p`, made if need be.
+    fn lane_stream(&mut self, l: usize, p: usize) -> Result<crate::driver::StreamId, GpuError> {
+        let lane = &mut self.lanes[l];
+        if let Some(Some(s)) = lane.part_streams.get(p) {
+            return Ok(*s);
+        }
+        let Prepared { info, ctx } = &self.partitions[p];
+        let s = self
+            .drv
+            .create_green_stream(*ctx, lane.priority)
+            .map_err(|e| {
+                Self::driver_err(
+                    "partition the device",
+                    format!(
+                        "creating stream {l}'s stream in the green context of {} SMs: {e}",
+                        info.sms
+                    ),
+                )
+            })?;
+        if lane.part_streams.len() <= p {
+            lane.part_streams.resize(p + 1, None);
+        }
+        lane.part_streams[p] = Some(s);
+        Ok(s)
+    }
+
     /// Events since the last call, in the order they were observed.
     pub fn drain_events(&mut self) -> std::vec::Drain<'_, Event> {
         self.out.drain(..)
@@ -391,6 +538,7 @@ impl Gpu for CudaGpu {
         let q = VirtualQueue::new(&mut *self.drv, prio, config, kill).map_err(|e| {
             Self::driver_err("create stream", format!("stream {}: {e}", self.lanes.len()))
         })?;
+        let home = q.stream();
         self.lanes.push(Lane {
             q,
             hq: VecDeque::new(),
@@ -399,8 +547,55 @@ impl Gpu for CudaGpu {
             next_exec: 0,
             mode: Mode::Running,
             dropped: 0,
+            priority: prio,
+            home,
+            part_streams: Vec::new(),
+            part: None,
         });
         Ok(StreamId((self.lanes.len() - 1) as u32))
+    }
+
+    /// Moves `stream` into the green context of the granules holding
+    /// `cus` (`None`: back to the whole device): kernels queued from now on
+    /// run there; kernels already on the device finish where they are, and
+    /// the new stream waits for them, so nothing is dropped, repeated or
+    /// reordered and the dispatcher never blocks. A partition prepared
+    /// ahead ([`CudaGpu::prepare_partition`]) costs one driver call
+    /// (`cuStreamWaitEvent`, only with kernels outstanding); an unprepared
+    /// one also creates the green context and the stream in it.
+    fn set_partition(&mut self, stream: StreamId, cus: Option<&[u32]>) -> Result<(), GpuError> {
+        let l = stream.0 as usize;
+        self.lane(stream)?;
+        let target = match cus {
+            None => None,
+            Some(list) => {
+                let layout = self.sm_granules()?;
+                let info = partition::for_cus(&layout, list).map_err(|why| {
+                    GpuError::Refused(sluice_gpu::OpError::BadPartition {
+                        stream: stream.0,
+                        why,
+                    })
+                })?;
+                if info.whole_device {
+                    None
+                } else {
+                    Some(self.green_ctx(info.granules, info)?)
+                }
+            }
+        };
+        if self.lanes[l].part == target {
+            return Ok(());
+        }
+        let to = match target {
+            None => self.lanes[l].home,
+            Some(p) => self.lane_stream(l, p)?,
+        };
+        let lane = &mut self.lanes[l];
+        lane.q
+            .rebind(&mut *self.drv, to)
+            .map_err(|e| Self::driver_err("partition the device", e))?;
+        lane.part = target;
+        Ok(())
     }
 
     fn set_dq_capacity(&mut self, stream: StreamId, capacity: u32) -> Result<(), GpuError> {

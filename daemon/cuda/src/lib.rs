@@ -11,6 +11,8 @@
 //! - [`plan_exec`]: runs a model's kernel plan (from `sluice-nn`'s
 //!   builders) on a driver: the kernel library loaded, buffers allocated,
 //!   each step's launch resolved.
+//! - [`partition`]: spatial partitions on green contexts (which green
+//!   context a CU set becomes); [`gpu`] moves streams between them.
 //! - [`gpu`]: the scheduler's `Gpu` interface over those queues, and
 //!   [`serve`]: the daemon's job path on it (real model layers under a
 //!   policy).
@@ -28,6 +30,7 @@ pub mod gpu;
 pub mod kernels;
 #[cfg(feature = "cuda")]
 pub mod open;
+pub mod partition;
 pub mod plan_exec;
 pub mod queue;
 #[cfg(feature = "cuda")]

@@ -473,6 +473,8 @@ pub struct QueueStats {
     pub kidx_rollovers: u64,
     /// Most kernels outstanding at once.
     pub max_outstanding: usize,
+    /// Moves to another stream ([`VirtualQueue::rebind`]).
+    pub rebinds: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -588,6 +590,38 @@ impl VirtualQueue {
     /// The control block.
     pub fn ctl(&self) -> CtlId {
         self.ctl
+    }
+
+    /// Moves the queue onto `stream` (e.g. a stream of another green
+    /// context): commands issued from now on go there; commands already on
+    /// the old stream finish there. Nothing is dropped, re-issued or waited
+    /// for on the host: when commands are outstanding, `stream` is first
+    /// told to wait for the event recorded after the last of them
+    /// (`cuStreamWaitEvent`, one driver call), so the queue's commands still
+    /// run one after another across the move. The vHQ, the outstanding
+    /// commands, the control block and the execution index are untouched,
+    /// so preemption and restore work across a move. Returns the old
+    /// stream.
+    pub fn rebind(
+        &mut self,
+        drv: &mut dyn CuDriver,
+        stream: StreamId,
+    ) -> Result<StreamId, QueueError> {
+        self.check_failed()?;
+        if stream == self.stream {
+            return Ok(stream);
+        }
+        if let Some(last) = self.issued.back() {
+            let event = last.event;
+            drv.stream_wait_event(stream, event)
+                .map_err(|e| QueueError {
+                    what: format!("making {stream} wait for {event} before moving the queue there"),
+                    stream: self.stream,
+                    source: e,
+                })?;
+        }
+        self.stats.rebinds += 1;
+        Ok(std::mem::replace(&mut self.stream, stream))
     }
 
     /// Where the queue is in its preemption cycle.

@@ -17,6 +17,13 @@
 //! in `cuLaunchKernel`'s `extra`), so the driver copies exactly the bytes we
 //! hand it and never reads past them, whatever the kernel's signature.
 //!
+//! Green contexts (spatial partitions, CUDA ≥ 12.4) go through entry points
+//! this module resolves itself from cudarc's loaded `libcuda` handle
+//! ([`GreenApi`]): cudarc's `sys` wrappers for them (`cuGreenCtxCreate`, …)
+//! exist in its `cuda-12040` bindings but panic when the symbol is missing,
+//! so calling them on an older driver would abort the dispatcher instead of
+//! answering "not supported".
+//!
 //! Not yet run on a GPU in this repository's tests (the CI machines have
 //! none); `docs/cuda-backend.md` lists what is verified and what is not.
 
@@ -30,8 +37,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use cudarc::driver::sys;
 
 use super::driver::{
-    CtlId, CuDriver, DevicePtr, DriverError, EventId, HostBufId, KernelHandle, LaunchDims,
-    MAX_PARAM_BYTES, ModuleId, SluiceCtl, StreamId, StreamPriority,
+    CtlId, CuDriver, DevicePtr, DriverError, EventId, GREEN_CTX_MIN_DRIVER, GranuleSet, GreenCtxId,
+    HostBufId, KernelHandle, LaunchDims, MAX_GRANULES, MAX_PARAM_BYTES, ModuleId, SluiceCtl,
+    SmGranules, StreamId, StreamPriority, green_ctx_unsupported,
 };
 
 /// The library the NVIDIA driver installs (`libcuda.so.1`, the soname).
@@ -319,6 +327,92 @@ struct HostBuf {
     len: usize,
 }
 
+/// The green-context entry points (CUDA 12.4), resolved at run time from
+/// the `libcuda` cudarc loaded. Signatures as in cudarc's `cuda-12040`
+/// bindings (`cuda.h` of CUDA 12.4).
+#[derive(Debug, Clone, Copy)]
+struct GreenApi {
+    get_dev_resource: unsafe extern "C" fn(
+        sys::CUdevice,
+        *mut sys::CUdevResource,
+        sys::CUdevResourceType,
+    ) -> sys::CUresult,
+    split_by_count: unsafe extern "C" fn(
+        *mut sys::CUdevResource,
+        *mut std::ffi::c_uint,
+        *const sys::CUdevResource,
+        *mut sys::CUdevResource,
+        std::ffi::c_uint,
+        std::ffi::c_uint,
+    ) -> sys::CUresult,
+    generate_desc: unsafe extern "C" fn(
+        *mut sys::CUdevResourceDesc,
+        *mut sys::CUdevResource,
+        std::ffi::c_uint,
+    ) -> sys::CUresult,
+    create: unsafe extern "C" fn(
+        *mut sys::CUgreenCtx,
+        sys::CUdevResourceDesc,
+        sys::CUdevice,
+        std::ffi::c_uint,
+    ) -> sys::CUresult,
+    destroy: unsafe extern "C" fn(sys::CUgreenCtx) -> sys::CUresult,
+    to_ctx: unsafe extern "C" fn(*mut sys::CUcontext, sys::CUgreenCtx) -> sys::CUresult,
+    stream_create: unsafe extern "C" fn(
+        *mut sys::CUstream,
+        sys::CUgreenCtx,
+        std::ffi::c_uint,
+        std::ffi::c_int,
+    ) -> sys::CUresult,
+}
+
+impl GreenApi {
+    /// Resolves every entry point; `Err` names the first one missing.
+    fn resolve() -> Result<Self, &'static str> {
+        // SAFETY: a CudaDriver exists, so probe() found the library and
+        // cudarc's `culib()` returns its handle without panicking.
+        let lib = unsafe { sys::culib() };
+        macro_rules! sym {
+            ($name:literal) => {
+                // SAFETY: the symbol, when present, is the CUDA 12.4 driver
+                // function of that name, whose C signature is the field's
+                // type (cudarc's cuda-12040 bindings); the library stays
+                // loaded for the process (cudarc's static handle).
+                unsafe { lib.get(concat!($name, "\0").as_bytes()) }
+                    .map(|s| *s)
+                    .map_err(|_| $name)?
+            };
+        }
+        Ok(Self {
+            get_dev_resource: sym!("cuDeviceGetDevResource"),
+            split_by_count: sym!("cuDevSmResourceSplitByCount"),
+            generate_desc: sym!("cuDevResourceGenerateDesc"),
+            create: sym!("cuGreenCtxCreate"),
+            destroy: sym!("cuGreenCtxDestroy"),
+            to_ctx: sym!("cuCtxFromGreenCtx"),
+            stream_create: sym!("cuGreenCtxStreamCreate"),
+        })
+    }
+}
+
+/// The device's SM split for green contexts, made once.
+struct Green {
+    api: GreenApi,
+    layout: SmGranules,
+    /// The split's groups, one per granule.
+    groups: Vec<sys::CUdevResource>,
+    ctxs: Vec<sys::CUgreenCtx>,
+}
+
+impl fmt::Debug for Green {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Green")
+            .field("layout", &self.layout)
+            .field("green_ctxs", &self.ctxs.len())
+            .finish_non_exhaustive()
+    }
+}
+
 thread_local! {
     /// The context last made current on this thread (as an address).
     static CURRENT: Cell<usize> = const { Cell::new(0) };
@@ -346,6 +440,9 @@ pub struct CudaDriver {
     device_allocs: BTreeMap<u64, usize>,
     /// 8-aligned copy of the parameter buffer of the launch in progress.
     params: Box<[u64; MAX_PARAM_BYTES / 8]>,
+    /// Green contexts: `None` until first asked; then the split, or why
+    /// there is none.
+    green: Option<Result<Green, DriverError>>,
 }
 
 // SAFETY: every raw pointer in CudaDriver is a CUDA driver handle or an
@@ -397,6 +494,7 @@ impl CudaDriver {
             host: Vec::new(),
             device_allocs: BTreeMap::new(),
             params: Box::new([0; MAX_PARAM_BYTES / 8]),
+            green: None,
         };
         d.bind().map_err(ctx_err)?;
         let (mut least, mut greatest) = (0, 0);
@@ -484,6 +582,93 @@ impl CudaDriver {
             });
         }
         Ok(())
+    }
+
+    /// Resolves the green-context entry points and splits the device's
+    /// SMs into granules (`cuDevSmResourceSplitByCount`, `minCount` = the
+    /// default granule of its compute capability).
+    fn split_sms(&self) -> Result<Green, DriverError> {
+        let version = self.info.driver_version;
+        let api = GreenApi::resolve().map_err(|missing| green_ctx_unsupported(version, missing))?;
+        if version < GREEN_CTX_MIN_DRIVER {
+            return Err(green_ctx_unsupported(
+                version,
+                "the green-context behaviour of CUDA 12.4 (its entry points are there)",
+            ));
+        }
+        self.bind()?;
+        // SAFETY: all-zero is a valid CUdevResource (type INVALID, zeroed
+        // payload), a plain C struct.
+        let mut all: sys::CUdevResource = unsafe { std::mem::zeroed() };
+        // SAFETY: `dev` is this driver's device; valid out-pointer of the
+        // struct type the 12.4 entry point writes.
+        check("cuDeviceGetDevResource", unsafe {
+            (api.get_dev_resource)(
+                self.dev,
+                &mut all,
+                sys::CUdevResourceType::CU_DEV_RESOURCE_TYPE_SM,
+            )
+        })?;
+        // SAFETY: an SM resource: the union's `sm` member is the one written.
+        let sm_count = unsafe { all.__bindgen_anon_1.sm.smCount };
+        let cc = (
+            u32::try_from(self.info.compute_capability.0).unwrap_or(0),
+            u32::try_from(self.info.compute_capability.1).unwrap_or(0),
+        );
+        let want = SmGranules::for_device(sm_count, cc);
+        let mut n = want.granules.max(1);
+        // SAFETY: as above.
+        let mut groups: Vec<sys::CUdevResource> = vec![unsafe { std::mem::zeroed() }; n as usize];
+        // SAFETY: as above.
+        let mut rest: sys::CUdevResource = unsafe { std::mem::zeroed() };
+        // SAFETY: `groups` has room for `n` results, `n` says so and gets
+        // the count made; `all` came from cuDeviceGetDevResource.
+        check("cuDevSmResourceSplitByCount", unsafe {
+            (api.split_by_count)(
+                groups.as_mut_ptr(),
+                &mut n,
+                &all,
+                &mut rest,
+                0,
+                want.granule_sms,
+            )
+        })?;
+        groups.truncate(n.min(MAX_GRANULES) as usize);
+        // SAFETY: split results are SM resources.
+        let sizes: Vec<u32> = groups
+            .iter()
+            .map(|g| unsafe { g.__bindgen_anon_1.sm.smCount })
+            .collect();
+        let granule_sms = sizes.first().copied().unwrap_or(0);
+        if granule_sms == 0 || sizes.iter().any(|&s| s != granule_sms) {
+            return Err(DriverError::Invalid(format!(
+                "cuDevSmResourceSplitByCount(minCount = {}) on {sm_count} SMs gave groups of \
+                 {sizes:?} SMs; sluice needs equal groups to map partitions onto them",
+                want.granule_sms
+            )));
+        }
+        Ok(Green {
+            api,
+            layout: SmGranules {
+                sm_count,
+                granule_sms,
+                granules: groups.len() as u32,
+                compute_capability: cc,
+            },
+            groups,
+            ctxs: Vec::new(),
+        })
+    }
+
+    fn green(&mut self) -> Result<&mut Green, DriverError> {
+        if self.green.is_none() {
+            self.green = Some(self.split_sms());
+        }
+        match self.green.as_mut() {
+            Some(Ok(g)) => Ok(g),
+            Some(Err(e)) => Err(e.clone()),
+            None => unreachable!("set above"),
+        }
     }
 
     fn synchronize(&self) -> Result<(), DriverError> {
@@ -886,6 +1071,105 @@ impl CuDriver for CudaDriver {
             _ => Err(unknown(event)),
         }
     }
+
+    fn stream_wait_event(&mut self, stream: StreamId, event: EventId) -> Result<(), DriverError> {
+        let s = self.stream(stream)?;
+        let e = match self.event_in_use.get(event.0 as usize) {
+            Some(true) => self.events[event.0 as usize],
+            _ => return Err(unknown(event)),
+        };
+        self.bind()?;
+        // SAFETY: a live stream and a live, recorded event of this driver;
+        // the wait captures the event's last record at this call.
+        check("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(s, e, 0)
+        })
+    }
+
+    fn sm_granules(&mut self) -> Result<SmGranules, DriverError> {
+        Ok(self.green()?.layout)
+    }
+
+    fn create_green_ctx(&mut self, set: GranuleSet) -> Result<GreenCtxId, DriverError> {
+        let dev = self.dev;
+        let g = self.green()?;
+        if set.is_empty() || set.iter().any(|i| i >= g.layout.granules) {
+            return Err(DriverError::Invalid(format!(
+                "create_green_ctx: granules {set} are not a non-empty subset of the split's \
+                 0..{}",
+                g.layout.granules
+            )));
+        }
+        let mut chosen: Vec<sys::CUdevResource> =
+            set.iter().map(|i| g.groups[i as usize]).collect();
+        let mut desc: sys::CUdevResourceDesc = ptr::null_mut();
+        // SAFETY: `chosen` holds `len` SM resources, all outputs of the one
+        // split in `split_sms` (what the API requires to combine them);
+        // valid out-pointer.
+        check("cuDevResourceGenerateDesc", unsafe {
+            (g.api.generate_desc)(&mut desc, chosen.as_mut_ptr(), chosen.len() as u32)
+        })?;
+        let mut ctx: sys::CUgreenCtx = ptr::null_mut();
+        // SAFETY: `desc` was just generated for this device; valid
+        // out-pointer. Destroyed in Drop, after its streams.
+        check("cuGreenCtxCreate", unsafe {
+            (g.api.create)(
+                &mut ctx,
+                desc,
+                dev,
+                sys::CUgreenCtxCreate_flags::CU_GREEN_CTX_DEFAULT_STREAM as u32,
+            )
+        })?;
+        g.ctxs.push(ctx);
+        Ok(GreenCtxId(g.ctxs.len() as u32 - 1))
+    }
+
+    fn create_green_stream(
+        &mut self,
+        ctx: GreenCtxId,
+        priority: StreamPriority,
+    ) -> Result<StreamId, DriverError> {
+        let prio = match priority {
+            StreamPriority::RealTime => self.priorities.1,
+            StreamPriority::BestEffort => self.priorities.0,
+        };
+        self.bind()?;
+        let g = self.green()?;
+        let api = g.api;
+        let green = *g.ctxs.get(ctx.0 as usize).ok_or_else(|| unknown(ctx))?;
+        let mut as_ctx: sys::CUcontext = ptr::null_mut();
+        // SAFETY: a live green context of this driver; valid out-pointer.
+        check("cuCtxFromGreenCtx", unsafe {
+            (api.to_ctx)(&mut as_ctx, green)
+        })?;
+        // The stream is made with the green context current, then the
+        // primary context (current before, `bind`) is current again.
+        // SAFETY: `as_ctx` is the green context's CUcontext, alive as long
+        // as the green context.
+        check("cuCtxPushCurrent", unsafe {
+            sys::cuCtxPushCurrent_v2(as_ctx)
+        })?;
+        let mut s = ptr::null_mut();
+        // SAFETY: live green context; valid out-pointer; NON_BLOCKING is the
+        // flag the API requires. Destroyed in Drop.
+        let made = check("cuGreenCtxStreamCreate", unsafe {
+            (api.stream_create)(
+                &mut s,
+                green,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                prio,
+            )
+        });
+        let mut popped = ptr::null_mut();
+        // SAFETY: pops the context pushed above; valid out-pointer.
+        let pop = check("cuCtxPopCurrent", unsafe {
+            sys::cuCtxPopCurrent_v2(&mut popped)
+        });
+        made?;
+        pop?;
+        self.streams.push(s);
+        Ok(StreamId(self.streams.len() as u32 - 1))
+    }
 }
 
 impl Drop for CudaDriver {
@@ -902,6 +1186,11 @@ impl Drop for CudaDriver {
             }
             for &s in &self.streams {
                 sys::cuStreamDestroy_v2(s);
+            }
+            if let Some(Ok(g)) = &self.green {
+                for &c in &g.ctxs {
+                    (g.api.destroy)(c);
+                }
             }
             for c in &self.ctls {
                 sys::cuMemFreeHost(c.host.cast());
@@ -1111,6 +1400,93 @@ DONE:
         assert_eq!(done, [TaskId(1)]);
         assert_eq!(d.read_started(q.ctl()).unwrap(), 10);
         assert_eq!(read(&mut d), 109);
+    }
+
+    /// With a CUDA >= 12.4 driver: the SM split, a green context of one
+    /// granule, a kernel of the primary context's module launched on its
+    /// stream behind a kernel on the whole device (`cuStreamWaitEvent`),
+    /// and a queue moved between them. With an older driver: the
+    /// "not supported" error names the version. Without one: nothing.
+    #[test]
+    fn green_contexts_on_this_machine() {
+        use crate::driver::{KernelArgs, write_prologue};
+        use crate::queue::{Command, KillMechanism, Program, QueueConfig, TaskId, VirtualQueue};
+        if probe().is_err() {
+            return;
+        }
+        let mut d = CudaDriver::new(0).unwrap();
+        let layout = match d.sm_granules() {
+            Ok(l) => l,
+            Err(e) => {
+                let text = e.to_string();
+                assert!(matches!(e, DriverError::Unsupported { .. }), "{e:?}");
+                assert!(text.contains("CUDA 12.4"), "{text}");
+                assert!(d.info().driver_version < GREEN_CTX_MIN_DRIVER, "{text}");
+                return;
+            }
+        };
+        assert_eq!(i64::from(layout.sm_count), i64::from(d.info().sm_count));
+        assert!(
+            layout.granules >= 1 && layout.granule_sms >= 1,
+            "{layout:?}"
+        );
+        let g = d.create_green_ctx(GranuleSet::range(0, 1)).unwrap();
+        let s = d.create_stream(StreamPriority::BestEffort).unwrap();
+        let gs = d
+            .create_green_stream(g, StreamPriority::BestEffort)
+            .unwrap();
+        let ctl = d.create_ctl().unwrap();
+        let m = d.load_module(STORE_PTX).unwrap();
+        let k = d.kernel(m, "sluice_test_store").unwrap();
+        let out = d.alloc_device(8).unwrap();
+        let host = d.alloc_host(8).unwrap();
+        let cmd = |v: u64| {
+            let mut args = KernelArgs::new();
+            args.ptr(out).u64(v);
+            args
+        };
+        // Whole device, then the green stream behind it: the last store wins.
+        let mut p = cmd(1).as_bytes().to_vec();
+        write_prologue(&mut p, d.ctl_device_ptr(ctl).unwrap(), 0);
+        d.launch(s, k, &LaunchDims::linear(4096, 32), &p).unwrap();
+        let e = d.record_event(s).unwrap();
+        d.stream_wait_event(gs, e).unwrap();
+        let mut p = cmd(2).as_bytes().to_vec();
+        write_prologue(&mut p, d.ctl_device_ptr(ctl).unwrap(), 1);
+        d.launch(gs, k, &LaunchDims::linear(1, 32), &p).unwrap();
+        d.copy_to_host(gs, host, 0, out, 8).unwrap();
+        let done = d.record_event(gs).unwrap();
+        wait(&mut d, done);
+        let mut b = [0; 8];
+        d.read_host(host, 0, &mut b).unwrap();
+        assert_eq!(u64::from_ne_bytes(b), 2);
+        // A queue moved onto the green stream mid-task completes once.
+        let mut q = VirtualQueue::new(
+            &mut d,
+            StreamPriority::BestEffort,
+            QueueConfig::default(),
+            KillMechanism::Cooperative,
+        )
+        .unwrap();
+        let cmds = (0..10u64)
+            .map(|v| Command::Kernel {
+                kernel: k,
+                dims: LaunchDims::linear(1, 32),
+                args: cmd(100 + v),
+            })
+            .collect();
+        q.submit(&Program::each_idempotent(TaskId(1), cmds).unwrap());
+        let mut finished = Vec::new();
+        q.poll(&mut d, &mut finished).unwrap();
+        q.rebind(&mut d, gs).unwrap();
+        for _ in 0..200_000_000u64 {
+            q.poll(&mut d, &mut finished).unwrap();
+            if q.is_idle() {
+                break;
+            }
+        }
+        assert_eq!(finished, [TaskId(1)]);
+        assert_eq!(d.read_started(q.ctl()).unwrap(), 10);
     }
 
     #[test]

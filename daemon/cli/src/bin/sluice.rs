@@ -129,22 +129,29 @@ enum Cmd {
         /// The model: on a simulated device a built-in manifest (alexnet,
         /// bert205, bert_base, densenet, gpt2, inception, mobilenet,
         /// resnet152, resnet18, resnet50, vgg19, yolov3; docs/models.md); on
-        /// cuda a builder: vgg19, resnet152, bert_base or gpt2.
+        /// cuda a builder: vgg19, resnet152, bert_base or gpt2 (with
+        /// --partitions: any built-in manifest, run as synthetic kernels).
         model: String,
-        /// Simulated device: batch sizes (default 1,2,4,8,16,32).
+        /// Batch sizes (simulated device: default 1,2,4,8,16,32; cuda, with
+        /// --partitions: default 1).
         #[arg(long, value_delimiter = ',')]
         batches: Vec<u32>,
-        /// Simulated device: partition sizes, percent of the CUs (default
-        /// 10,20,...,100).
+        /// Partition sizes, percent of the CUs (simulated device: default
+        /// 10,20,...,100). On cuda: measure the model's latency in green
+        /// contexts of that share of the SMs, and the cost of switching a
+        /// stream between them, instead of timing kernels.
         #[arg(long, value_delimiter = ',')]
         partitions: Vec<u32>,
-        /// Simulated device: print one JSON object instead of a table.
+        /// Print one JSON object instead of a table (simulated device, or
+        /// cuda with --partitions).
         #[arg(long)]
         json: bool,
         /// The manifest to write (default: <model>.json here).
         #[arg(long, value_name = "FILE.json")]
         out: Option<PathBuf>,
-        /// Timed runs per kernel (the median is kept).
+        /// Timed runs per kernel (the median is kept); on cuda with
+        /// --partitions, timed requests per point and partitions created for
+        /// the first-use switch cost (at most 100).
         #[arg(long, default_value_t = sluice_cli::cuda_models::DEFAULT_REPS, value_parser = clap::value_parser!(u32).range(1..=100_000))]
         reps: u32,
         /// The Small build (same layers, shrunk shapes).
@@ -953,13 +960,17 @@ fn main() -> ExitCode {
             seed,
             batches,
             partitions,
+            json,
             ..
         } => {
-            if !batches.is_empty() || !partitions.is_empty() {
+            if !partitions.is_empty() {
+                let batches = if batches.is_empty() { vec![1] } else { batches };
+                return cuda_partitions_cmd(&model, &batches, &partitions, reps, json);
+            }
+            if !batches.is_empty() {
                 return fail(
-                    "--batches and --partitions work on a simulated device only: on cuda, \
-                     batches and green-context partitions are not profiled yet; drop them to \
-                     time the kernels at batch 1",
+                    "--batches on cuda goes with --partitions (the partition latency curve); \
+                     drop it to time the kernels at batch 1",
                 );
             }
             if let Err(e) = parse_model(&model) {
@@ -1315,6 +1326,58 @@ fn profile_cmd(model: &str, out: Option<PathBuf>, reps: u32, small: bool, seed: 
     }
     println!("wrote the measured manifest {}", path.display());
     ExitCode::SUCCESS
+}
+
+/// `sluice profile --device cuda MODEL --partitions …`: the partition
+/// latency curve on green contexts and the switch cost.
+#[cfg(feature = "cuda")]
+fn cuda_partitions_cmd(
+    model: &str,
+    batches: &[u32],
+    partitions: &[u32],
+    reps: u32,
+    json: bool,
+) -> ExitCode {
+    use sluice_cli::cuda_models as cm;
+    let reg = sluice_model::ModelRegistry::builtin();
+    let Some((_, m)) = reg.lookup(model) else {
+        return fail(format!("no built-in manifest `{model}`"));
+    };
+    let (mut gpu, info) = match sluice_cuda::open_device0(sluice_cuda::Kill::Cooperative) {
+        Ok(g) => g,
+        Err(e) => return fail_chain(&e),
+    };
+    eprintln!("sluice profile: {info}");
+    let mut progress = progress("sluice profile", "points");
+    match cm::partition_profile(
+        &mut gpu,
+        &info.name,
+        m,
+        batches,
+        partitions,
+        reps,
+        &mut progress,
+    ) {
+        Ok(r) if json => print_json(&r),
+        Ok(r) => {
+            print!("{}", r.table());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail_chain(&e),
+    }
+}
+
+/// `sluice profile --device cuda --partitions` in a build without the
+/// backend.
+#[cfg(not(feature = "cuda"))]
+fn cuda_partitions_cmd(
+    _model: &str,
+    _batches: &[u32],
+    _partitions: &[u32],
+    _reps: u32,
+    _json: bool,
+) -> ExitCode {
+    no_cuda("profile")
 }
 
 /// `sluice check` / `sluice profile` in a build without the CUDA backend.
