@@ -17,7 +17,7 @@ pub struct ModelSpec {
     /// GPU memory one loaded copy needs, in MB. Every partition that serves
     /// the model holds its own copy.
     pub mem_mb: u64,
-    /// Profiled `L(b, p)`, from `sluice profile` (not built yet) or from
+    /// Profiled `L(b, p)`, from `sluice profile` (`sluice_gpusim::lbp`) or from
     /// measurement.
     pub profile: LatencyTable,
 }

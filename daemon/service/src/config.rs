@@ -1682,6 +1682,12 @@ mod tests {
                  [models]\ndir = \"/m\"\n",
             )
             .unwrap(),
+            load(
+                "[cluster]\ngpus = [\"h100\", \"h100\"]\nplanner = \"sbp\"\n\
+                 models = [\"resnet18\"]\nslo_ms = 40\nreplan_ms = 0\nbatches = [1, 4]\n\
+                 partition_step_pct = 25\n[cluster.slo_ms_per_model]\nresnet18 = 12.5\n",
+            )
+            .unwrap(),
         ];
         for c in configs {
             let summary = c.summary();
@@ -1694,6 +1700,43 @@ mod tests {
         assert!(s.contains("SCHED_FIFO priority 50"), "{s}");
         assert!(s.contains("16 MiB"), "{s}");
         assert!(s.contains("built into the binary"), "{s}");
+    }
+
+    #[test]
+    fn cluster_keys_load_and_bad_values_name_the_fix() {
+        let c = load("[cluster]\ngpus = [\"mi50\", \"mi50\"]\n").unwrap();
+        assert!(c.cluster.enabled());
+        assert_eq!(c.cluster.planner, PlannerKind::Greedy);
+        assert_eq!(c.cluster.slo_of("anything"), 100.0);
+        assert!(!Config::default().cluster.enabled());
+        for (text, key, fix) in [
+            ("gpus = [\"mi51\"]", "cluster.gpus", "\"mi50\""),
+            (
+                "gpus = [\"cuda:0\"]",
+                "cluster.gpus",
+                "simulated device profiles",
+            ),
+            ("planner = \"best\"", "cluster.planner", "\"sbp\""),
+            ("slo_ms = 0", "cluster.slo_ms", "greater than 0"),
+            ("batches = [4, 2]", "cluster.batches", "ascending"),
+            (
+                "partition_step_pct = 30",
+                "cluster.partition_step_pct",
+                "divisor of 100",
+            ),
+            ("headroom = 0.5", "cluster.headroom", "from 1 to 10"),
+            ("models = [\"a\", \"a\"]", "cluster.models", "once"),
+            (
+                "[cluster.slo_ms_per_model]\nx = -1",
+                "cluster.slo_ms_per_model.x",
+                "milliseconds",
+            ),
+        ] {
+            let e = load(&format!("[cluster]\n{text}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(key) && e.contains(fix), "{text}: {e}");
+        }
     }
 
     #[test]
