@@ -32,6 +32,12 @@ ELEM_BYTES = {"float32": 4, "int64": 8, "byte": 1, "uint1": 1}
 # halves; the stem's 64x112x112 output is the only one at 112). The storage
 # buffers of this model are exactly these tensors (checked below).
 RESNET18_OUT_PIXELS = {802816: 112 * 112, 200704: 56 * 56, 100352: 28 * 28, 50176: 14 * 14, 25088: 7 * 7}
+# MobileNet (v1, 224x224; mobilenet.json): its 13 depthwise 3x3
+# convolutions in launch order as (channels, output side, stride). The
+# storage buffers are pooled, so the sides come from the architecture; the
+# weights (9 x channels each) are checked against it below.
+MOBILENET_DEPTHWISE = [(32, 112, 1), (64, 56, 2), (128, 56, 1), (128, 28, 2), (256, 28, 1), (256, 14, 2)] + \
+    [(512, 14, 1)] * 5 + [(512, 7, 2), (1024, 7, 1)]
 # Kernels of the 205-kernel BERT (bert.json) that read or write the attention
 # scores/probabilities [heads, T, T] and no other large tensor, with the
 # number of score-sized tensors each moves (the signature's reads and writes):
@@ -160,6 +166,30 @@ def derive(data):
             gemv_us += t(stem, k["name"])
             gemv_n += 1
 
+    # --- MobileNet (mobilenet.json): depthwise convolutions -----------------
+    # Depthwise layers do ~4.5 FLOPs per byte (3x3), below the MI50's ridge
+    # point, so their class is a bandwidth: input, output and weights, fp32.
+    # The pointwise (1x1) layers between them are a cross-check of P GEMM.
+    m, _, _ = models["mobilenet"]
+    convs = [k for k in m["kernels"] if "conv2d" in k["name"]]
+    dw_bytes = dw_us = 0
+    pw_flops = pw_us = 0
+    dws = pws = 0
+    for k in convs:
+        w = m["storage"][k["args"][1]]["size"]  # TVM order: data, weight, out, bias
+        if dws < len(MOBILENET_DEPTHWISE) and w == 9 * MOBILENET_DEPTHWISE[dws][0]:
+            c, side, stride = MOBILENET_DEPTHWISE[dws]
+            dw_bytes += 4 * (c * side * side * (stride * stride + 1) + w)
+            dw_us += t("mobilenet", k["name"])
+            dws += 1
+        elif dws >= 1 and w % MOBILENET_DEPTHWISE[dws - 1][0] == 0:
+            # the 1x1 after depthwise layer dws - 1: its input is that layer's output
+            c, side, _ = MOBILENET_DEPTHWISE[dws - 1]
+            pw_flops += 2 * w * side * side
+            pw_us += t("mobilenet", k["name"])
+            pws += 1
+    assert dws == 13 and pws == 13, (dws, pws)
+
     def rate(x, us):
         return round(x / us) * 10**6  # per us to per s, so to 1e6 per second
 
@@ -185,6 +215,12 @@ def derive(data):
         "mem_source": f"bert.json: the {sum(1 for k in models['bert'][0]['kernels'] if k['name'] in BERT_SCORE_KERNELS)} "
                       f"softmax, mask and reshape kernels over the [{heads},{tokens},{tokens}] attention scores, "
                       f"{mem_bytes} B in {mem_us} us",
+        "depthwise_bytes_per_s": rate(dw_bytes, dw_us),
+        "depthwise_source": f"mobilenet.json: its {dws} depthwise 3x3 convolutions (strides 1 and 2, 112x112 to "
+                            f"7x7), input, output and weight bytes {dw_bytes} in {dw_us} us",
+        "pointwise_check_flops_per_s": rate(pw_flops, pw_us),
+        "pointwise_check_source": f"mobilenet.json: its {pws} pointwise (1x1 stride-1) convolutions, {pw_flops} FLOPs in "
+                                  f"{pw_us} us (a cross-check of estimating 1x1 convolutions as GEMMs; not used)",
         "gemv_bytes_per_s": rate(gemv_bytes, gemv_us),
         "gemv_source": f"the {gemv_n} batch-1 dense kernels of all nine models with a weight matrix >= 1 MiB, "
                        f"weight bytes {gemv_bytes} in {gemv_us} us",

@@ -1860,9 +1860,9 @@ mod tests {
             e.contains("line 3") && e.contains("`priority`") && e.contains("`urgent`"),
             "{e}"
         );
-        let e = trace_err(&format!("{h}cam,rt,vgg16,1\n"));
+        let e = trace_err(&format!("{h}cam,rt,vgg11,1\n"));
         assert!(
-            e.contains("line 2") && e.contains("`model`") && e.contains("`vgg16`"),
+            e.contains("line 2") && e.contains("`model`") && e.contains("`vgg11`"),
             "{e}"
         );
         assert!(e.contains("resnet152"), "lists the known models: {e}");
