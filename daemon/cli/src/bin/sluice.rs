@@ -127,8 +127,9 @@ enum Cmd {
         #[arg(long, value_parser = parse_profile_device)]
         device: String,
         /// The model: on a simulated device a built-in manifest (alexnet,
-        /// bert205, bert_base, densenet, gpt2, inception, mobilenet,
-        /// resnet152, resnet18, resnet50, vgg19, yolov3; docs/models.md); on
+        /// bert205, bert_base, densenet, efficientnet_b0, gpt2, inception,
+        /// mnasnet, mobilenet, resnet152, resnet18, resnet50, vgg16, vgg19,
+        /// yolov3; docs/models.md); on
         /// cuda a builder: vgg19, resnet152, bert_base or gpt2 (with
         /// --partitions: any built-in manifest, run as synthetic kernels).
         model: String,
