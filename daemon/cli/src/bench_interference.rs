@@ -105,6 +105,8 @@ pub struct Fit {
     pub error_pct: [f64; 5],
     /// Share of validation points within 13.98 % (gpulet Fig. 10: 95 %).
     pub within_13_98: f64,
+    /// Every validation point's error, %, ascending (for the CDF).
+    pub errors_sorted: Vec<f64>,
 }
 
 /// The whole run.
@@ -425,6 +427,8 @@ pub fn run(
         .collect();
     let within = err.iter().filter(|&&e| e <= 13.98).count() as f64 / err.len().max(1) as f64;
     let error_pct = percentiles(&mut err);
+    let mut errors_sorted = err.clone();
+    errors_sorted.sort_by(f64::total_cmp);
     let mut slow: Vec<f64> = y.iter().map(|f| (f - 1.0) * 100.0).collect();
     let under = slow.iter().filter(|&&s| s < 18.0).count() as f64 / slow.len().max(1) as f64;
     let slowdown_pct = percentiles(&mut slow);
@@ -465,8 +469,89 @@ pub fn run(
             validate: yv.len(),
             error_pct,
             within_13_98: within,
+            errors_sorted,
         },
     })
+}
+
+/// Slowdown below this is drawn at the left edge of the log axis.
+const PLOT_FLOOR_PCT: f64 = 0.01;
+
+/// Two CDFs as an SVG: the slowdown of every data point (the GPU model's,
+/// and the gpulet authors' coefficients on their measured utilisations for
+/// the same pairs) beside gpulet Fig. 7, and the error of the linear model
+/// fitted to the GPU model's points beside Fig. 10.
+pub fn plot(r: &InterferenceReport) -> String {
+    use crate::svg::{self, Frame, Series, Svg};
+    let sorted = |mut v: Vec<f64>| {
+        v.iter_mut().for_each(|x| *x = x.max(PLOT_FLOOR_PCT));
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let mut slow = vec![Series {
+        name: format!("GPU model ({}, simulated)", r.device),
+        color: "#1f77b4".into(),
+        sorted: sorted(
+            r.cases
+                .iter()
+                .flat_map(|c| [(c.factor_a - 1.0) * 100.0, (c.factor_b - 1.0) * 100.0])
+                .collect(),
+        ),
+        dashed: false,
+    }];
+    for (g, gpu) in GPULET_GPUS.iter().enumerate() {
+        let v: Vec<f64> = r
+            .cases
+            .iter()
+            .filter_map(|c| c.gpulet_factor[g])
+            .flat_map(|f| [(f[0] - 1.0) * 100.0, (f[1] - 1.0) * 100.0])
+            .collect();
+        if !v.is_empty() {
+            slow.push(Series {
+                name: format!("gpulet coefficients, {gpu} (measured inputs)"),
+                color: if g == 0 { "#d62728" } else { "#2ca02c" }.into(),
+                sorted: sorted(v),
+                dashed: true,
+            });
+        }
+    }
+    let err = vec![Series {
+        name: format!(
+            "fit to the GPU model ({} checked points)",
+            r.fit.errors_sorted.len()
+        ),
+        color: "#1f77b4".into(),
+        sorted: sorted(r.fit.errors_sorted.clone()),
+        dashed: false,
+    }];
+    let mut doc = Svg::new(580.0, 640.0);
+    svg::cdf_chart(
+        &mut doc,
+        Frame {
+            x: 0.0,
+            y: 0.0,
+            w: 580.0,
+            h: 320.0,
+        },
+        "Slowdown beside another partition (gpulet Fig. 7: 90 % under 18 %)",
+        "slowdown % (log; 0.01 % and below at the left edge)",
+        &slow,
+        (PLOT_FLOOR_PCT, 100.0),
+    );
+    svg::cdf_chart(
+        &mut doc,
+        Frame {
+            x: 0.0,
+            y: 320.0,
+            w: 580.0,
+            h: 320.0,
+        },
+        "Error of gpulet's linear model (Fig. 10: 95 % within 13.98 %)",
+        "|predicted - simulated| / simulated, % (log)",
+        &err,
+        (PLOT_FLOOR_PCT, 100.0),
+    );
+    doc.finish()
 }
 
 /// A summary table.
@@ -538,6 +623,51 @@ mod tests {
         // Disjoint CUs: only the bandwidth term can slow either down.
         assert!(lat[0] >= alone_a * 0.999, "{} vs {alone_a}", lat[0]);
         assert!(lat[1] >= alone_b * 0.999, "{} vs {alone_b}", lat[1]);
+    }
+
+    #[test]
+    fn the_plot_draws_both_cdfs_with_every_series() {
+        let case = |fa: f64, fb: f64, g: Option<[f64; 2]>| Case {
+            a: "resnet18".into(),
+            b: "mobilenet".into(),
+            batch: 2,
+            split_a_pct: 50,
+            factor_a: fa,
+            factor_b: fb,
+            requests: [2, 2],
+            mem_a: 0.1,
+            mem_b: 0.1,
+            gpulet_factor: [g, None],
+        };
+        let r = InterferenceReport {
+            simulated: true,
+            device: "mi50".into(),
+            models: vec![],
+            cases: vec![case(1.0, 1.001, Some([1.2, 1.3])), case(1.05, 1.0, None)],
+            slowdown_pct: [0.0; 5],
+            under_18pct: 1.0,
+            gpulet: vec![],
+            fit: Fit {
+                coef: [0.0, 0.0, 1.0],
+                train: 3,
+                validate: 1,
+                error_pct: [0.0; 5],
+                within_13_98: 1.0,
+                errors_sorted: vec![0.5],
+            },
+        };
+        let svg = plot(&r);
+        for want in [
+            "GPU model (mi50, simulated)",
+            "gpulet coefficients, 2080ti",
+            "Fig. 7",
+            "Fig. 10",
+            "1 checked points",
+        ] {
+            assert!(svg.contains(want), "{want:?} missing");
+        }
+        // No 3080 points in these cases: no 3080 series.
+        assert!(!svg.contains("3080"));
     }
 
     #[test]

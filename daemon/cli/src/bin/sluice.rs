@@ -395,6 +395,10 @@ enum Bench {
         /// default ../shared/data/gpulet if it exists.
         #[arg(long, value_name = "DIR")]
         gpulet_data: Option<PathBuf>,
+        /// Also draw the slowdown CDF (beside gpulet Fig. 7) and the fit's
+        /// error CDF (beside Fig. 10) into this SVG file.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
         /// Print one JSON object instead of a summary.
         #[arg(long)]
         json: bool,
@@ -779,6 +783,7 @@ fn main() -> ExitCode {
                     splits,
                     requests,
                     gpulet_data,
+                    plot,
                     json,
                 },
         } => {
@@ -806,6 +811,11 @@ fn main() -> ExitCode {
                 gpulet_data,
             };
             let r = bi::run(&opts, progress("sluice bench interference", "cases"));
+            if let (Ok(r), Some(path)) = (&r, &plot)
+                && let Err(e) = std::fs::write(path, bi::plot(r))
+            {
+                return fail(format!("cannot write the plot to {}: {e}", path.display()));
+            }
             match r {
                 Ok(r) if json => print_json(&r),
                 Ok(r) => {
