@@ -156,6 +156,8 @@ struct RawManifest {
     output_bytes: u64,
     total_time_us: f64,
     kernels: Vec<RawKernel>,
+    #[serde(default)]
+    lbp: Vec<LbpTable>,
 }
 
 impl RawManifest {
@@ -194,6 +196,7 @@ impl RawManifest {
             output_bytes: self.output_bytes,
             total_time_us: self.total_time_us,
             kernels,
+            lbp: self.lbp,
         };
         (manifest, memory)
     }
@@ -217,6 +220,86 @@ pub struct Manifest {
     pub total_time_us: f64,
     /// The kernels in launch order.
     pub kernels: Vec<Kernel>,
+    /// Profiled `L(b, p)` tables (`sluice profile --device <profile> MODEL
+    /// --out FILE`), one per device; the multi-GPU planners read them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lbp: Vec<LbpTable>,
+}
+
+/// A model's latency at batch `b` on `p` % of a device's compute units,
+/// alone, as `sluice profile` measured it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LbpTable {
+    /// Device profile name (`mi50`, ...) or the CUDA device's name.
+    pub device: String,
+    /// Whether the GPU model produced it (`true`) or a real device.
+    pub simulated: bool,
+    /// How it was measured (the profiler's rule, in words).
+    pub rule: String,
+    /// Batch sizes, ascending.
+    pub batches: Vec<u32>,
+    /// Partition sizes, percent of the device, ascending.
+    pub partitions_pct: Vec<u32>,
+    /// `latency_ms[i][j]` = L(`batches[i]`, `partitions_pct[j]`), ms.
+    pub latency_ms: Vec<Vec<f64>>,
+    /// Mean memory-bandwidth demand at each point (share of the device's);
+    /// same shape as `latency_ms`, or empty.
+    #[serde(default)]
+    pub mem_demand: Vec<Vec<f64>>,
+}
+
+impl LbpTable {
+    /// Checks the shape and values; `why` says what is wrong.
+    fn check(&self) -> Result<(), String> {
+        if self.device.is_empty() {
+            return Err("an lbp table without a device name".into());
+        }
+        let asc = |v: &[u32]| !v.is_empty() && v.windows(2).all(|w| w[0] < w[1]);
+        if !asc(&self.batches) || self.batches[0] == 0 {
+            return Err(format!(
+                "lbp table of {}: batches {:?} are not ascending sizes ≥ 1",
+                self.device, self.batches
+            ));
+        }
+        if !asc(&self.partitions_pct) || self.partitions_pct.iter().any(|&p| p == 0 || p > 100) {
+            return Err(format!(
+                "lbp table of {}: partitions_pct {:?} are not ascending percentages in 1..=100",
+                self.device, self.partitions_pct
+            ));
+        }
+        let shape_ok = |m: &Vec<Vec<f64>>| {
+            m.len() == self.batches.len() && m.iter().all(|r| r.len() == self.partitions_pct.len())
+        };
+        if !shape_ok(&self.latency_ms)
+            || self
+                .latency_ms
+                .iter()
+                .flatten()
+                .any(|v| !(v.is_finite() && *v > 0.0))
+        {
+            return Err(format!(
+                "lbp table of {}: latency_ms must be {} rows of {} positive numbers",
+                self.device,
+                self.batches.len(),
+                self.partitions_pct.len()
+            ));
+        }
+        if !self.mem_demand.is_empty()
+            && (!shape_ok(&self.mem_demand)
+                || self
+                    .mem_demand
+                    .iter()
+                    .flatten()
+                    .any(|v| !(v.is_finite() && *v >= 0.0)))
+        {
+            return Err(format!(
+                "lbp table of {}: mem_demand must be empty or shaped like latency_ms, ≥ 0",
+                self.device
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl Manifest {
@@ -279,6 +362,12 @@ impl Manifest {
                 model: model.clone(),
                 value: self.total_time_us,
             });
+        }
+        for t in &self.lbp {
+            t.check().map_err(|why| ManifestError::BadLbp {
+                model: model.clone(),
+                why,
+            })?;
         }
         for (index, k) in self.kernels.iter().enumerate() {
             let at = || (model.clone(), index, k.name.clone());
@@ -461,6 +550,16 @@ fn us_to_ns(us: f64) -> u64 {
 /// A manifest that parsed but breaks a rule of `docs/models.md`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ManifestError {
+    /// An `lbp` table of the wrong shape or with bad values.
+    #[error(
+        "model `{model}`: {why}; re-run `sluice profile --device <profile> {model} --out FILE`"
+    )]
+    BadLbp {
+        /// Model name.
+        model: String,
+        /// What is wrong.
+        why: String,
+    },
     /// The model name is empty, too long or has a character outside `[a-z0-9_]`.
     #[error(
         "model name {name:?} is not 1 to {MAX_NAME_LEN} bytes of [a-z0-9_]; \

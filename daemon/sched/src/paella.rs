@@ -2317,6 +2317,7 @@ mod tests {
                 output_bytes: 0,
                 total_time_us: total,
                 kernels,
+                lbp: Vec::new(),
             };
             (format!("test:{name}"), m)
         });
