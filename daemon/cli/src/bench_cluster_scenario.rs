@@ -444,3 +444,131 @@ pub fn resolve(spec: &str) -> Result<Vec<Scenario>, ScenarioError> {
             .join(", "),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"
+name = "t"
+description = "test"
+device = "mi50"
+gpus = 2
+gpu_mem_mb = 1000
+planners = ["sbp", "greedy-best-fit"]
+[[model]]
+name = "a"
+model = "resnet18"
+rate_rps = 10
+mem_mb = 100
+"#;
+
+    #[test]
+    fn every_shipped_scenario_parses_and_names_known_planners() {
+        let reg = ModelRegistry::builtin();
+        let all = all().unwrap();
+        assert_eq!(all.len(), BUILTIN.len());
+        for s in &all {
+            assert_eq!(s.planner_kinds().len(), s.planners.len(), "{}", s.name);
+            assert!(s.planner_kinds().contains(&PlannerKind::Sbp), "{}", s.name);
+            assert!(
+                s.planner_kinds().contains(&PlannerKind::Greedy),
+                "{}",
+                s.name
+            );
+            // Models being added elsewhere (vgg16, mnasnet, efficientnet_b0)
+            // may be missing from this tree: the error names them.
+            if let Err(e) = s.check_models(&reg) {
+                let msg = e.to_string();
+                assert!(
+                    ["vgg16", "mnasnet", "efficientnet_b0"]
+                        .iter()
+                        .any(|m| msg.contains(&format!("manifest \"{m}\""))),
+                    "{msg}"
+                );
+            }
+        }
+        let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
+        for n in [
+            "game",
+            "traffic",
+            "scen1",
+            "scen2",
+            "scen3",
+            "scen4",
+            "scen5",
+            "cluster-64gpu",
+        ] {
+            assert!(names.contains(&n), "{n}");
+        }
+        let big = all.iter().find(|s| s.name == "cluster-64gpu").unwrap();
+        assert_eq!((big.gpus, big.models.len()), (64, 16));
+    }
+
+    #[test]
+    fn a_missing_model_is_named_with_the_known_ones() {
+        let mut s = Scenario::parse("t", MINIMAL).unwrap();
+        s.models[0].model = "no_such_model".into();
+        let e = s.check_models(&ModelRegistry::builtin()).unwrap_err();
+        let msg = e.to_string();
+        assert!(msg.contains("\"no_such_model\""), "{msg}");
+        assert!(
+            msg.contains("resnet50") && msg.contains("--models DIR"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn bad_values_are_named_with_the_fix() {
+        let bad = |from: &str, to: &str| {
+            let text = MINIMAL.replacen(from, to, 1);
+            Scenario::parse("t.toml", &text).unwrap_err().to_string()
+        };
+        let e = bad("\"sbp\"", "\"gpulet\"");
+        assert!(
+            e.contains("\"gpulet\"") && e.contains("use sbp, greedy"),
+            "{e}"
+        );
+        let e = bad("rate_rps = 10", "rate_rps = -1");
+        assert!(e.contains("rate_rps = -1"), "{e}");
+        let e = bad("rate_rps = 10", "rate_rps = 1\nrate_trace = [[0.0, 1.0]]");
+        assert!(e.contains("exactly one of rate_rps and rate_trace"), "{e}");
+        let e = bad("rate_rps = 10", "rate_trace = [[5.0, 1.0]]");
+        assert!(e.contains("start with a segment at 0 s"), "{e}");
+        let e = bad("device = \"mi50\"", "device = \"rtx2080\"");
+        assert!(e.contains("\"rtx2080\"") && e.contains("mi50"), "{e}");
+        let e = bad("gpus = 2", "gpus = 0");
+        assert!(e.contains("gpus = 0"), "{e}");
+        let e = bad("mem_mb = 100\n", "mem_mb = 5000\n");
+        assert!(e.contains("exceeds gpu_mem_mb = 1000"), "{e}");
+        let e = bad("gpus = 2", "gpus = 2\npartition_step_pct = 30");
+        assert!(e.contains("partition_step_pct = 30"), "{e}");
+        let e = bad("gpus = 2", "gpus = 2\nfoo = 1");
+        assert!(e.contains("t.toml") && e.contains("foo"), "{e}");
+        let dup = format!(
+            "{MINIMAL}[[model]]\nname = \"a\"\nmodel = \"resnet50\"\nrate_rps = 1\nmem_mb = 1\n"
+        );
+        let e = Scenario::parse("t", &dup).unwrap_err().to_string();
+        assert!(e.contains("\"a\" appears twice"), "{e}");
+        let e = resolve("no-such-scenario").unwrap_err().to_string();
+        assert!(
+            e.contains("`no-such-scenario`") && e.contains("scen3"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn rates_and_traces() {
+        let s = Scenario::parse(
+            "t",
+            &MINIMAL.replace("rate_rps = 10", "rate_trace = [[0.0, 10.0], [30.0, 40.0]]"),
+        )
+        .unwrap();
+        let m = &s.models[0];
+        assert_eq!(m.peak_rps(), 40.0);
+        assert_eq!(m.mean_rps(60.0), 25.0);
+        assert_eq!(m.mean_rps(20.0), 10.0);
+        assert_eq!(PlannerKind::from_name("greedy"), Some(PlannerKind::Greedy));
+        assert_eq!(PlannerKind::from_name("gpulet"), None);
+    }
+}
