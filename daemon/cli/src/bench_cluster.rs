@@ -153,7 +153,7 @@ pub enum ClusterError {
         device: String,
         /// Why.
         #[source]
-        source: lbp::LbpError,
+        source: Box<lbp::LbpError>,
     },
     /// A measured table the planner crate refuses even after the envelope.
     #[error("L(b, p) of {model} on {device}: {source}")]
@@ -245,7 +245,7 @@ pub fn measure_table(profile: &DeviceProfile, model: &Model) -> Result<TableInfo
     .map_err(|source| ClusterError::Measure {
         model: model.name().to_owned(),
         device: profile.name.clone(),
-        source,
+        source: Box::new(source),
     })?;
     let np = DEFAULT_PARTITIONS.len();
     let mut rows: Vec<Vec<f64>> = pts
@@ -895,7 +895,7 @@ pub fn run(
     let mut profiles: HashMap<String, DeviceProfile> = HashMap::new();
     for sc in scenarios {
         let d = device_of(sc);
-        if !profiles.contains_key(&d) {
+        if let std::collections::hash_map::Entry::Vacant(e) = profiles.entry(d.clone()) {
             let prof = DeviceProfile::builtin(&d).map_err(|_| {
                 ClusterError::Device(
                     d.clone(),
@@ -904,7 +904,7 @@ pub fn run(
                         .join(", "),
                 )
             })?;
-            profiles.insert(d, prof);
+            e.insert(prof);
         }
     }
     let gpulet = match opts.interference.gpu() {

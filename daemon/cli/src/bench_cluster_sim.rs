@@ -318,7 +318,7 @@ pub fn simulate(
                 None => s == 0.0,
                 Some(p) => s.is_finite() && s > p,
             };
-            if !ok_start || !(r.is_finite() && r >= 0.0) {
+            if !(ok_start && r.is_finite() && r >= 0.0) {
                 return Err(SimError::Rate {
                     model: m.name.clone(),
                     index: i,
@@ -610,7 +610,7 @@ pub fn simulate(
     let models = st
         .into_iter()
         .map(|mut m| {
-            if m.hist.len() > 0 {
+            if !m.hist.is_empty() {
                 m.out.latency_ms = [
                     m.hist.value_at_quantile(0.5) as f64 / 1e3,
                     m.hist.value_at_quantile(0.99) as f64 / 1e3,
