@@ -14,6 +14,10 @@
 //!   model;
 //! - [`bench_interference`]: gpulet's interference study (§3.4, §4.4) on
 //!   the GPU model's partitions;
+//! - [`bench_cluster`]: the multi-GPU planners' SLO-preserved max
+//!   throughput (gpulet §5.2) on scenario files
+//!   ([`bench_cluster_scenario`]), served by a request-level simulator
+//!   ([`bench_cluster_sim`]) with latencies from the GPU model;
 //! - [`bench_sim`]: what the GPU model itself costs to run, per simulated
 //!   second, as clients grow;
 //! - [`cuda_models`]: `sluice check|profile --device cuda` (the models' real
@@ -27,6 +31,9 @@
 //! A library of the workspace never imports this crate; the service
 //! (`sluice-service`) is below it.
 
+pub mod bench_cluster;
+pub mod bench_cluster_scenario;
+pub mod bench_cluster_sim;
 pub mod bench_hol;
 pub mod bench_interference;
 pub mod bench_ipc;

@@ -366,10 +366,6 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
-    /// What the GPU model itself costs: one real-time VGG-19 (DISB C's
-    /// load) beside N closed-loop best-effort clients (the DISB models in
-    /// turn), wall-clock seconds on this machine per simulated second, per
-    /// device profile, policy and N. Compare rows of one run only.
     /// gpulet's interference study (§3.4, §4.4) on the GPU model: pairs of
     /// models side by side in two partitions of one simulated GPU (pairs of
     /// inception, resnet50, mobilenet, vgg19, resnet18 × batches × splits),
@@ -403,6 +399,81 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// Multi-GPU placement planners served in virtual time (gpulet §5.2's
+    /// SLO-preserved max throughput): for each scenario (models, rates,
+    /// GPUs, memory; shipped: game, traffic, scen1-scen5 of gpulet, and
+    /// cluster-64gpu) and planner, every rate is scaled by one factor, the
+    /// planner places the scaled rates, a request-level simulator serves
+    /// the placement with Poisson arrivals and batch times L(b, p) measured
+    /// on the GPU model, and the largest factor with at most 1 % of
+    /// requests late, dropped or unserved is reported. SIMULATED figures,
+    /// on the named device profile; docs/performance.md ("Serving on
+    /// several GPUs") gives the rules.
+    Cluster {
+        /// Scenarios: shipped names (game, traffic, scen1..scen5,
+        /// cluster-64gpu), paths to scenario .toml files, a list, or all.
+        #[arg(long = "scenario", value_delimiter = ',', default_value = "all")]
+        scenarios: Vec<String>,
+        /// Planners: sbp, greedy (= greedy-best-fit); a list (default: the
+        /// ones each scenario file names).
+        #[arg(long = "planner", value_delimiter = ',', value_parser = parse_planner)]
+        planners: Vec<sluice_cli::bench_cluster_scenario::PlannerKind>,
+        /// Device profile of the L(b, p) tables for every scenario
+        /// (default: each scenario's own).
+        #[arg(long, value_parser = parse_device)]
+        device: Option<String>,
+        /// Virtual seconds of arrivals per simulation.
+        #[arg(long, default_value_t = 60.0, value_parser = parse_duration)]
+        duration: f64,
+        /// Seed of the arrivals and of random routing.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// How a model's requests are split over its partitions: random
+        /// (weighted by planned share; each partition sees Poisson arrivals
+        /// at its share) or wrr (smooth weighted round robin).
+        #[arg(long, value_enum, default_value = "random")]
+        routing: sluice_cli::bench_cluster_sim::Routing,
+        /// When a partition starts its next round: work-conserving (as soon
+        /// as the last ends) or fixed (every duty cycle, Nexus).
+        #[arg(long, value_enum, default_value = "work-conserving")]
+        rounds: sluice_cli::bench_cluster_sim::Rounds,
+        /// Latency factor for partitions sharing a GPU: none (the GPU
+        /// model's finding), gpulet-2080ti or gpulet-3080 (gpulet's linear
+        /// model and the authors' measured coefficients).
+        #[arg(long, value_enum, default_value = "none")]
+        interference: sluice_cli::bench_cluster::Interference,
+        /// The gpulet authors' data (the folder with 2080ti/ and 3080/);
+        /// default ../shared/data/gpulet if it exists.
+        #[arg(long, value_name = "DIR")]
+        gpulet_data: Option<PathBuf>,
+        /// Simulate once at the scenario's own rates instead of searching
+        /// the maximum (e.g. to time a large scenario).
+        #[arg(long)]
+        no_search: bool,
+        /// Bisection steps after the maximum is bracketed (each halves the
+        /// bracket).
+        #[arg(long, default_value_t = 7, value_parser = clap::value_parser!(u32).range(0..=30))]
+        search_steps: u32,
+        /// Plan for each rate times 1 + HEADROOM while offering the rate
+        /// itself (0: plan exactly the offered rates, as gpulet's planners
+        /// do; 0.1: 10 % spare capacity against Poisson bursts).
+        #[arg(long, default_value_t = 0.0, value_parser = parse_headroom)]
+        headroom: f64,
+        /// Folder of model manifests (`*.json`) added to the built-in ones,
+        /// replacing those of the same name.
+        #[arg(long = "models", value_name = "DIR")]
+        models_dir: Option<PathBuf>,
+        /// List the shipped scenarios and exit.
+        #[arg(long)]
+        list: bool,
+        /// Print one JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// What the GPU model itself costs: one real-time VGG-19 (DISB C's
+    /// load) beside N closed-loop best-effort clients (the DISB models in
+    /// turn), wall-clock seconds on this machine per simulated second, per
+    /// device profile, policy and N. Compare rows of one run only.
     Sim {
         /// Device profiles (default mi50,gv100).
         #[arg(long = "device", value_delimiter = ',')]
@@ -827,6 +898,47 @@ fn main() -> ExitCode {
         }
         Cmd::Bench {
             which:
+                Bench::Cluster {
+                    scenarios,
+                    planners,
+                    device,
+                    duration,
+                    seed,
+                    routing,
+                    rounds,
+                    interference,
+                    gpulet_data,
+                    no_search,
+                    search_steps,
+                    headroom,
+                    models_dir,
+                    list,
+                    json,
+                },
+        } => bench_cluster_cmd(
+            scenarios,
+            sluice_cli::bench_cluster::ClusterOptions {
+                planners,
+                device,
+                duration_s: duration,
+                seed,
+                routing,
+                rounds,
+                interference,
+                gpulet_data: gpulet_data.or_else(|| {
+                    let p = PathBuf::from("../shared/data/gpulet");
+                    p.is_dir().then_some(p)
+                }),
+                search: !no_search,
+                search_steps,
+                headroom,
+            },
+            models_dir,
+            list,
+            json,
+        ),
+        Cmd::Bench {
+            which:
                 Bench::Sim {
                     devices,
                     policies,
@@ -1133,6 +1245,100 @@ fn kernels_ptx(_arches: &[String], _out: &std::path::Path) -> ExitCode {
          rebuild with `cargo build --release --features sluice-cli/cuda` \
          (no GPU or CUDA toolkit needed to build; libnvrtc.so.12 at run time)",
     )
+}
+
+/// `sluice bench cluster`.
+fn bench_cluster_cmd(
+    specs: Vec<String>,
+    opts: sluice_cli::bench_cluster::ClusterOptions,
+    models_dir: Option<PathBuf>,
+    list: bool,
+    json: bool,
+) -> ExitCode {
+    use sluice_cli::bench_cluster as bc;
+    use sluice_cli::bench_cluster_scenario as bs;
+    if list {
+        return match bs::all() {
+            Ok(all) => {
+                for s in all {
+                    println!(
+                        "{:<14} {} GPUs, {} models, {}: {}",
+                        s.name,
+                        s.gpus,
+                        s.models.len(),
+                        s.device,
+                        s.description
+                    );
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail_chain(&e),
+        };
+    }
+    let mut scenarios = Vec::new();
+    for spec in &specs {
+        match bs::resolve(spec) {
+            Ok(v) => scenarios.extend(v),
+            Err(e) => return fail_chain(&e),
+        }
+    }
+    let reg = match &models_dir {
+        None => sluice_model::ModelRegistry::builtin(),
+        Some(dir) => match sluice_model::ModelRegistry::load_dir(dir)
+            .and_then(|o| sluice_model::ModelRegistry::builtin().with_overrides(o))
+        {
+            Ok(r) => r,
+            Err(e) => return fail(format!("--models {}: {e}", dir.display())),
+        },
+    };
+    if opts.interference != bc::Interference::None && opts.gpulet_data.is_none() {
+        return fail(
+            "--interference gpulet-*: no gpulet data (../shared/data/gpulet is missing); give --gpulet-data DIR",
+        );
+    }
+    let r = bc::run(
+        &scenarios,
+        &reg,
+        &opts,
+        progress("sluice bench cluster: measuring L(b, p)", "models"),
+        progress("sluice bench cluster", "scenario x planner runs"),
+    );
+    match r {
+        Ok(r) if json => print_json(&r),
+        Ok(r) => {
+            print!("{}", bc::table(&r));
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail_chain(&e),
+    }
+}
+
+fn parse_planner(s: &str) -> Result<sluice_cli::bench_cluster_scenario::PlannerKind, String> {
+    use sluice_cli::bench_cluster_scenario::PlannerKind;
+    PlannerKind::from_name(s).ok_or_else(|| {
+        format!(
+            "`{s}` is not a planner; use one of {}",
+            PlannerKind::NAMES.join(", ")
+        )
+    })
+}
+
+fn parse_headroom(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(h) if h.is_finite() && (0.0..=10.0).contains(&h) => Ok(h),
+        _ => Err(format!(
+            "`{s}` is not a headroom in [0, 10]; give e.g. 0.1 for 10 % spare capacity"
+        )),
+    }
+}
+
+fn parse_duration(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(d) if d.is_finite() && d > 0.0 && d <= 86_400.0 => Ok(d),
+        _ => Err(format!(
+            "`{s}` is not a duration in seconds in (0, 86400]; give e.g. 60"
+        )),
+    }
 }
 
 /// A progress line on stderr, rewritten in place: `what: done/total unit`,
