@@ -9,7 +9,7 @@ use sluice_tests::{
 
 sluice_tests::role_entry!();
 
-const MODELS: [&str; 2] = ["mobilenet", "resnet18"];
+const MODELS: [&str; 2] = ["inception", "resnet50"];
 const PER_CLIENT: u64 = 40;
 const CLIENTS: u64 = 6;
 
@@ -19,7 +19,7 @@ fn serve(churn_ms: u32, tag: &str) -> sluice_service::server::Status {
         arena_bytes: 8 << 20,
         cluster: Some(ClusterOpts {
             gpus: "mi50,mi50",
-            models: "mobilenet,resnet18",
+            models: "inception,resnet50",
             churn_ms,
         }),
         ..DaemonOpts::default()
