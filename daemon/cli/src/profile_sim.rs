@@ -90,6 +90,132 @@ pub fn profile(
     })
 }
 
+/// Why the profile could not be written into a manifest.
+#[derive(Debug, thiserror::Error)]
+pub enum WriteError {
+    /// The file is there but unreadable or not JSON.
+    #[error("cannot read the manifest {path} to add the profile to: {why}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        why: String,
+    },
+    /// No such file and no built-in manifest to start from.
+    #[error("{path} does not exist and there is no built-in manifest of {model} to start from")]
+    NoBase {
+        /// The file.
+        path: String,
+        /// The model.
+        model: String,
+    },
+    /// The result would not load back.
+    #[error("the manifest with the profile added does not validate: {0}")]
+    Invalid(String),
+    /// Writing failed.
+    #[error("cannot write {path}: {why}")]
+    Write {
+        /// The file.
+        path: String,
+        /// Why.
+        why: String,
+    },
+}
+
+/// The report as the manifest's `lbp` entry.
+pub fn lbp_table(r: &LbpReport) -> sluice_model::LbpTable {
+    let mut batches: Vec<u32> = r.rows.iter().map(|x| x.batch).collect();
+    batches.dedup();
+    let mut parts: Vec<u32> = r.rows.iter().map(|x| x.partition_pct).collect();
+    parts.sort_unstable();
+    parts.dedup();
+    let cell = |b: u32, p: u32, f: fn(&LbpRow) -> f64| {
+        r.rows
+            .iter()
+            .find(|x| x.batch == b && x.partition_pct == p)
+            .map_or(f64::NAN, f)
+    };
+    sluice_model::LbpTable {
+        device: r.device.clone(),
+        simulated: r.simulated,
+        rule: r.rule.clone(),
+        latency_ms: batches
+            .iter()
+            .map(|&b| {
+                parts
+                    .iter()
+                    .map(|&p| cell(b, p, |x| x.latency_ms))
+                    .collect()
+            })
+            .collect(),
+        mem_demand: batches
+            .iter()
+            .map(|&b| {
+                parts
+                    .iter()
+                    .map(|&p| cell(b, p, |x| x.mem_demand))
+                    .collect()
+            })
+            .collect(),
+        batches,
+        partitions_pct: parts,
+    }
+}
+
+/// Writes the profile into the manifest at `path` as its `lbp` entry for
+/// the report's device (replacing an older entry of that device): the file
+/// as it is when it exists, else the built-in manifest of the model.
+/// Everything else in the file is kept as it was.
+pub fn write_into_manifest(r: &LbpReport, path: &std::path::Path) -> Result<(), WriteError> {
+    let shown = path.display().to_string();
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            sluice_model::ModelRegistry::builtin_json(&r.model)
+                .ok_or_else(|| WriteError::NoBase {
+                    path: shown.clone(),
+                    model: r.model.clone(),
+                })?
+                .to_owned()
+        }
+        Err(e) => {
+            return Err(WriteError::Read {
+                path: shown,
+                why: e.to_string(),
+            });
+        }
+    };
+    let mut v: serde_json::Value = serde_json::from_str(&text).map_err(|e| WriteError::Read {
+        path: shown.clone(),
+        why: e.to_string(),
+    })?;
+    let entry =
+        serde_json::to_value(lbp_table(r)).map_err(|e| WriteError::Invalid(e.to_string()))?;
+    let Some(obj) = v.as_object_mut() else {
+        return Err(WriteError::Read {
+            path: shown,
+            why: "not a JSON object".into(),
+        });
+    };
+    let list = obj
+        .entry("lbp")
+        .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+    let Some(list) = list.as_array_mut() else {
+        return Err(WriteError::Read {
+            path: shown,
+            why: "its \"lbp\" is not a list".into(),
+        });
+    };
+    list.retain(|t| t.get("device").and_then(|d| d.as_str()) != Some(r.device.as_str()));
+    list.push(entry);
+    let out = serde_json::to_string_pretty(&v).map_err(|e| WriteError::Invalid(e.to_string()))?;
+    sluice_model::Manifest::parse(&shown, &out).map_err(|e| WriteError::Invalid(e.to_string()))?;
+    std::fs::write(path, out + "\n").map_err(|e| WriteError::Write {
+        path: shown,
+        why: e.to_string(),
+    })
+}
+
 /// The report as a table: one row per batch, one column per partition.
 pub fn table(r: &LbpReport) -> String {
     let mut parts: Vec<u32> = r.rows.iter().map(|x| x.partition_pct).collect();
@@ -166,5 +292,30 @@ mod tests {
         assert!(l(8, 50) > l(1, 100));
         assert!(table(&r).contains("resnet18"));
         assert!(profile(&p, m, &[0], &[100], |_, _| {}).is_err());
+    }
+
+    #[test]
+    fn the_profile_goes_into_the_manifest_and_loads_back() {
+        let reg = ModelRegistry::builtin();
+        let (_, m) = reg.lookup("resnet18").unwrap();
+        let p = DeviceProfile::mi50();
+        let r = profile(&p, m, &[1, 2], &[50, 100], |_, _| {}).unwrap();
+        let dir = std::env::temp_dir().join(format!("sluice-lbp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("resnet18.json");
+        let _ = std::fs::remove_file(&path);
+        write_into_manifest(&r, &path).unwrap();
+        // Twice: the entry of the device is replaced, not repeated.
+        write_into_manifest(&r, &path).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let (man, memory) = sluice_model::Manifest::parse_with_memory("t", &text).unwrap();
+        assert_eq!(man.lbp.len(), 1);
+        assert_eq!(man.lbp[0].device, "mi50");
+        assert_eq!(man.lbp[0].batches, vec![1, 2]);
+        assert_eq!(man.lbp[0].latency_ms[1][0], r.rows[2].latency_ms);
+        // Nothing else lost: the memory ranges are still there.
+        assert_eq!(memory, m.memory);
+        assert_eq!(man.kernels, m.manifest.kernels);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

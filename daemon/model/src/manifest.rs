@@ -940,6 +940,13 @@ pub struct ModelRegistry {
 }
 
 impl ModelRegistry {
+    /// The JSON text of the shipped manifest of `name` (the file as
+    /// embedded, memory ranges included), for tools that add to it.
+    pub fn builtin_json(name: &str) -> Option<&'static str> {
+        let file = format!("{name}.json");
+        BUILTIN.iter().find(|(f, _)| *f == file).map(|(_, j)| *j)
+    }
+
     /// The manifests shipped in `daemon/model/manifests/`, embedded at build time.
     ///
     /// # Panics

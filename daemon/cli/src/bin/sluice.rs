@@ -147,7 +147,11 @@ enum Cmd {
         /// cuda with --partitions).
         #[arg(long)]
         json: bool,
-        /// The manifest to write (default: <model>.json here).
+        /// The manifest to write. On cuda (default: <model>.json here) the
+        /// measured manifest; on a simulated device (no default) the L(b, p)
+        /// table goes into this manifest as its `lbp` entry for the device,
+        /// starting from the built-in manifest when the file is new
+        /// (`[cluster]` then reads it instead of profiling at start-up).
         #[arg(long, value_name = "FILE.json")]
         out: Option<PathBuf>,
         /// Timed runs per kernel (the median is kept); on cuda with
@@ -1073,8 +1077,9 @@ fn main() -> ExitCode {
             batches,
             partitions,
             json,
+            out,
             ..
-        } if device != "cuda" => profile_sim_cmd(&device, &model, batches, partitions, json),
+        } if device != "cuda" => profile_sim_cmd(&device, &model, batches, partitions, json, out),
         Cmd::Profile {
             model,
             out,
@@ -1372,6 +1377,7 @@ fn profile_sim_cmd(
     batches: Vec<u32>,
     partitions: Vec<u32>,
     json: bool,
+    out: Option<PathBuf>,
 ) -> ExitCode {
     use sluice_cli::profile_sim as ps;
     let profile = match DeviceProfile::builtin(device) {
@@ -1403,6 +1409,15 @@ fn profile_sim_cmd(
         &partitions,
         progress("sluice profile", "points"),
     );
+    if let (Ok(r), Some(path)) = (&r, &out) {
+        if let Err(e) = ps::write_into_manifest(r, path) {
+            return fail_chain(&e);
+        }
+        eprintln!(
+            "sluice profile: wrote the L(b, p) table of `{device}` into {}",
+            path.display()
+        );
+    }
     match r {
         Ok(r) if json => print_json(&r),
         Ok(r) => {

@@ -40,6 +40,35 @@ pub fn partition_sizes(step: u32) -> Vec<u32> {
     (1..=100 / step.max(1)).map(|i| i * step).collect()
 }
 
+/// The rows `L(b, p)` for `batches` × `parts` from the model's manifest,
+/// when it has a simulated table of `device` listing all of them
+/// (`sluice profile --device <device> MODEL --out FILE`).
+pub fn from_manifest(
+    m: &Model,
+    device: &str,
+    batches: &[u32],
+    parts: &[u32],
+) -> Option<Vec<Vec<f64>>> {
+    let t = m
+        .manifest
+        .lbp
+        .iter()
+        .find(|t| t.simulated && t.device == device)?;
+    batches
+        .iter()
+        .map(|b| {
+            let bi = t.batches.iter().position(|x| x == b)?;
+            parts
+                .iter()
+                .map(|p| {
+                    let pi = t.partitions_pct.iter().position(|x| x == p)?;
+                    Some(t.latency_ms[bi][pi])
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// Makes measured rows obey the planner's table rules: a partition may
 /// leave CUs idle, so `L(b, p)` is at most `L(b, p′)` for every smaller
 /// `p′`; and a batch is never counted faster than a smaller one, so
@@ -111,18 +140,25 @@ pub fn cluster_setup(
     let parts = partition_sizes(c.partition_step_pct);
     let mut served = Vec::new();
     for (id, m) in models.iter() {
-        progress(m.name());
-        let points = sluice_gpusim::lbp::measure(&first, m, &c.batches, &parts, |_, _| {})
-            .map_err(|e| ClusterError::Profiling {
-                model: m.name().to_owned(),
-                why: e.to_string(),
-            })?;
-        let rows = monotone_rows(
-            points
-                .chunks(parts.len())
-                .map(|r| r.iter().map(|p| p.latency_ns as f64 / 1e6).collect())
-                .collect(),
-        );
+        let rows = match from_manifest(m, &first.name, &c.batches, &parts) {
+            Some(rows) => {
+                progress(&format!("{} (its manifest's table)", m.name()));
+                rows
+            }
+            None => {
+                progress(&format!("{} (measuring)", m.name()));
+                let points = sluice_gpusim::lbp::measure(&first, m, &c.batches, &parts, |_, _| {})
+                    .map_err(|e| ClusterError::Profiling {
+                        model: m.name().to_owned(),
+                        why: e.to_string(),
+                    })?;
+                points
+                    .chunks(parts.len())
+                    .map(|r| r.iter().map(|p| p.latency_ns as f64 / 1e6).collect())
+                    .collect()
+            }
+        };
+        let rows = monotone_rows(rows);
         let table = LatencyTable::new(c.batches.clone(), parts.clone(), rows).map_err(|e| {
             ClusterError::Profiling {
                 model: m.name().to_owned(),

@@ -348,3 +348,46 @@ fn start_up_refuses_an_slo_no_placement_can_meet_and_an_unknown_model() {
         .to_string();
     assert!(e.contains("\"resnet19\"") && e.contains("resnet18"), "{e}");
 }
+
+#[test]
+fn a_manifest_s_own_table_is_used_instead_of_measuring() {
+    let mut config = crate::config::Config::default();
+    config.cluster.gpus = vec!["mi50".into()];
+    config.cluster.batches = vec![1, 2];
+    config.cluster.partition_step_pct = 50;
+    let reg = registry();
+    let (_, m) = reg.lookup("resnet18").unwrap();
+    let mut man = m.manifest.clone();
+    // A table no measurement would give: 60 ms at batch 1 on the whole GPU.
+    man.lbp.push(sluice_model::LbpTable {
+        device: "mi50".into(),
+        simulated: true,
+        rule: "test".into(),
+        batches: vec![1, 2, 4],
+        partitions_pct: vec![50, 100],
+        latency_ms: vec![vec![90.0, 60.0], vec![95.0, 70.0], vec![99.0, 80.0]],
+        mem_demand: vec![],
+    });
+    let one =
+        Arc::new(ModelRegistry::from_parts([(m.file.clone(), man, m.memory.clone())]).unwrap());
+    assert_eq!(
+        setup::from_manifest(one.get(0).unwrap(), "mi50", &[1, 2], &[50, 100]),
+        Some(vec![vec![90.0, 60.0], vec![95.0, 70.0]])
+    );
+    // Not for another device, nor for sizes it does not list.
+    assert_eq!(
+        setup::from_manifest(one.get(0).unwrap(), "h100", &[1], &[100]),
+        None
+    );
+    assert_eq!(
+        setup::from_manifest(one.get(0).unwrap(), "mi50", &[8], &[100]),
+        None
+    );
+    let mut sources = Vec::new();
+    let e = setup::cluster_setup(&config, &one, |s| sources.push(s.to_owned())).unwrap_err();
+    assert!(
+        e.to_string().contains("120.0"),
+        "the manifest's 60 ms was used: {e}"
+    );
+    assert_eq!(sources, vec!["resnet18 (its manifest's table)".to_owned()]);
+}
