@@ -1127,6 +1127,7 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
                         shm_proto::now_ns(),
                     )
                 })
+                .and_then(|b| b.with_planner_thread())
                 .map(|b| Box::new(b) as Box<dyn sluice_backend::Backend>)
                 .map_err(|e| e.to_string())
         } else {

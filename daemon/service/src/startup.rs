@@ -421,6 +421,7 @@ fn make_cluster(
         crate::backend::cluster::setup::from_config(config, models, shm_proto::now_ns(), |m| {
             tracing::info!("cluster: profiling {m}")
         })
+        .and_then(|c| c.with_planner_thread())
         .map_err(|source| DeviceError::Cluster { source })?;
     Ok(Box::new(cluster))
 }

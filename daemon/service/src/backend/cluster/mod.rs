@@ -27,7 +27,10 @@
 //!
 //! # Placement and re-placement
 //!
-//! A placement comes from the planner for the observed rates times
+//! In the daemon the planner runs on a thread of its own
+//! ([`ClusterBackend::with_planner_thread`]) and the dispatcher applies its
+//! placement on a later poll; benchmarks and tests plan inline, in virtual
+//! time. A placement comes from the planner for the observed rates times
 //! `cluster.headroom` (a model with queued requests but no observed rate is
 //! planned at one request per window). Applying it is a *shadow switch*:
 //! every partition of the new placement is built at once (its own policy
@@ -42,6 +45,7 @@
 //! keeps serving: no request is ever left without a partition.
 
 mod part;
+mod planning;
 mod rate;
 pub mod setup;
 
@@ -59,6 +63,7 @@ use sluice_sched::{
 };
 
 use part::{GpuState, NO_OWNER, PartGpu};
+use planning::{PlanDone, PlanJob, PlanRunner};
 use rate::RateMonitor;
 
 /// What the cluster serves, with its profiles: everything but the planner.
@@ -124,6 +129,9 @@ pub enum ClusterError {
         "policy `{0}` cannot run inside a partition; use seq, streams, wait-preempt, reef or paella"
     )]
     Policy(PolicyKind),
+    /// The planner thread could not be started.
+    #[error("cannot start the planner thread: {0}")]
+    Thread(#[source] std::io::Error),
     /// A profile that is not built in.
     #[error("cluster.gpus: {profile:?} is not a GPU model profile: {why}")]
     Profile {
@@ -223,7 +231,7 @@ struct Batch {
 /// The cluster as a [`Backend`].
 pub struct ClusterBackend {
     name: String,
-    planner: Box<dyn Planner + Send>,
+    planner: PlanRunner,
     setup: ClusterSetup,
     gpus: Vec<GpuState>,
     /// The registry clients see.
@@ -281,6 +289,10 @@ fn manifest_at_batch(m: &sluice_model::Model, b: u32) -> Manifest {
 }
 
 const MS: u64 = 1_000_000;
+
+/// How often the dispatcher looks for the planner thread's result while
+/// one is due.
+const PLAN_POLL_NS: u64 = 200_000;
 
 impl ClusterBackend {
     /// The cluster of `setup`, placed by `planner`, serving clients that
@@ -369,7 +381,7 @@ impl ClusterBackend {
         let gpus = setup.gpus.iter().cloned().map(GpuState::new).collect();
         let mut me = Self {
             name,
-            planner,
+            planner: PlanRunner::Inline(planner),
             gpus,
             models,
             batched: Arc::new(batched),
@@ -541,10 +553,29 @@ impl ClusterBackend {
         }
     }
 
-    /// Re-plans for the observed rates and applies the result.
+    /// Runs the planner on a thread of its own from now on, so that the
+    /// dispatcher never waits for it (the daemon does; the benchmarks and
+    /// tests plan inline, in virtual time).
+    pub fn with_planner_thread(mut self) -> Result<Self, ClusterError> {
+        let inline = std::mem::replace(
+            &mut self.planner,
+            PlanRunner::Inline(Box::new(sluice_planner::Sbp)),
+        );
+        let PlanRunner::Inline(p) = inline else {
+            self.planner = inline;
+            return Ok(self);
+        };
+        self.planner = PlanRunner::thread(p).map_err(ClusterError::Thread)?;
+        Ok(self)
+    }
+
+    /// Asks the planner for a placement for the observed rates; applies it
+    /// at once when the planner runs inline, on a later poll otherwise.
     fn replan(&mut self) {
+        if self.planner.busy() {
+            return;
+        }
         let now = self.clock;
-        let t0 = Instant::now();
         let window_rps = 1e9 / self.setup.rate_window_ns as f64;
         let specs: Vec<ModelSpec> = self
             .served
@@ -568,7 +599,22 @@ impl ClusterBackend {
             mem_mb: self.setup.gpu_mem_mb,
             partition_step_pct: self.setup.partition_step_pct,
         };
-        let (placement, error) = match self.planner.plan(&specs, &gpus) {
+        // Asked for: not again until this one is in.
+        self.last_plan = now;
+        self.replan_now = false;
+        if let Some(done) = self.planner.submit(PlanJob { specs, gpus }) {
+            self.finish_plan(done);
+        }
+    }
+
+    /// Applies a finished planner run.
+    fn finish_plan(&mut self, done: PlanDone) {
+        let PlanDone {
+            job,
+            result,
+            plan_ns,
+        } = done;
+        let (placement, error) = match result {
             Ok(p) if self.covers_queued(&p) => (p, None),
             Ok(_) => (
                 self.fallback_placement(),
@@ -576,20 +622,21 @@ impl ClusterBackend {
             ),
             Err(e) => (self.fallback_placement(), Some(e.to_string())),
         };
-        let plan_ns = t0.elapsed().as_nanos() as u64;
         if let Some(e) = &error {
             tracing::warn!(
                 "cluster: planner {} found no placement ({e}); every GPU serves every model until the next plan",
                 self.planner.name()
             );
         }
-        for (s, spec) in self.served.iter_mut().zip(&specs) {
+        for (s, spec) in self.served.iter_mut().zip(&job.specs) {
             s.planned_rps = spec.rate_rps;
         }
         let switch_ns = self.apply(&placement);
-        self.last_plan = now;
-        self.replan_now = false;
         self.publish_switch(error, plan_ns, switch_ns);
+        // A model that arrived unserved while the plan was out.
+        if self.served.iter().any(|s| s.serving == 0 && s.queued() > 0) {
+            self.replan_now = true;
+        }
     }
 
     fn covers_queued(&self, p: &Placement) -> bool {
@@ -657,6 +704,9 @@ impl ClusterBackend {
             }
         }
         self.settle();
+        if let Some(done) = self.planner.poll() {
+            self.finish_plan(done);
+        }
         if self.due_for_plan() {
             self.replan();
         }
@@ -1074,6 +1124,11 @@ impl Backend for ClusterBackend {
             .iter()
             .filter_map(|g| g.sim.next_event_time())
             .min();
+        // A plan with the planner thread is picked up by polling.
+        if self.planner.busy() {
+            let at = self.clock + PLAN_POLL_NS;
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
         // A periodic re-plan matters only while requests are around.
         if self.setup.replan_ns > 0 && !self.batches.is_empty() {
             let at = self.last_plan + self.setup.replan_ns;

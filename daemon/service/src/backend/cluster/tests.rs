@@ -391,3 +391,23 @@ fn a_manifest_s_own_table_is_used_instead_of_measuring() {
     );
     assert_eq!(sources, vec!["resnet18 (its manifest's table)".to_owned()]);
 }
+
+#[test]
+fn a_planner_on_its_own_thread_switches_without_losing_anything() {
+    let reg = registry();
+    let mut b = ClusterBackend::new(
+        setup(&reg, 2, 10),
+        Box::new(Alternating(AtomicUsize::new(0))),
+        Arc::clone(&reg),
+        0,
+    )
+    .unwrap()
+    .with_planner_thread()
+    .unwrap();
+    let arrivals = steady(&reg, 300, 1_000_000);
+    let (done, sent) = run(&mut b, &reg, &arrivals);
+    assert_each_once_ok(&reg, &done, &sent);
+    let l = b.layout.lock().unwrap().clone();
+    assert!(l.switches >= 1, "{l:?}");
+    assert_eq!(l.planner, "alternating (test)");
+}
