@@ -433,7 +433,7 @@ pub struct ClusterOpts {
     /// `cluster.models`, comma-separated.
     pub models: &'static str,
     /// 0: `cluster.planner = "greedy"`, re-planned every second; else the
-    /// [`ChurnPlanner`], re-planned every `churn_ms`.
+    /// `sluice_planner::churn::Churn`, re-planned every `churn_ms`.
     pub churn_ms: u32,
 }
 
@@ -1122,7 +1122,7 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
                 .and_then(|s| {
                     ClusterBackend::new(
                         s,
-                        Box::new(ChurnPlanner::default()),
+                        Box::new(sluice_planner::churn::Churn::default()),
                         models.clone(),
                         shm_proto::now_ns(),
                     )
@@ -1782,66 +1782,4 @@ pub fn find_sluiced() -> Option<PathBuf> {
     [profile.join("sluiced"), deps.join("sluiced")]
         .into_iter()
         .find(|p| p.is_file())
-}
-
-/// A planner that returns a different placement on every call, to make
-/// the cluster backend switch as often as it re-plans: two GPUs or more,
-/// alternately (GPU 0 split 50/50 between the first model and the rest,
-/// the others whole serving every model) and (GPU 0 whole serving every
-/// model, the others split 25/75 between the first model and the rest).
-/// Breaks the `Planner` contract (same inputs, same placement) on purpose.
-#[derive(Debug, Default)]
-pub struct ChurnPlanner(std::sync::atomic::AtomicUsize);
-
-impl sluice_planner::Planner for ChurnPlanner {
-    fn name(&self) -> &'static str {
-        "churn (test)"
-    }
-
-    fn plan(
-        &self,
-        models: &[sluice_planner::ModelSpec],
-        gpus: &sluice_planner::GpuSpec,
-    ) -> Result<sluice_planner::Placement, sluice_planner::PlanError> {
-        use sluice_planner::{Assignment, GpuPlan, PartitionPlan, Placement};
-        let names: Vec<&str> = models.iter().map(|m| m.name.as_str()).collect();
-        let part = |size_pct: u32, names: &[&str]| PartitionPlan {
-            size_pct,
-            duty_cycle_ms: 0.0,
-            models: names
-                .iter()
-                .map(|n| Assignment {
-                    model: (*n).to_owned(),
-                    batch: 8,
-                    share_rps: 0.0,
-                })
-                .collect(),
-        };
-        let split = |first: u32| GpuPlan {
-            partitions: vec![
-                part(first, &names[..1]),
-                part(
-                    100 - first,
-                    if names.len() > 1 {
-                        &names[1..]
-                    } else {
-                        &names[..]
-                    },
-                ),
-            ],
-        };
-        let whole = || GpuPlan {
-            partitions: vec![part(100, &names)],
-        };
-        let odd = self.0.fetch_add(1, Ordering::Relaxed) % 2 == 1;
-        let gpus = (0..gpus.count)
-            .map(|g| match (g, odd) {
-                (0, false) => split(50),
-                (0, true) => whole(),
-                (_, false) => whole(),
-                (_, true) => split(25),
-            })
-            .collect();
-        Ok(Placement { gpus })
-    }
 }

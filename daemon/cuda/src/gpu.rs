@@ -763,7 +763,7 @@ impl sluice_gpu::Clocked for CudaGpu {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::fake::{FakeDriver, FakeKernel};
     use shm_proto::Priority;
@@ -774,7 +774,9 @@ mod tests {
     /// `block_ns` argument sits at byte 12 of the kernel's own arguments.
     const BLOCK_NS_ARG: usize = 12;
 
-    fn gpu(kill: Kill) -> (CudaGpu, FakeDriver) {
+    /// A `CudaGpu` on the fake driver whose synthetic kernel runs each
+    /// block for its `block_ns` argument, and a probe of the driver.
+    pub(crate) fn gpu(kill: Kill) -> (CudaGpu, FakeDriver) {
         let mut d = FakeDriver::default();
         let k = d.kernel_handle(
             SYNTHETIC_KERNEL,
@@ -785,7 +787,8 @@ mod tests {
         (g, probe)
     }
 
-    fn launch(block_ns: Ns, t: u64) -> KernelLaunch {
+    /// A synthetic kernel of 132 blocks of `block_ns` each, tagged `t`.
+    pub(crate) fn launch(block_ns: Ns, t: u64) -> KernelLaunch {
         KernelLaunch {
             grid_blocks: 132,
             threads_per_block: 128,
@@ -800,7 +803,7 @@ mod tests {
     }
 
     /// Polls until `stop` says so or nothing is left; returns every event.
-    fn run(g: &mut CudaGpu, mut stop: impl FnMut(&Event) -> bool) -> Vec<Event> {
+    pub(crate) fn run(g: &mut CudaGpu, mut stop: impl FnMut(&Event) -> bool) -> Vec<Event> {
         let mut all = Vec::new();
         for _ in 0..100_000 {
             g.poll().unwrap();
@@ -815,7 +818,8 @@ mod tests {
         panic!("the fake device never went idle");
     }
 
-    fn finished(evs: &[Event]) -> Vec<(u64, Outcome)> {
+    /// (tag, outcome) of every finished kernel in `evs`.
+    pub(crate) fn finished(evs: &[Event]) -> Vec<(u64, Outcome)> {
         evs.iter()
             .filter_map(|e| match e {
                 Event::KernelFinished {

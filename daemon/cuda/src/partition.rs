@@ -132,8 +132,9 @@ mod tests {
 
     use super::*;
     use crate::driver::{CuDriver, StreamId as DrvStream};
-    use crate::fake::{Call, Executed, FakeDriver, FakeKernel, KernelOutcome};
-    use crate::gpu::{CudaGpu, Kill, SYNTHETIC_KERNEL};
+    use crate::fake::{Call, Executed, FakeDriver, KernelOutcome};
+    use crate::gpu::tests::{finished, launch, run};
+    use crate::gpu::{CudaGpu, Kill};
     use shm_proto::Priority;
     use sluice_gpu::{
         Clocked, DeviceProfile, Event, Gpu, GpuError, HostReset, KernelLaunch, KernelRef, Ns,
@@ -141,62 +142,12 @@ mod tests {
     };
     use sluice_model::ModelRegistry;
 
-    /// `sluice_synthetic`'s `block_ns` argument, in its own arguments.
-    const BLOCK_NS_ARG: usize = 12;
-
     fn h100() -> SmGranules {
         SmGranules::for_device(132, (9, 0))
     }
 
     fn gpu() -> (CudaGpu, FakeDriver) {
-        let mut d = FakeDriver::default();
-        let k = d.kernel_handle(
-            SYNTHETIC_KERNEL,
-            FakeKernel::new(0).timed_by_arg(BLOCK_NS_ARG).polling(1_000),
-        );
-        let probe = d.clone();
-        let g = CudaGpu::new(Box::new(d), k, DeviceProfile::h100(), Kill::Cooperative).unwrap();
-        (g, probe)
-    }
-
-    fn launch(block_ns: Ns, tag: u64) -> KernelLaunch {
-        KernelLaunch {
-            grid_blocks: 132,
-            threads_per_block: 128,
-            regs_per_thread: 32,
-            shared_mem: 0,
-            block_time_ns: block_ns,
-            wave_ns: Vec::new(),
-            idempotent: true,
-            mem_intensity: None,
-            tag,
-        }
-    }
-
-    fn run(g: &mut CudaGpu, mut stop: impl FnMut(&Event) -> bool) -> Vec<Event> {
-        let mut all = Vec::new();
-        for _ in 0..100_000 {
-            g.poll().unwrap();
-            let evs: Vec<Event> = g.drain_events().collect();
-            let hit = evs.iter().any(&mut stop);
-            all.extend(evs);
-            if hit || !g.busy() {
-                return all;
-            }
-            g.driver().wait_for_progress();
-        }
-        panic!("the fake device never went idle");
-    }
-
-    fn finished(evs: &[Event]) -> Vec<(u64, Outcome)> {
-        evs.iter()
-            .filter_map(|e| match e {
-                Event::KernelFinished {
-                    kernel, outcome, ..
-                } => Some((kernel.tag, *outcome)),
-                _ => None,
-            })
-            .collect()
+        crate::gpu::tests::gpu(Kill::Cooperative)
     }
 
     /// Completed synthetic kernels on the fake device: (block ns argument

@@ -30,6 +30,8 @@ mod sbp;
 mod spec;
 mod table;
 
+#[cfg(feature = "test-util")]
+pub mod churn;
 #[cfg(test)]
 mod proptests;
 

@@ -3,10 +3,9 @@
 //! the wall clock except the switch cost, which is printed, not asserted.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use shm_proto::sim::expected_output;
-use sluice_planner::{Assignment, GpuPlan, PartitionPlan, PlanError};
+use sluice_planner::PlanError;
 
 use super::setup::{model_mem_mb, monotone_rows};
 use super::*;
@@ -58,48 +57,6 @@ fn setup(models: &ModelRegistry, gpus: usize, replan_ms: u64) -> ClusterSetup {
         rate_window_ns: 200 * MS,
         rate_change: 0.25,
         headroom: 1.2,
-    }
-}
-
-/// Alternates between two placements on every call: both models on
-/// GPU 0 in a 50/50 split and GPU 1 whole for resnet18, then the mirror
-/// image with other sizes. Breaks the `Planner` contract (same inputs,
-/// same placement) on purpose: it exists to switch as often as possible.
-struct Alternating(AtomicUsize);
-
-impl Planner for Alternating {
-    fn name(&self) -> &'static str {
-        "alternating (test)"
-    }
-    fn plan(&self, _: &[ModelSpec], _: &GpuSpec) -> Result<Placement, PlanError> {
-        let part = |size_pct, names: &[&str]| PartitionPlan {
-            size_pct,
-            duty_cycle_ms: 0.0,
-            models: names
-                .iter()
-                .map(|n| Assignment {
-                    model: (*n).to_owned(),
-                    batch: 8,
-                    share_rps: 0.0,
-                })
-                .collect(),
-        };
-        let gpu = |parts: Vec<PartitionPlan>| GpuPlan { partitions: parts };
-        Ok(if self.0.fetch_add(1, Ordering::Relaxed) % 2 == 0 {
-            Placement {
-                gpus: vec![
-                    gpu(vec![part(50, &["mobilenet"]), part(50, &["resnet18"])]),
-                    gpu(vec![part(100, &["resnet18"])]),
-                ],
-            }
-        } else {
-            Placement {
-                gpus: vec![
-                    gpu(vec![part(75, &["resnet18", "mobilenet"])]),
-                    gpu(vec![part(25, &["mobilenet"]), part(75, &["resnet18"])]),
-                ],
-            }
-        })
     }
 }
 
@@ -236,7 +193,7 @@ fn a_placement_change_every_10_ms_loses_duplicates_and_fails_nothing() {
     let reg = registry();
     let mut b = ClusterBackend::new(
         setup(&reg, 2, 10),
-        Box::new(Alternating(AtomicUsize::new(0))),
+        Box::new(sluice_planner::churn::Churn::default()),
         Arc::clone(&reg),
         0,
     )
@@ -397,7 +354,7 @@ fn a_planner_on_its_own_thread_switches_without_losing_anything() {
     let reg = registry();
     let mut b = ClusterBackend::new(
         setup(&reg, 2, 10),
-        Box::new(Alternating(AtomicUsize::new(0))),
+        Box::new(sluice_planner::churn::Churn::default()),
         Arc::clone(&reg),
         0,
     )
@@ -409,5 +366,5 @@ fn a_planner_on_its_own_thread_switches_without_losing_anything() {
     assert_each_once_ok(&reg, &done, &sent);
     let l = b.layout.lock().unwrap().clone();
     assert!(l.switches >= 1, "{l:?}");
-    assert_eq!(l.planner, "alternating (test)");
+    assert_eq!(l.planner, "churn (test)");
 }
