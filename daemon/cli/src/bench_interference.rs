@@ -15,13 +15,13 @@
 //! reference.
 
 use std::collections::HashMap;
-use std::path::Path;
 
 use serde::Serialize;
 use sluice_gpu::{DeviceProfile, Event, KernelLaunch, Ns, OpError};
 use sluice_gpusim::GpuSim;
 use sluice_model::{Model, ModelRegistry};
 
+use crate::gpulet_data::GpuletData;
 use crate::profile_sim::{partition_cus, run_point};
 
 /// gpulet §3.4's five models, by our manifest and the name in gpulet's
@@ -219,56 +219,6 @@ pub fn co_run(
     ))
 }
 
-/// gpulet's data for one GPU: coefficients and (model, batch) → (L2, DRAM)
-/// utilisation as fractions.
-struct GpuletModel {
-    coef: [f64; 5],
-    util: HashMap<(String, u32), (f64, f64)>,
-}
-
-impl GpuletModel {
-    fn load(dir: &Path) -> Result<Self, String> {
-        let read = |f: &str| {
-            std::fs::read_to_string(dir.join(f))
-                .map_err(|e| format!("cannot read {}: {e}", dir.join(f).display()))
-        };
-        let c = read("INT_MODEL_CONSTANT.CSV")?;
-        let line = c
-            .lines()
-            .nth(1)
-            .ok_or("INT_MODEL_CONSTANT.CSV has no data line")?;
-        let v: Vec<f64> = line
-            .split(',')
-            .filter(|s| !s.trim().is_empty())
-            .map(|s| s.trim().parse::<f64>().map_err(|e| format!("`{s}`: {e}")))
-            .collect::<Result<_, _>>()?;
-        let coef: [f64; 5] = v
-            .try_into()
-            .map_err(|_| "INT_MODEL_CONSTANT.CSV: want 5 coefficients".to_owned())?;
-        let mut util = HashMap::new();
-        for l in read("UTIL.CSV")?.lines().skip(1) {
-            let f: Vec<&str> = l.split(',').collect();
-            if f.len() < 6 {
-                continue;
-            }
-            let (Ok(b), Ok(l2), Ok(mem)) = (f[1].parse(), f[4].parse::<f64>(), f[5].parse::<f64>())
-            else {
-                continue;
-            };
-            util.insert((f[0].to_owned(), b), (l2 / 100.0, mem / 100.0));
-        }
-        Ok(Self { coef, util })
-    }
-
-    /// The factor gpulet's model predicts for `m1` beside `m2` at `batch`.
-    fn factor(&self, m1: &str, m2: &str, batch: u32) -> Option<f64> {
-        let (l1, d1) = *self.util.get(&(m1.to_owned(), batch))?;
-        let (l2, d2) = *self.util.get(&(m2.to_owned(), batch))?;
-        let c = self.coef;
-        Some((c[0] * l1 + c[1] * l2 + c[2] * d1 + c[3] * d2 + c[4]).max(1.0))
-    }
-}
-
 /// Percentiles 50/90/95/99 and the largest of `v` (sorted in place).
 fn percentiles(v: &mut [f64]) -> [f64; 5] {
     if v.is_empty() {
@@ -340,10 +290,10 @@ pub fn run(
     if let Some(&b) = opts.batches.iter().find(|&&b| b == 0 || b > 4096) {
         return Err(format!("batch size {b} is outside 1..=4096"));
     }
-    let gpulet: Option<[GpuletModel; 2]> = match &opts.gpulet_data {
+    let gpulet: Option<[GpuletData; 2]> = match &opts.gpulet_data {
         Some(d) => Some([
-            GpuletModel::load(&d.join("2080ti"))?,
-            GpuletModel::load(&d.join("3080"))?,
+            GpuletData::load(&d.join("2080ti"))?,
+            GpuletData::load(&d.join("3080"))?,
         ]),
         None => None,
     };

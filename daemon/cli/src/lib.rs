@@ -45,6 +45,7 @@ pub mod bench_sim;
 pub mod cuda_models;
 pub mod demo;
 pub mod disb;
+pub mod gpulet_data;
 pub mod ipc_floor;
 pub mod profile_sim;
 pub mod roles;
