@@ -860,4 +860,16 @@ mod tests {
         let reef = make_device(&c, models).unwrap().name().to_owned();
         assert_ne!(fifo, reef);
     }
+
+    #[test]
+    fn cluster_models_cut_the_registry_and_an_unknown_one_is_named() {
+        let mut config = Config::default();
+        config.cluster.gpus = vec!["mi50".into()];
+        config.cluster.models = vec!["resnet18".into()];
+        let models = load_models(&config).unwrap();
+        assert_eq!(models.len(), 1, "only the listed model is served");
+        config.cluster.models = vec!["resnet19".into()];
+        let e = load_models(&config).unwrap_err().to_string();
+        assert!(e.contains("\"resnet19\"") && e.contains("resnet18"), "{e}");
+    }
 }

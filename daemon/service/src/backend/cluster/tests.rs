@@ -280,30 +280,22 @@ fn identical_placements_keep_their_partitions() {
 }
 
 #[test]
-fn start_up_refuses_an_slo_no_placement_can_meet_and_an_unknown_model() {
+fn start_up_refuses_an_slo_no_placement_can_meet() {
     let mut config = crate::config::Config::default();
     config.cluster.gpus = vec!["mi50".into(); 2];
-    config.cluster.models = vec!["resnet18".into()];
     config.cluster.batches = vec![1, 2];
     config.cluster.partition_step_pct = 50;
     config
         .cluster
         .slo_ms_per_model
         .insert("resnet18".into(), 0.5);
-    let models = Arc::new(crate::startup::load_models(&config).unwrap());
-    assert_eq!(models.len(), 1, "only the listed model is served");
-    let e = setup::from_config(&config, models, 0, |_| {})
+    let e = setup::from_config(&config, registry(), 0, |_| {})
         .unwrap_err()
         .to_string();
     assert!(
         e.contains("cluster.slo_ms_per_model.resnet18") && e.contains("0.5 ms"),
         "{e}"
     );
-    config.cluster.models = vec!["resnet19".into()];
-    let e = crate::startup::load_models(&config)
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("\"resnet19\"") && e.contains("resnet18"), "{e}");
 }
 
 #[test]
