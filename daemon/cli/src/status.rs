@@ -108,16 +108,24 @@ pub fn query_all(socket: &Path) -> Result<Status, StatusError> {
 /// GPU's partitions with what they serve, each model's load, and what
 /// switching placements has cost the dispatcher.
 pub fn cluster_table(c: &sluice_backend::Layout) -> String {
-    let mut out = format!(
-        "cluster (simulated GPUs), planner {}: {} placements applied; dispatcher time per \
-         switch median {:.1} µs, p99 {:.1} µs, longest {:.1} µs; last planner run {:.1} µs\n",
-        c.planner,
-        c.switches,
-        c.switch_p50_ns as f64 / 1e3,
-        c.switch_p99_ns as f64 / 1e3,
-        c.max_switch_ns as f64 / 1e3,
-        c.last_plan_ns as f64 / 1e3,
-    );
+    let mut out = if c.switches == 0 {
+        format!(
+            "cluster (simulated GPUs), planner {}: no plan yet (every GPU whole, serving every \
+             model, until rates are seen)\n",
+            c.planner
+        )
+    } else {
+        format!(
+            "cluster (simulated GPUs), planner {}: {} placements applied; dispatcher time per \
+             switch median {:.1} µs, p99 {:.1} µs, longest {:.1} µs; last planner run {:.1} µs\n",
+            c.planner,
+            c.switches,
+            c.switch_p50_ns as f64 / 1e3,
+            c.switch_p99_ns as f64 / 1e3,
+            c.max_switch_ns as f64 / 1e3,
+            c.last_plan_ns as f64 / 1e3,
+        )
+    };
     if let Some(e) = &c.plan_error {
         out += &format!(
             "WARNING: the planner found no placement ({e}); every GPU serves every model\n"
@@ -125,8 +133,15 @@ pub fn cluster_table(c: &sluice_backend::Layout) -> String {
     }
     for g in &c.gpus {
         out += &format!(
-            "  GPU {} ({}, {} CUs)\n",
-            g.index, g.profile, g.compute_units
+            "  GPU {} ({}, {} CUs){}\n",
+            g.index,
+            g.profile,
+            g.compute_units,
+            if g.partitions.is_empty() {
+                ": idle, no partition"
+            } else {
+                ""
+            }
         );
         for p in &g.partitions {
             let models: Vec<String> = p

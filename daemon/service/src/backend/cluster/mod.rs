@@ -655,8 +655,10 @@ impl ClusterBackend {
         if self.setup.replan_ns > 0 && now >= self.last_plan + self.setup.replan_ns {
             return true;
         }
-        // Rates are looked at once per 10 ms at most.
-        if now < self.layout_at + 10 * MS {
+        // Rates are looked at once per 10 ms at most, and a rate move
+        // re-plans at most once per quarter window: the monitor's own noise
+        // must not turn into a switch storm.
+        if now < self.layout_at + 10 * MS || now < self.last_plan + self.setup.rate_window_ns / 4 {
             return false;
         }
         let band = self.setup.rate_change;
