@@ -94,7 +94,7 @@ proptest! {
         step in prop::sample::select(vec![10u32, 20, 25, 50]),
     ) {
         let models: Vec<ModelSpec> = specs.into_iter().enumerate().map(|(i, s)| build(i, s)).collect();
-        let gpus = GpuSpec { count, mem_mb: 16_000, partition_step_pct: step };
+        let gpus = GpuSpec::new(count, 16_000, step);
         verify(&Sbp, &models, &gpus)?;
         verify(&GreedyBestFit, &models, &gpus)?;
     }

@@ -567,6 +567,7 @@ impl ClusterBackend {
             count: self.gpus.len() as u32,
             mem_mb: self.setup.gpu_mem_mb,
             partition_step_pct: self.setup.partition_step_pct,
+            sizes_pct: None,
         };
         let (placement, error) = match self.planner.plan(&specs, &gpus) {
             Ok(p) if self.covers_queued(&p) => (p, None),
