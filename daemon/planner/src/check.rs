@@ -410,6 +410,7 @@ fn check_inner(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Planner;
     use crate::placement::{Assignment, GpuPlan, PartitionPlan};
     use crate::testutil::{gpus, model};
 
@@ -507,6 +508,28 @@ mod tests {
                 gpu: 0,
                 sum_pct: 150
             }
+        );
+
+        // gpulet's sizes: 30 % is on the 10 % grid but not on the list.
+        let listed = crate::testutil::gpulet_gpus(1);
+        let e = check(&one(30, 10.0, &[]), &ms, &listed).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "gpu 0 partition 0 has size 30%, not one of the GPU's allowed sizes [20, 40, 50, 60, 80, 100]%"
+        );
+        let e = crate::Sbp
+            .plan(
+                &ms,
+                &GpuSpec::new(1, 16_000, 10).with_sizes(crate::PartitionSizes::new(&[50]).unwrap()),
+            )
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the sbp planner needs whole-GPU partitions (100%), but the GPU allows only [50]%; allow whole-GPU partitions (100%) in GpuSpec::sizes_pct"
+        );
+        assert_eq!(
+            crate::PartitionSizes::new(&[0]).unwrap_err().to_string(),
+            "partition size 0% is outside 1..=100; give partition sizes in percent of one GPU"
         );
     }
 }

@@ -306,7 +306,10 @@ impl<'a> Engine<'a> {
         let sum: f64 = p
             .members
             .iter()
-            .map(|m| self.lat(m.model, m.batch, p.size, g, k).unwrap_or(f64::INFINITY))
+            .map(|m| {
+                self.lat(m.model, m.batch, p.size, g, k)
+                    .unwrap_or(f64::INFINITY)
+            })
             .sum();
         sum / p.duty_ms
     }
@@ -560,5 +563,255 @@ impl<'a> Engine<'a> {
                 })
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{gpulet_gpus, model};
+    use crate::{
+        GreedyBestFit, LinearCoefficients, LinearInterference, UtilTable, check,
+        check_with_interference,
+    };
+
+    const B: &[u32] = &[1, 2, 4, 8, 16, 32];
+    const P: &[u32] = &[10, 20, 30, 40, 50, 60, 70, 80, 90, 100];
+
+    /// `L(b, p) = 40·b / min(p, 40)` ms, SLO 40: flat past the 40 % knee.
+    fn knee_model(rate_rps: f64) -> ModelSpec {
+        model("k", 40.0, rate_rps, 2_000, B, P, |b, p| {
+            40.0 * f64::from(b) / f64::from(p.min(40))
+        })
+    }
+
+    /// `L(b, p) = 100·b / p` ms, SLO 8 ms, 100 rps: the SLO, not the rate,
+    /// sets the partition.
+    fn tight(name: &str) -> ModelSpec {
+        model(name, 8.0, 100.0, 2_000, B, P, |b, p| {
+            100.0 * f64::from(b) / f64::from(p)
+        })
+    }
+
+    fn layout(p: &Placement) -> Vec<Vec<(u32, Vec<(&str, u32)>)>> {
+        p.gpus
+            .iter()
+            .map(|g| {
+                g.partitions
+                    .iter()
+                    .map(|q| {
+                        let ms = q
+                            .models
+                            .iter()
+                            .map(|a| (a.model.as_str(), a.batch))
+                            .collect();
+                        (q.size_pct, ms)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn knee_is_the_smallest_size_within_five_percent_of_the_best() {
+        // Saturated batch (largest b with 2·L ≤ 40, i.e. L ≤ 20): on 20 %,
+        // L = 2b → b = 8, T = 8 / 16 ms = 500 rps; on 40 % and more, L = b →
+        // b = 16, T = 16 / 16 ms = 1000 rps. Best 1000; 0.95 · 1000 = 950:
+        // 20 % is out, 40 % is the knee.
+        let m = knee_model(1.0);
+        let sizes = usable_sizes(&m, &gpulet_gpus(1)).unwrap();
+        assert_eq!(sizes, [20, 40, 50, 60, 80, 100]);
+        assert_eq!(knee(&m, &sizes), Some(40));
+        // Linear scaling, L = 100·b/p, SLO 8: T(100) = 4 / 4 ms = 1000,
+        // T(80) = 2 / 2.5 ms = 800 < 950 → the knee is 100 %.
+        assert_eq!(knee(&tight("t"), &sizes), Some(100));
+    }
+
+    #[test]
+    fn heavy_model_takes_knee_gpulets_and_the_rest_of_the_gpu() {
+        // 2000 rps of the knee model. No size serves 2000 (at most 1000), so
+        // p_req is none and p_ideal = p_eff = 40: GPU 0 splits 40 | 60, the
+        // 40 % gpulet runs b = 16 back to back (d = 16 ms, 1000 rps).
+        // 1000 rps left: p_req = 40 (b = 16 collects in 16 ms, runs 16 ms,
+        // 16 + 16 ≤ 40), p_ideal 40; the free gpulets ≥ 40 % in ascending
+        // size are GPU 0's 60 % and a fresh GPU: the 60 % takes it at b = 16,
+        // d = 16 ms. One GPU.
+        let ms = [knee_model(2000.0)];
+        let g = gpulet_gpus(1);
+        let plan = Gpulet.plan(&ms, &g).unwrap();
+        assert_eq!(
+            layout(&plan),
+            [vec![(40, vec![("k", 16)]), (60, vec![("k", 16)])]]
+        );
+        for (_, p) in plan.partitions() {
+            assert_eq!(p.duty_cycle_ms, 16.0);
+            assert_eq!(p.models[0].share_rps, 1000.0);
+        }
+        check(&plan, &ms, &g).unwrap();
+        // Greedy best-fit: a 100 % chunk (1000 rps) plus 40 % → 2 GPUs.
+        assert_eq!(
+            GreedyBestFit.plan(&ms, &g).unwrap_err().to_string(),
+            "not schedulable by greedy-best-fit: needs 2 GPUs, have 1"
+        );
+    }
+
+    #[test]
+    fn two_models_merge_temporally_on_the_larger_gpulet() {
+        // tight, 100 rps, SLO 8: on 20 %, L(1) = 5 ms and 2·5 > 8; on 40 %,
+        // L(1) = 2.5: the collection rule fails (10 + 2.5 > 8), so the duty
+        // cycle is cut to d = min(10, 8 − 2.5) = 5.5 ms (batch 2: d = 3 <
+        // L 5) → p_req = 40, p_eff = 100 (knee test), p_ideal = 40.
+        // a: GPU 0 splits 40 | 60, a at (b 1, d 5.5).
+        // b: p_ideal 40, the 60 % leftover comes first: on 60 %, L(1) = 1.67,
+        //    d = min(10, 6.33) = 6.33 (busy 0.26; b 2 would be 3.33 / 4.67 =
+        //    0.71) → (b 1, d 6.33).
+        // Temporal: b's 60 % hosts (the larger), d = min(6.33, 5.5) = 5.5;
+        //    100 rps in 5.5 ms needs 0.55 → b 1 each, L(1, 60) = 1.67 each:
+        //    round 3.33 ≤ 5.5, latency 5.5 + 1.67 = 7.17 ≤ 8 → merged; the
+        //    40 % is freed.
+        let ms = [tight("a"), tight("b")];
+        let g = gpulet_gpus(1);
+        let plan = Gpulet.plan(&ms, &g).unwrap();
+        assert_eq!(layout(&plan), [vec![(60, vec![("a", 1), ("b", 1)])]]);
+        assert_eq!(plan.gpus[0].partitions[0].duty_cycle_ms, 5.5);
+        check(&plan, &ms, &g).unwrap();
+        assert_eq!(Gpulet.plan(&ms, &g).unwrap(), plan, "deterministic");
+    }
+
+    #[test]
+    fn schedules_on_one_gpu_what_greedy_needs_two_for() {
+        // Three tight models: a and b merge on 60 % as above; c takes the
+        // freed 40 % (b 1, d 5.5) and then merges into the 60 %: d = 5.5,
+        // round 3 · 1.67 = 5 ≤ 5.5 → one partition, three models.
+        // Greedy gives each its 40 %: 40 + 40 on GPU 0, 40 on GPU 1.
+        let ms = [tight("a"), tight("b"), tight("c")];
+        let g = gpulet_gpus(1);
+        let plan = Gpulet.plan(&ms, &g).unwrap();
+        assert_eq!(
+            layout(&plan),
+            [vec![(60, vec![("a", 1), ("b", 1), ("c", 1)])]]
+        );
+        let s = check(&plan, &ms, &g).unwrap();
+        assert!((s.busy_gpus - 0.6 * 5.0 / 5.5).abs() < 1e-9);
+        assert_eq!(
+            GreedyBestFit.plan(&ms, &g).unwrap_err().to_string(),
+            "not schedulable by greedy-best-fit: needs 2 GPUs, have 1"
+        );
+    }
+
+    /// `L(b, p) = 1000·b / p` ms (10 ms per request on a whole GPU).
+    fn slow(name: &str, slo_ms: f64, rate_rps: f64, mem_mb: u64) -> ModelSpec {
+        model(name, slo_ms, rate_rps, mem_mb, B, P, |b, p| {
+            1000.0 * f64::from(b) / f64::from(p)
+        })
+    }
+
+    #[test]
+    fn interference_moves_a_model_to_a_larger_gpulet() {
+        // Order by rate × SLO: a 55·36 = 1980, c 35·60 = 2100, b 38·60 = 2280.
+        // a (9 GB): keeping up needs L(1, p) = 1000/p ≤ 1000/55 → p ≥ 55:
+        //   60 %, b 1, d 18.2 ms (18.2 + 16.7 = 34.8 ≤ 36) → GPU 0: 60 | 40.
+        // c (9 GB): p ≥ 35 → 40 %, b 1, d 28.6 (28.6 + 25 ≤ 60); GPU 0's 40 %
+        //   lacks memory (9 + 9 > 16 GB) → GPU 1: 40 | 60.
+        // b (1 GB): p ≥ 38 → 40 %, b 1, d 26.3 (26.3 + 25 ≤ 60; on 20 %,
+        //   2·50 > 60). Free gpulets ≥ 40 % by size: GPU 0's 40 % (beside a),
+        //   GPU 1's 60 % (beside c).
+        // No merge fits (the rounds would run 33 > 18 and 33 > 26 or 50 > 26).
+        let ms = [
+            slow("a", 36.0, 55.0, 9_000),
+            slow("c", 60.0, 35.0, 9_000),
+            slow("b", 60.0, 38.0, 1_000),
+        ];
+        let g = gpulet_gpus(2);
+        let plain = Gpulet.plan(&ms, &g).unwrap();
+        assert_eq!(
+            layout(&plain),
+            [
+                vec![(60, vec![("a", 1)]), (40, vec![("b", 1)])],
+                vec![(40, vec![("c", 1)])]
+            ]
+        );
+        check(&plain, &ms, &g).unwrap();
+
+        // factor = 1·L2_other·(p_other/100) + 1, a's L2 utilisation 0.5, b's
+        // 0, c unmeasured (factor 1 against it). b beside a on 60 %:
+        // 1 + 0.5·0.6 = 1.3, L(1, 40) = 25 · 1.3 = 32.5 and 2·32.5 > 60: no
+        // batch. Beside c: factor 1, on 60 %: L = 16.7, d 26.3 → b moves to
+        // the larger gpulet.
+        let intf = LinearInterference::new(LinearCoefficients {
+            l2_own: 0.0,
+            l2_other: 1.0,
+            dram_own: 0.0,
+            dram_other: 0.0,
+            constant: 1.0,
+        })
+        .with_util("a", UtilTable::new(vec![(1, 0.5, 0.0)]).unwrap())
+        .with_util("b", UtilTable::new(vec![(1, 0.0, 0.0)]).unwrap());
+        let planner = GpuletInt::new(intf.clone());
+        let with = planner.plan(&ms, &g).unwrap();
+        assert_eq!(
+            layout(&with),
+            [
+                vec![(60, vec![("a", 1)])],
+                vec![(40, vec![("c", 1)]), (60, vec![("b", 1)])]
+            ]
+        );
+        check(&with, &ms, &g).unwrap();
+        check_with_interference(&with, &ms, &g, &intf).unwrap();
+        // The plain plan breaks under interference: b's round runs 32.5 ms
+        // in a 26.3 ms duty cycle.
+        let e = check_with_interference(&plain, &ms, &g, &intf).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                crate::Violation::RoundOverrun {
+                    gpu: 0,
+                    partition: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(planner.plan(&ms, &g).unwrap(), with, "deterministic");
+    }
+
+    #[test]
+    fn reports_the_exact_gpu_count_and_errors_with_values() {
+        let ms = [knee_model(3500.0)];
+        // 3500 rps: 40 + 60 (2000 rps) on GPU 0, 40 + 60 on GPU 1 (1500 of
+        // its 2000) → needs 2.
+        let e = Gpulet.plan(&ms, &gpulet_gpus(1)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "not schedulable by gpulet: needs 2 GPUs, have 1"
+        );
+        let plan = Gpulet.plan(&ms, &gpulet_gpus(2)).unwrap();
+        check(&plan, &ms, &gpulet_gpus(2)).unwrap();
+        assert_eq!(plan.gpus.len(), 2);
+
+        // L(1, 100) = 1 ms: the SLO must be at least 2 ms.
+        let fast = model("fast", 1.5, 10.0, 1, B, P, |b, p| {
+            100.0 * f64::from(b) / f64::from(p)
+        });
+        let e = Gpulet.plan(&[fast], &gpulet_gpus(1)).unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("model \"fast\" cannot meet its SLO of 1.5 ms: on 100% of a GPU"),
+            "{e}"
+        );
+        let odd = model("odd", 40.0, 10.0, 1, B, &[10, 30, 70], |b, _| f64::from(b));
+        let e = Gpulet.plan(&[odd], &gpulet_gpus(1)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "model \"odd\": its profile lists partition sizes [10, 30, 70]%, none of them among the GPU's allowed sizes [20, 40, 50, 60, 80, 100]%; profile it at one of those"
+        );
+        // 1e12 rps at 1000 rps per 40 % gpulet, at most 2500 rps per GPU.
+        let e = Gpulet
+            .plan(&[knee_model(1e12)], &gpulet_gpus(8))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "not schedulable by gpulet: needs 400000000 GPUs, have 8"
+        );
     }
 }

@@ -55,6 +55,14 @@ impl Ideal {
     pub fn new() -> Self {
         Ideal::default()
     }
+
+    /// The search over `splits` instead of the paper's, no interference.
+    pub fn with_splits(splits: Vec<(u32, u32)>) -> Self {
+        Ideal {
+            splits,
+            interference: None,
+        }
+    }
 }
 
 impl<I> Ideal<I> {
@@ -97,7 +105,11 @@ impl<I: Interference> Planner for Ideal<I> {
         let layouts = k.checked_pow(gpus.count).filter(|&n| n <= MAX_LAYOUTS);
         let Some(layouts) = layouts else {
             let mut max_gpus = 0u32;
-            while k.checked_pow(max_gpus + 1).is_some_and(|n| n <= MAX_LAYOUTS) && k > 1 {
+            while k
+                .checked_pow(max_gpus + 1)
+                .is_some_and(|n| n <= MAX_LAYOUTS)
+                && k > 1
+            {
                 max_gpus += 1;
             }
             return Err(PlanError::TooManyLayouts {
@@ -137,5 +149,122 @@ impl<I: Interference> Planner for Ideal<I> {
             gpus: gpus.count,
             layouts,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{gpulet_gpus, model};
+    use crate::{Gpulet, GreedyBestFit, check, plan_with_scaling};
+
+    /// One batch size; `L(1, p)` for p = 20, 40, 50, 60, 80, 100 is 20,
+    /// 10.2, 10.1, 10.05, 10.02, 10 ms, SLO 100 ms: past 40 % more of the
+    /// GPU barely helps. Saturated throughput `T = 1000 / L`: 50, 98.04,
+    /// 99.01, 99.50, 99.80, 100 rps, so the knee is 40 % (≥ 95).
+    fn flat(rate_rps: f64) -> ModelSpec {
+        let l = |p: u32| match p {
+            20 => 20.0,
+            40 => 10.2,
+            50 => 10.1,
+            60 => 10.05,
+            80 => 10.02,
+            _ => 10.0,
+        };
+        model(
+            "flat",
+            100.0,
+            rate_rps,
+            1_000,
+            &[1],
+            &[20, 40, 50, 60, 80, 100],
+            move |_, p| l(p),
+        )
+    }
+
+    #[test]
+    fn only_the_ideal_fits_one_gpu() {
+        // 198 rps. gpulet: p_eff 40, no size serves 198 → split 40 | 60,
+        // 40 % serves 98.04; 99.96 left, served whole only by 100 % → p_ideal
+        // 40 → the 60 % serves 99.50; 0.46 left → a second GPU.
+        // Greedy: 100 % (100 rps) + 40 % (98) → two GPUs.
+        // Ideal, 1 GPU, layouts in order: 2:8 — 80 % serves 99.80, 98.2 left
+        // (p_req 50, p_ideal 40), no free gpulet ≥ 40 %, the 20 % serves 50,
+        // the rest has nowhere to go; 4:6 — 98.04 + 99.50 < 198; 5:5 — the
+        // first 50 % serves 99.01, the second serves the remaining 98.99 by
+        // adaptive batching (collect 10.102 ms ≥ L 10.1) → viable.
+        let ms = [flat(198.0)];
+        let g = gpulet_gpus(1);
+        assert_eq!(
+            Gpulet.plan(&ms, &g).unwrap_err().to_string(),
+            "not schedulable by gpulet: needs 2 GPUs, have 1"
+        );
+        assert_eq!(
+            GreedyBestFit.plan(&ms, &g).unwrap_err().to_string(),
+            "not schedulable by greedy-best-fit: needs 2 GPUs, have 1"
+        );
+        let plan = Ideal::new().plan(&ms, &g).unwrap();
+        let sizes: Vec<u32> = plan.partitions().map(|(_, p)| p.size_pct).collect();
+        assert_eq!(sizes, [50, 50]);
+        check(&plan, &ms, &g).unwrap();
+        assert_eq!(Ideal::new().plan(&ms, &g).unwrap(), plan, "deterministic");
+
+        // 250 rps: no layout of one GPU serves it.
+        let e = Ideal::new().plan(&[flat(250.0)], &g).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "not schedulable by ideal on 1 GPUs: none of its 4 partition layouts serves every model; add GPUs or lower the rates"
+        );
+    }
+
+    #[test]
+    fn caps_the_search_and_skips_disallowed_splits() {
+        let e = Ideal::new()
+            .plan(&[flat(1.0)], &gpulet_gpus(9))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the ideal planner would search 4^9 partition layouts, over its limit of 65536; give it at most 8 GPUs (or fewer splits), or use the gpulet planner"
+        );
+        // A 25 % step allows only 50 and 100 of the paper's sizes: 5:5 and
+        // 10:0 remain, 2 layouts per GPU.
+        let g = crate::GpuSpec::new(1, 16_000, 25);
+        let e = Ideal::new().plan(&[flat(250.0)], &g).unwrap_err();
+        assert!(
+            e.to_string().contains("none of its 2 partition layouts"),
+            "{e}"
+        );
+        let e = Ideal::with_splits(vec![(30, 70)])
+            .plan(&[flat(1.0)], &gpulet_gpus(1))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the ideal planner needs a size of one of the splits [(30, 70)], but the GPU allows only [20, 40, 50, 60, 80, 100]%; allow a size of one of the splits [(30, 70)] in GpuSpec::sizes_pct"
+        );
+    }
+
+    #[test]
+    fn scaling_adds_gpus_up_to_the_limit() {
+        let ms = [flat(198.0)];
+        let g = gpulet_gpus(0);
+        // gpulet needs 2: from 1 it tries 1, then 2.
+        let (plan, used) = plan_with_scaling(&Gpulet, &ms, &g, 1, 4).unwrap();
+        assert_eq!(used, 2);
+        check(&plan, &ms, &gpulet_gpus(2)).unwrap();
+        // From a previous count of 3 the plan still uses 2: the next period
+        // starts there.
+        let (_, used) = plan_with_scaling(&Gpulet, &ms, &g, 3, 4).unwrap();
+        assert_eq!(used, 2);
+        let e = plan_with_scaling(&Gpulet, &ms, &g, 1, 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "not schedulable by gpulet on up to 1 GPUs (tried 1 to 1); raise the GPU limit or lower the rates"
+        );
+        // The ideal from 0 GPUs: 0 fails, 1 fits.
+        let (plan, used) = plan_with_scaling(&Ideal::new(), &ms, &g, 0, 2).unwrap();
+        assert_eq!((used, plan.gpus.len()), (1, 1));
+        // An input error is not a lack of GPUs.
+        let e = plan_with_scaling(&Gpulet, &[flat(-1.0)], &g, 0, 2).unwrap_err();
+        assert!(e.to_string().contains("rate_rps -1"), "{e}");
     }
 }

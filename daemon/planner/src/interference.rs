@@ -118,7 +118,9 @@ impl LinearCoefficients {
     pub fn parse_csv(text: &str) -> Result<Self, InterferenceError> {
         let bad = |what: String| InterferenceError::Coefficients { what };
         let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-        let header = lines.next().ok_or_else(|| bad("the file is empty".into()))?;
+        let header = lines
+            .next()
+            .ok_or_else(|| bad("the file is empty".into()))?;
         let want = [
             "l2_util_m1",
             "l2_util_m2",
@@ -320,7 +322,11 @@ pub(crate) fn combined(
 ) -> f64 {
     others.iter().fold(1.0, |acc: f64, &(o, ob, op)| {
         let f = intf.factor(&own.name, batch, pct, o, ob, op);
-        if f.is_nan() { f64::INFINITY } else { acc.max(f) }
+        if f.is_nan() {
+            f64::INFINITY
+        } else {
+            acc.max(f)
+        }
     })
 }
 

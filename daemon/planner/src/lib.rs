@@ -43,8 +43,7 @@ pub use greedy::GreedyBestFit;
 pub use ideal::{Ideal, MAX_LAYOUTS, PAPER_SPLITS};
 pub use interference::{
     Interference, InterferenceError, LinearCoefficients, LinearInterference, NoInterference,
-    UtilTable,
-    parse_util_csv,
+    UtilTable, parse_util_csv,
 };
 pub use placement::{Assignment, GpuPlan, PartitionPlan, Placement};
 pub use sbp::Sbp;
@@ -162,9 +161,7 @@ pub enum PlanError {
     )]
     EmptySizes,
     /// A listed partition size outside `1..=100`.
-    #[error(
-        "partition size {pct}% is outside 1..=100; give partition sizes in percent of one GPU"
-    )]
+    #[error("partition size {pct}% is outside 1..=100; give partition sizes in percent of one GPU")]
     SizeOutOfRange {
         /// The size given.
         pct: u32,
