@@ -210,6 +210,16 @@ impl Part {
     }
 }
 
+/// A possible merge: the merged round's busy fraction, the host and guest
+/// gpulets as (GPU, position), and the merged gpulet.
+#[derive(Debug, Clone, PartialEq)]
+struct Merge {
+    busy: f64,
+    host: (usize, usize),
+    guest: (usize, usize),
+    part: Part,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 struct Gpu {
     parts: Vec<Part>,
@@ -455,23 +465,26 @@ impl<'a> Engine<'a> {
             if self.busy(g, k) >= 1.0 - EPS {
                 return;
             }
-            let mut best: Option<(f64, (usize, usize), (usize, usize), Part)> = None;
+            let mut best: Option<Merge> = None;
             for h in 0..self.gpus.len() {
                 for j in 0..self.gpus[h].parts.len() {
                     if (h, j) == (g, k) || self.gpus[h].parts[j].members.is_empty() {
                         continue;
                     }
-                    if let Some((busy, host, guest, merged)) = self.try_merge((g, k), (h, j))
-                        && best.as_ref().is_none_or(|b| busy > b.0)
+                    if let Some(m) = self.try_merge((g, k), (h, j))
+                        && best.as_ref().is_none_or(|b| m.busy > b.busy)
                     {
-                        best = Some((busy, host, guest, merged));
+                        best = Some(m);
                     }
                 }
             }
-            let Some((_, host, guest, merged)) = best else {
+            let Some(Merge {
+                host, guest, part, ..
+            }) = best
+            else {
                 return;
             };
-            self.gpus[host.0].parts[host.1] = merged;
+            self.gpus[host.0].parts[host.1] = part;
             let guest_size = self.gpus[guest.0].parts[guest.1].size;
             self.gpus[guest.0].parts[guest.1] = Part::free(guest_size);
             if self.elastic
@@ -486,15 +499,9 @@ impl<'a> Engine<'a> {
         }
     }
 
-    /// The merge of gpulets `a` (new) and `b` (allocated): its busy
-    /// fraction, host, guest and merged gpulet, or `None` when it breaks a
-    /// rule.
-    #[allow(clippy::type_complexity)]
-    fn try_merge(
-        &mut self,
-        a: (usize, usize),
-        b: (usize, usize),
-    ) -> Option<(f64, (usize, usize), (usize, usize), Part)> {
+    /// The merge of gpulets `a` (new) and `b` (allocated), or `None` when
+    /// it breaks a rule.
+    fn try_merge(&mut self, a: (usize, usize), b: (usize, usize)) -> Option<Merge> {
         let pa = &self.gpus[a.0].parts[a.1];
         let pb = &self.gpus[b.0].parts[b.1];
         if self.busy(b.0, b.1) >= 1.0 - EPS
@@ -530,7 +537,12 @@ impl<'a> Engine<'a> {
         let busy = self.busy(host.0, host.1);
         self.gpus[guest.0] = saved.1;
         self.gpus[host.0] = saved.0;
-        ok.then_some((busy, host, guest, merged))
+        ok.then_some(Merge {
+            busy,
+            host,
+            guest,
+            part: merged,
+        })
     }
 
     /// The GPUs in use, in index order, each with its non-free gpulets.
@@ -593,7 +605,10 @@ mod tests {
         })
     }
 
-    fn layout(p: &Placement) -> Vec<Vec<(u32, Vec<(&str, u32)>)>> {
+    /// A partition as (size, [(model, batch)]).
+    type Part<'a> = (u32, Vec<(&'a str, u32)>);
+
+    fn layout(p: &Placement) -> Vec<Vec<Part<'_>>> {
         p.gpus
             .iter()
             .map(|g| {

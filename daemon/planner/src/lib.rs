@@ -5,14 +5,18 @@
 //! to partition each GPU, which models run in each partition, at which batch
 //! size and duty cycle, and how each model's rate is split.
 //!
-//! Two baselines from the gpulet paper (Choi et al., USENIX ATC '22, §2.2,
-//! §2.3, §5.1):
+//! From the gpulet paper (Choi et al., USENIX ATC '22):
 //!
 //! - [`Sbp`]: Nexus's *squishy bin packing*, temporal sharing only; every
-//!   partition is a whole GPU.
+//!   partition is a whole GPU (§2.2).
 //! - [`GreedyBestFit`]: spatial sharing only; each model gets the smallest
 //!   partition that serves its rate at the largest batch meeting its SLO,
-//!   packed best-fit onto GPUs, one model per partition.
+//!   packed best-fit onto GPUs, one model per partition (§2.3).
+//! - [`Gpulet`] and [`GpuletInt`]: elastic partitioning (§4.3 Algorithm 1),
+//!   the latter with an [`Interference`] model such as gpulet's linear
+//!   [`LinearInterference`] (§4.4).
+//! - [`Ideal`]: the exhaustive search over per-GPU splits of §5.2.
+//! - [`plan_with_scaling`]: Algorithm 2's GPU scaling around any planner.
 //!
 //! [`check`] verifies any [`Placement`] against the inputs on its own,
 //! without trusting the planner that made it. `docs/planners.md` states

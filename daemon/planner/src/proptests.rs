@@ -132,7 +132,10 @@ proptest! {
 /// gpulet's linear model with random coefficients (own and other L2/DRAM
 /// in 0..1, constant 0.8..1.2) and a random utilisation table for every
 /// other model (the rest have none).
-fn interference_strategy() -> impl Strategy<Value = ([f64; 5], Vec<(f64, f64, f64, f64)>)> {
+/// Coefficients c1..c5 and per-model (L2, DRAM) at batches 1 and 32.
+type IntfDraw = ([f64; 5], Vec<(f64, f64, f64, f64)>);
+
+fn interference_strategy() -> impl Strategy<Value = IntfDraw> {
     (
         [
             0.0f64..1.0,
@@ -145,10 +148,7 @@ fn interference_strategy() -> impl Strategy<Value = ([f64; 5], Vec<(f64, f64, f6
     )
 }
 
-fn build_interference(
-    (c, util): ([f64; 5], Vec<(f64, f64, f64, f64)>),
-    models: &[ModelSpec],
-) -> LinearInterference {
+fn build_interference((c, util): IntfDraw, models: &[ModelSpec]) -> LinearInterference {
     let mut i = LinearInterference::new(LinearCoefficients {
         l2_own: c[0],
         l2_other: c[1],
