@@ -545,6 +545,7 @@ fn probe(
         count: sc.gpus,
         mem_mb: sc.gpu_mem_mb,
         partition_step_pct: sc.partition_step_pct,
+        sizes_pct: None,
     };
     let mut out = Probe {
         factor,

@@ -38,8 +38,18 @@ pub(crate) struct Batching {
 /// the smallest batch misses the SLO this way, in which case the model
 /// cannot be served on this partition at any rate.
 pub(crate) fn saturated(table: &LatencyTable, pct: u32, slo_ms: f64) -> Option<Batching> {
-    table.batches().iter().rev().find_map(|&b| {
-        let l = table.latency_ms(b, pct)?;
+    saturated_with(table.batches(), |b| table.latency_ms(b, pct), slo_ms)
+}
+
+/// [`saturated`] over the batch sizes `batches` with latencies `lat(b)`
+/// (a profile's, or a profile's inflated by interference).
+pub(crate) fn saturated_with(
+    batches: &[u32],
+    lat: impl Fn(u32) -> Option<f64>,
+    slo_ms: f64,
+) -> Option<Batching> {
+    batches.iter().rev().find_map(|&b| {
+        let l = lat(b)?;
         le(2.0 * l, slo_ms).then_some(Batching {
             batch: b,
             duty_ms: l,
@@ -65,9 +75,24 @@ pub(crate) fn adaptive(
     rate_rps: f64,
     slo_ms: f64,
 ) -> Option<Batching> {
+    adaptive_with(
+        table.batches(),
+        |b| table.latency_ms(b, pct),
+        rate_rps,
+        slo_ms,
+    )
+}
+
+/// [`adaptive`] over the batch sizes `batches` with latencies `lat(b)`.
+pub(crate) fn adaptive_with(
+    batches: &[u32],
+    lat: impl Fn(u32) -> Option<f64>,
+    rate_rps: f64,
+    slo_ms: f64,
+) -> Option<Batching> {
     let collect = |b: u32| f64::from(b) * 1000.0 / rate_rps;
-    let nexus = table.batches().iter().rev().find_map(|&b| {
-        let l = table.latency_ms(b, pct)?;
+    let nexus = batches.iter().rev().find_map(|&b| {
+        let l = lat(b)?;
         let d = collect(b);
         (le(l, d) && le(d + l, slo_ms)).then_some(Batching {
             batch: b,
@@ -78,8 +103,8 @@ pub(crate) fn adaptive(
         return nexus;
     }
     let mut best: Option<(f64, Batching)> = None;
-    for &b in table.batches().iter().rev() {
-        let Some(l) = table.latency_ms(b, pct) else {
+    for &b in batches.iter().rev() {
+        let Some(l) = lat(b) else {
             continue;
         };
         let d = collect(b).min(slo_ms - l);

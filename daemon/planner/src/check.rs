@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 
 use crate::batching::{capacity_rps, le};
+use crate::interference::{Interference, combined};
 use crate::placement::Placement;
 use crate::spec::{GpuSpec, ModelSpec};
 
@@ -58,6 +59,20 @@ pub enum Violation {
         size_pct: u32,
         /// The GPU's step.
         step: u32,
+    },
+    /// A partition size not on the GPU's size list.
+    #[error(
+        "gpu {gpu} partition {partition} has size {size_pct}%, not one of the GPU's allowed sizes {allowed:?}%"
+    )]
+    DisallowedSize {
+        /// GPU index.
+        gpu: usize,
+        /// Partition index.
+        partition: usize,
+        /// Its size.
+        size_pct: u32,
+        /// The allowed sizes.
+        allowed: Vec<u32>,
     },
     /// Partition sizes on one GPU over 100 %.
     #[error("gpu {gpu} has partitions summing to {sum_pct}% (over 100%)")]
@@ -209,6 +224,28 @@ pub fn check(
     models: &[ModelSpec],
     gpus: &GpuSpec,
 ) -> Result<Stats, Violation> {
+    check_inner(placement, models, gpus, None)
+}
+
+/// [`check`] with every latency `L(b, p)` multiplied by its interference
+/// factor: the largest factor `intf` gives the model against any model in
+/// another partition of the same GPU, at least 1 (`docs/planners.md`,
+/// "Interference"). A placement that passes this passes [`check`].
+pub fn check_with_interference(
+    placement: &Placement,
+    models: &[ModelSpec],
+    gpus: &GpuSpec,
+    intf: &dyn Interference,
+) -> Result<Stats, Violation> {
+    check_inner(placement, models, gpus, Some(intf))
+}
+
+fn check_inner(
+    placement: &Placement,
+    models: &[ModelSpec],
+    gpus: &GpuSpec,
+    intf: Option<&dyn Interference>,
+) -> Result<Stats, Violation> {
     let step = gpus.partition_step_pct;
     if step == 0 || 100 % step != 0 {
         return Err(Violation::BadStep { step });
@@ -239,6 +276,14 @@ pub fn check(
                     partition: p,
                     size_pct: size,
                     step,
+                });
+            }
+            if !gpus.allows(size) {
+                return Err(Violation::DisallowedSize {
+                    gpu: g,
+                    partition: p,
+                    size_pct: size,
+                    allowed: gpus.allowed_sizes(),
                 });
             }
             sum_pct += u64::from(size);
@@ -274,7 +319,7 @@ pub fn check(
                         share_rps: a.share_rps,
                     });
                 }
-                let Some(l) = m.profile.latency_ms(a.batch, size) else {
+                let Some(alone) = m.profile.latency_ms(a.batch, size) else {
                     return Err(Violation::Unprofiled {
                         gpu: g,
                         partition: p,
@@ -282,6 +327,23 @@ pub fn check(
                         batch: a.batch,
                         size_pct: size,
                     });
+                };
+                let l = match intf {
+                    None => alone,
+                    Some(intf) => {
+                        let others: Vec<(&str, u32, u32)> = gpu
+                            .partitions
+                            .iter()
+                            .enumerate()
+                            .filter(|&(q, _)| q != p)
+                            .flat_map(|(_, o)| {
+                                o.models
+                                    .iter()
+                                    .map(move |x| (x.model.as_str(), x.batch, o.size_pct))
+                            })
+                            .collect();
+                        alone * combined(intf, m, a.batch, size, &others)
+                    }
                 };
                 let cap = capacity_rps(a.batch, d);
                 if !le(a.share_rps, cap) {
@@ -348,6 +410,7 @@ pub fn check(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Planner;
     use crate::placement::{Assignment, GpuPlan, PartitionPlan};
     use crate::testutil::{gpus, model};
 
@@ -445,6 +508,28 @@ mod tests {
                 gpu: 0,
                 sum_pct: 150
             }
+        );
+
+        // gpulet's sizes: 30 % is on the 10 % grid but not on the list.
+        let listed = crate::testutil::gpulet_gpus(1);
+        let e = check(&one(30, 10.0, &[]), &ms, &listed).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "gpu 0 partition 0 has size 30%, not one of the GPU's allowed sizes [20, 40, 50, 60, 80, 100]%"
+        );
+        let e = crate::Sbp
+            .plan(
+                &ms,
+                &GpuSpec::new(1, 16_000, 10).with_sizes(crate::PartitionSizes::new(&[50]).unwrap()),
+            )
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the sbp planner needs whole-GPU partitions (100%), but the GPU allows only [50]%; allow whole-GPU partitions (100%) in GpuSpec::sizes_pct"
+        );
+        assert_eq!(
+            crate::PartitionSizes::new(&[0]).unwrap_err().to_string(),
+            "partition size 0% is outside 1..=100; give partition sizes in percent of one GPU"
         );
     }
 }

@@ -5,14 +5,18 @@
 //! to partition each GPU, which models run in each partition, at which batch
 //! size and duty cycle, and how each model's rate is split.
 //!
-//! Two baselines from the gpulet paper (Choi et al., USENIX ATC '22, §2.2,
-//! §2.3, §5.1):
+//! From the gpulet paper (Choi et al., USENIX ATC '22):
 //!
 //! - [`Sbp`]: Nexus's *squishy bin packing*, temporal sharing only; every
-//!   partition is a whole GPU.
+//!   partition is a whole GPU (§2.2).
 //! - [`GreedyBestFit`]: spatial sharing only; each model gets the smallest
 //!   partition that serves its rate at the largest batch meeting its SLO,
-//!   packed best-fit onto GPUs, one model per partition.
+//!   packed best-fit onto GPUs, one model per partition (§2.3).
+//! - [`Gpulet`] and [`GpuletInt`]: elastic partitioning (§4.3 Algorithm 1),
+//!   the latter with an [`Interference`] model such as gpulet's linear
+//!   [`LinearInterference`] (§4.4).
+//! - [`Ideal`]: the exhaustive search over per-GPU splits of §5.2.
+//! - [`plan_with_scaling`]: Algorithm 2's GPU scaling around any planner.
 //!
 //! [`check`] verifies any [`Placement`] against the inputs on its own,
 //! without trusting the planner that made it. `docs/planners.md` states
@@ -24,9 +28,13 @@
 
 mod batching;
 mod check;
+mod gpulet;
 mod greedy;
+mod ideal;
+mod interference;
 mod placement;
 mod sbp;
+mod scaling;
 mod spec;
 mod table;
 
@@ -35,11 +43,18 @@ pub mod churn;
 #[cfg(test)]
 mod proptests;
 
-pub use check::{Stats, Violation, check};
+pub use check::{Stats, Violation, check, check_with_interference};
+pub use gpulet::{Gpulet, GpuletInt, KNEE_TOLERANCE};
 pub use greedy::GreedyBestFit;
+pub use ideal::{Ideal, MAX_LAYOUTS, PAPER_SPLITS};
+pub use interference::{
+    Interference, InterferenceError, LinearCoefficients, LinearInterference, NoInterference,
+    UtilTable, parse_util_csv,
+};
 pub use placement::{Assignment, GpuPlan, PartitionPlan, Placement};
 pub use sbp::Sbp;
-pub use spec::{GpuSpec, ModelSpec};
+pub use scaling::plan_with_scaling;
+pub use spec::{GpuSpec, ModelSpec, PartitionSizes};
 pub use table::{LatencyTable, TableError};
 
 /// A multi-GPU placement planner.
@@ -146,6 +161,91 @@ pub enum PlanError {
         /// `2 · exec_ms`.
         need_ms: f64,
     },
+    /// An empty list of partition sizes.
+    #[error(
+        "the GPU's partition size list is empty; list at least one size, for example 20, 40, 50, 60, 80, 100"
+    )]
+    EmptySizes,
+    /// A listed partition size outside `1..=100`.
+    #[error("partition size {pct}% is outside 1..=100; give partition sizes in percent of one GPU")]
+    SizeOutOfRange {
+        /// The size given.
+        pct: u32,
+    },
+    /// No listed size is a multiple of the step.
+    #[error(
+        "none of the GPU's partition sizes {sizes:?}% is a multiple of its {step}% step; use a step that divides them (10 for gpulet's 20/40/50/60/80/100)"
+    )]
+    NoAllowedSize {
+        /// The listed sizes.
+        sizes: Vec<u32>,
+        /// The step.
+        step: u32,
+    },
+    /// No size the profile lists is allowed by the GPU.
+    #[error(
+        "model {model:?}: its profile lists partition sizes {listed:?}%, none of them among the GPU's allowed sizes {allowed:?}%; profile it at one of those"
+    )]
+    NoAllowedPartition {
+        /// The model.
+        model: String,
+        /// The sizes its profile lists.
+        listed: Vec<u32>,
+        /// The sizes the GPU allows.
+        allowed: Vec<u32>,
+    },
+    /// The planner needs a size the GPU does not allow.
+    #[error(
+        "the {planner} planner needs {what}, but the GPU allows only {allowed:?}%; allow {what} in GpuSpec::sizes_pct"
+    )]
+    SizeNotAllowed {
+        /// The planner.
+        planner: &'static str,
+        /// What it needs, e.g. `"100%"` or `"a size of one of the splits [(20, 80), …]"`.
+        what: String,
+        /// The sizes the GPU allows.
+        allowed: Vec<u32>,
+    },
+    /// A layout search larger than the planner's cap.
+    #[error(
+        "the {planner} planner would search {splits}^{gpus} partition layouts, over its limit of {limit}; give it at most {max_gpus} GPUs (or fewer splits), or use the gpulet planner"
+    )]
+    TooManyLayouts {
+        /// The planner.
+        planner: &'static str,
+        /// Splits per GPU.
+        splits: usize,
+        /// GPUs given.
+        gpus: u32,
+        /// The most layouts it searches.
+        limit: u64,
+        /// The most GPUs within the limit.
+        max_gpus: u32,
+    },
+    /// An exhaustive search found no layout.
+    #[error(
+        "not schedulable by {planner} on {gpus} GPUs: none of its {layouts} partition layouts serves every model; add GPUs or lower the rates"
+    )]
+    NoViableLayout {
+        /// The planner.
+        planner: &'static str,
+        /// GPUs given.
+        gpus: u32,
+        /// Layouts tried.
+        layouts: u64,
+    },
+    /// Algorithm 2 reached its GPU limit.
+    #[error(
+        "not schedulable by {planner} on up to {limit} GPUs (tried {from} to {limit}); raise the GPU limit or lower the rates"
+    )]
+    Unschedulable {
+        /// The planner.
+        planner: &'static str,
+        /// The first GPU count tried.
+        from: u32,
+        /// The GPU limit.
+        limit: u32,
+    },
     /// More GPUs needed than available.
     #[error("not schedulable by {planner}: needs {needed} GPUs, have {available}")]
     NotSchedulable {
@@ -201,10 +301,11 @@ pub(crate) mod testutil {
 
     /// `count` GPUs of 16 GB with a 10 % step.
     pub fn gpus(count: u32) -> GpuSpec {
-        GpuSpec {
-            count,
-            mem_mb: 16_000,
-            partition_step_pct: 10,
-        }
+        GpuSpec::new(count, 16_000, 10)
+    }
+
+    /// `count` GPUs of 16 GB with gpulet's sizes 20/40/50/60/80/100 %.
+    pub fn gpulet_gpus(count: u32) -> GpuSpec {
+        gpus(count).with_sizes(PartitionSizes::gpulet())
     }
 }

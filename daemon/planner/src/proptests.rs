@@ -4,7 +4,11 @@
 
 use proptest::prelude::*;
 
-use crate::{GpuSpec, GreedyBestFit, LatencyTable, ModelSpec, PlanError, Planner, Sbp, check};
+use crate::{
+    GpuSpec, Gpulet, GpuletInt, GreedyBestFit, Ideal, LatencyTable, LinearCoefficients,
+    LinearInterference, ModelSpec, PartitionSizes, PlanError, Planner, Sbp, UtilTable, check,
+    check_with_interference,
+};
 
 const BATCHES: [u32; 6] = [1, 2, 4, 8, 16, 32];
 
@@ -44,6 +48,18 @@ fn verify(
     models: &[ModelSpec],
     gpus: &GpuSpec,
 ) -> Result<(), TestCaseError> {
+    verify_needed(planner, models, gpus, true)
+}
+
+/// As [`verify`]; with `exact` false the placement on `needed` GPUs may use
+/// fewer (gpulet counts the most GPUs in use during its run, and a gpulet
+/// on a GPU opened for it may later merge elsewhere).
+fn verify_needed(
+    planner: &dyn Planner,
+    models: &[ModelSpec],
+    gpus: &GpuSpec,
+    exact: bool,
+) -> Result<(), TestCaseError> {
     let first = planner.plan(models, gpus);
     prop_assert_eq!(
         &first,
@@ -71,7 +87,20 @@ fn verify(
             let p = planner
                 .plan(models, &more)
                 .map_err(|e| TestCaseError::fail(e.to_string()))?;
-            prop_assert_eq!(p.gpus.len() as u64, needed);
+            if exact {
+                prop_assert_eq!(p.gpus.len() as u64, needed);
+            } else {
+                prop_assert!(p.gpus.len() as u64 <= needed);
+                let fewer = GpuSpec {
+                    count: u32::try_from(needed - 1).unwrap(),
+                    ..*gpus
+                };
+                let refused = matches!(
+                    planner.plan(models, &fewer),
+                    Err(PlanError::NotSchedulable { needed: n, .. }) if n == needed
+                );
+                prop_assert!(refused, "{} on {} GPUs", planner.name(), needed - 1);
+            }
             if let Err(v) = check(&p, models, &more) {
                 return Err(TestCaseError::fail(format!(
                     "{}: {v}; {p:?}",
@@ -94,8 +123,106 @@ proptest! {
         step in prop::sample::select(vec![10u32, 20, 25, 50]),
     ) {
         let models: Vec<ModelSpec> = specs.into_iter().enumerate().map(|(i, s)| build(i, s)).collect();
-        let gpus = GpuSpec { count, mem_mb: 16_000, partition_step_pct: step };
+        let gpus = GpuSpec::new(count, 16_000, step);
         verify(&Sbp, &models, &gpus)?;
         verify(&GreedyBestFit, &models, &gpus)?;
+    }
+}
+
+/// gpulet's linear model with random coefficients (own and other L2/DRAM
+/// in 0..1, constant 0.8..1.2) and a random utilisation table for every
+/// other model (the rest have none).
+/// Coefficients c1..c5 and per-model (L2, DRAM) at batches 1 and 32.
+type IntfDraw = ([f64; 5], Vec<(f64, f64, f64, f64)>);
+
+fn interference_strategy() -> impl Strategy<Value = IntfDraw> {
+    (
+        [
+            0.0f64..1.0,
+            0.0f64..1.0,
+            0.0f64..1.0,
+            0.0f64..1.0,
+            0.8f64..1.2,
+        ],
+        prop::collection::vec((0.0f64..1.0, 0.0f64..1.0, 0.0f64..1.0, 0.0f64..1.0), 6),
+    )
+}
+
+fn build_interference((c, util): IntfDraw, models: &[ModelSpec]) -> LinearInterference {
+    let mut i = LinearInterference::new(LinearCoefficients {
+        l2_own: c[0],
+        l2_other: c[1],
+        dram_own: c[2],
+        dram_other: c[3],
+        constant: c[4],
+    });
+    for (k, m) in models.iter().enumerate().step_by(2) {
+        let (l1, d1, l32, d32) = util[k];
+        i = i.with_util(
+            &m.name,
+            UtilTable::new(vec![(1, l1, d1), (32, l32, d32)]).unwrap(),
+        );
+    }
+    i
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 4 } else { 256 }))]
+
+    /// Every Gpulet and GpuletInt placement passes `check` (GpuletInt's
+    /// also under its interference model), or the planner says how many
+    /// GPUs it needs and its placement on that many passes; both are
+    /// deterministic.
+    #[test]
+    fn gpulet_plans_pass_check_or_say_how_many_gpus(
+        specs in prop::collection::vec(model_strategy(), 1..7),
+        count in 0u32..8,
+        listed in any::<bool>(),
+        intf in interference_strategy(),
+    ) {
+        let models: Vec<ModelSpec> = specs.into_iter().enumerate().map(|(i, s)| build(i, s)).collect();
+        let mut gpus = GpuSpec::new(count, 16_000, 10);
+        if listed {
+            gpus = gpus.with_sizes(PartitionSizes::gpulet());
+        }
+        verify_needed(&Gpulet, &models, &gpus, false)?;
+        let intf = build_interference(intf, &models);
+        let planner = GpuletInt::new(intf.clone());
+        verify_needed(&planner, &models, &gpus, false)?;
+        let n = match planner.plan(&models, &gpus) {
+            Err(PlanError::NotSchedulable { needed, .. }) => u32::try_from(needed).unwrap(),
+            _ => count,
+        };
+        let more = GpuSpec { count: n, ..gpus };
+        let p = planner.plan(&models, &more).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        if let Err(v) = check_with_interference(&p, &models, &more, &intf) {
+            return Err(TestCaseError::fail(format!("gpulet+int under interference: {v}; {p:?}")));
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 2 } else { 64 }))]
+
+    /// The ideal's placements pass `check`; it fails only for lack of a
+    /// layout; it is deterministic.
+    #[test]
+    fn ideal_plans_pass_check(
+        specs in prop::collection::vec(model_strategy(), 1..5),
+        count in 0u32..3,
+    ) {
+        let models: Vec<ModelSpec> = specs.into_iter().enumerate().map(|(i, s)| build(i, s)).collect();
+        let gpus = GpuSpec::new(count, 16_000, 10).with_sizes(PartitionSizes::gpulet());
+        let first = Ideal::new().plan(&models, &gpus);
+        prop_assert_eq!(&first, &Ideal::new().plan(&models, &gpus), "ideal is not deterministic");
+        match first {
+            Ok(p) => {
+                if let Err(v) = check(&p, &models, &gpus) {
+                    return Err(TestCaseError::fail(format!("ideal: {v}; {p:?}")));
+                }
+            }
+            Err(PlanError::NoViableLayout { .. }) => {}
+            Err(e) => return Err(TestCaseError::fail(format!("ideal: {e}"))),
+        }
     }
 }

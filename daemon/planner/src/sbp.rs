@@ -132,6 +132,13 @@ impl Planner for Sbp {
 
     fn plan(&self, models: &[ModelSpec], gpus: &GpuSpec) -> Result<Placement, PlanError> {
         validate(models, gpus)?;
+        if !gpus.allows(WHOLE) && models.iter().any(|m| m.rate_rps > 0.0) {
+            return Err(PlanError::SizeNotAllowed {
+                planner: self.name(),
+                what: "whole-GPU partitions (100%)".to_owned(),
+                allowed: gpus.allowed_sizes(),
+            });
+        }
         // (model, whole GPUs, saturated batch, its duty cycle, its throughput)
         let mut whole = Vec::new();
         let mut nodes = Vec::new();

@@ -598,6 +598,7 @@ impl ClusterBackend {
             count: self.gpus.len() as u32,
             mem_mb: self.setup.gpu_mem_mb,
             partition_step_pct: self.setup.partition_step_pct,
+            sizes_pct: None,
         };
         // Asked for: not again until this one is in.
         self.last_plan = now;

@@ -1,0 +1,400 @@
+//! Interference between partitions of one GPU (gpulet §4.4).
+//!
+//! Two models in different partitions of one GPU slow each other down
+//! through shared L2 and DRAM bandwidth. gpulet predicts the slowdown of
+//! model `m1` next to `m2` with a linear model of their L2 and DRAM
+//! utilisations, each measured running alone:
+//!
+//! ```text
+//! factor = c1·L2_m1 + c2·L2_m2 + c3·mem_m1 + c4·mem_m2 + c5
+//! ```
+//!
+//! A planner multiplies `L(b, p)` by the factor. [`Interference`] is the
+//! interface; [`LinearInterference`] is gpulet's model, with coefficients
+//! and utilisations supplied by the caller (for instance parsed from the
+//! gpulet artifact's `INT_MODEL_CONSTANT.CSV` and `UTIL.CSV`, copied in
+//! `../shared/data/gpulet/`, with [`LinearCoefficients::parse_csv`] and
+//! [`parse_util_csv`]).
+//!
+//! Rules (each stated in `docs/planners.md`):
+//!
+//! - A model's factor in a partition is the largest pairwise factor
+//!   against any model in another partition of the same GPU, and never
+//!   below 1 (the artifact's `getInterference`: max over co-runners,
+//!   clamped to 1). Models sharing its partition run in turn, not at once,
+//!   so they do not count. A NaN factor counts as infinite (the placement
+//!   is refused).
+//! - A model without a utilisation table has factor 1, and adds nothing to
+//!   the factor of others.
+//! - Utilisation at batch `b` is read from the table measured on the whole
+//!   GPU: the listed batch, or linear interpolation between the listed
+//!   neighbours, the end values beyond the ends; then scaled by `p / 100`
+//!   for a `p` % partition (the artifact's `getInterference` does both).
+
+use std::collections::BTreeMap;
+
+use crate::spec::ModelSpec;
+
+/// A latency multiplier for a model running next to another one on the
+/// same GPU.
+pub trait Interference {
+    /// The factor by which `own` (batch `own_batch` on an `own_pct` %
+    /// partition) runs slower while `other` runs batch `other_batch` on an
+    /// `other_pct` % partition of the same GPU. Planners clamp it to at
+    /// least 1 and take the largest over all co-runners.
+    fn factor(
+        &self,
+        own: &str,
+        own_batch: u32,
+        own_pct: u32,
+        other: &str,
+        other_batch: u32,
+        other_pct: u32,
+    ) -> f64;
+}
+
+/// No interference: every factor is 1.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct NoInterference;
+
+impl Interference for NoInterference {
+    fn factor(&self, _: &str, _: u32, _: u32, _: &str, _: u32, _: u32) -> f64 {
+        1.0
+    }
+}
+
+/// Why interference inputs were refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InterferenceError {
+    /// A coefficient file without the expected header and one row of five
+    /// numbers.
+    #[error(
+        "interference coefficients: {what}; expected the header `l2_util_m1,l2_util_m2,dram_util_m1,dram_util_m2,constant` and one row of five numbers"
+    )]
+    Coefficients {
+        /// What is wrong.
+        what: String,
+    },
+    /// A utilisation row that does not parse.
+    #[error(
+        "utilisation line {line}: {what}; expected `model,batch,avg_duration(ms),SM_util(%),l2_util(%),mem_util(%),…` with percentages in 0..=100"
+    )]
+    UtilRow {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        what: String,
+    },
+    /// A utilisation table with no points, a repeated batch or a value
+    /// outside `0..=1`.
+    #[error("utilisation table: {what}")]
+    UtilTable {
+        /// What is wrong.
+        what: String,
+    },
+}
+
+/// gpulet's five regression coefficients (§4.4): `c1..c5` for own L2,
+/// the other's L2, own DRAM, the other's DRAM and the constant, with
+/// utilisations as fractions of 1.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LinearCoefficients {
+    /// `c1`, times the model's own L2 utilisation.
+    pub l2_own: f64,
+    /// `c2`, times the co-runner's L2 utilisation.
+    pub l2_other: f64,
+    /// `c3`, times the model's own DRAM utilisation.
+    pub dram_own: f64,
+    /// `c4`, times the co-runner's DRAM utilisation.
+    pub dram_other: f64,
+    /// `c5`.
+    pub constant: f64,
+}
+
+impl LinearCoefficients {
+    /// Parses the artifact's `INT_MODEL_CONSTANT.CSV`: the header
+    /// `l2_util_m1,l2_util_m2,dram_util_m1,dram_util_m2,constant` and one
+    /// row of five finite numbers, in that order.
+    pub fn parse_csv(text: &str) -> Result<Self, InterferenceError> {
+        let bad = |what: String| InterferenceError::Coefficients { what };
+        let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+        let header = lines
+            .next()
+            .ok_or_else(|| bad("the file is empty".into()))?;
+        let want = [
+            "l2_util_m1",
+            "l2_util_m2",
+            "dram_util_m1",
+            "dram_util_m2",
+            "constant",
+        ];
+        let got: Vec<&str> = header.split(',').map(str::trim).collect();
+        if got != want {
+            return Err(bad(format!("the header is `{header}`")));
+        }
+        let row = lines
+            .next()
+            .ok_or_else(|| bad("there is no row of values".into()))?;
+        let v: Vec<f64> = row
+            .split(',')
+            .map(|t| t.trim().parse::<f64>())
+            .collect::<Result<_, _>>()
+            .map_err(|e| bad(format!("`{row}` is not five numbers ({e})")))?;
+        if v.len() != 5 || v.iter().any(|x| !x.is_finite()) {
+            return Err(bad(format!("`{row}` is not five finite numbers")));
+        }
+        if let Some(extra) = lines.next() {
+            return Err(bad(format!("an extra line `{extra}` follows the values")));
+        }
+        Ok(LinearCoefficients {
+            l2_own: v[0],
+            l2_other: v[1],
+            dram_own: v[2],
+            dram_other: v[3],
+            constant: v[4],
+        })
+    }
+}
+
+/// One model's L2 and DRAM utilisation running alone on a whole GPU, per
+/// batch size, as fractions of 1.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UtilTable {
+    /// `(batch, l2, dram)`, batches strictly ascending.
+    points: Vec<(u32, f64, f64)>,
+}
+
+impl UtilTable {
+    /// A table from `(batch, l2, dram)` points in any order; refuses no
+    /// points, a repeated batch, batch 0, and a utilisation that is not in
+    /// `0..=1`.
+    pub fn new(mut points: Vec<(u32, f64, f64)>) -> Result<Self, InterferenceError> {
+        let bad = |what: String| InterferenceError::UtilTable { what };
+        if points.is_empty() {
+            return Err(bad("no points; give at least one (batch, l2, dram)".into()));
+        }
+        points.sort_by_key(|p| p.0);
+        for w in points.windows(2) {
+            if w[0].0 == w[1].0 {
+                return Err(bad(format!(
+                    "batch {} appears twice; keep one measurement per batch",
+                    w[0].0
+                )));
+            }
+        }
+        for &(b, l2, dram) in &points {
+            if b == 0 {
+                return Err(bad("batch 0; batch sizes start at 1".into()));
+            }
+            for (what, v) in [("l2", l2), ("dram", dram)] {
+                if !(0.0..=1.0).contains(&v) {
+                    return Err(bad(format!(
+                        "{what} utilisation {v} at batch {b} is not a fraction in 0..=1 (divide percentages by 100)"
+                    )));
+                }
+            }
+        }
+        Ok(UtilTable { points })
+    }
+
+    /// `(l2, dram)` at `batch` on a whole GPU: the listed point, linear
+    /// interpolation between the listed neighbours, the end values beyond
+    /// the ends.
+    pub fn at(&self, batch: u32) -> (f64, f64) {
+        let p = &self.points;
+        let i = p.partition_point(|q| q.0 < batch);
+        if i < p.len() && p[i].0 == batch {
+            return (p[i].1, p[i].2);
+        }
+        if i == 0 {
+            return (p[0].1, p[0].2);
+        }
+        if i == p.len() {
+            let last = p[p.len() - 1];
+            return (last.1, last.2);
+        }
+        let (lo, hi) = (p[i - 1], p[i]);
+        let t = f64::from(batch - lo.0) / f64::from(hi.0 - lo.0);
+        (lo.1 + t * (hi.1 - lo.1), lo.2 + t * (hi.2 - lo.2))
+    }
+}
+
+/// Parses the artifact's `UTIL.CSV` (`bench,batch,avg_duration(ms),
+/// SM_util(%),l2_util(%),mem_util(%),…`, one row per model and batch, a
+/// trailing comma allowed) into one [`UtilTable`] per model name, with the
+/// percentages divided by 100.
+pub fn parse_util_csv(text: &str) -> Result<BTreeMap<String, UtilTable>, InterferenceError> {
+    let mut rows: BTreeMap<String, Vec<(u32, f64, f64)>> = BTreeMap::new();
+    for (n, line) in text.lines().enumerate().skip(1) {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let bad = |what: String| InterferenceError::UtilRow { line: n + 1, what };
+        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+        if f.len() < 6 {
+            return Err(bad(format!("{} fields, need at least 6", f.len())));
+        }
+        let batch: u32 = f[1]
+            .parse()
+            .map_err(|e| bad(format!("batch `{}` ({e})", f[1])))?;
+        let pct = |i: usize, what: &str| -> Result<f64, InterferenceError> {
+            let v: f64 = f[i]
+                .parse()
+                .map_err(|e| bad(format!("{what} `{}` ({e})", f[i])))?;
+            if !(0.0..=100.0).contains(&v) {
+                return Err(bad(format!("{what} {v}% is outside 0..=100")));
+            }
+            Ok(v / 100.0)
+        };
+        let l2 = pct(4, "l2_util")?;
+        let dram = pct(5, "mem_util")?;
+        rows.entry(f[0].to_owned())
+            .or_default()
+            .push((batch, l2, dram));
+    }
+    rows.into_iter()
+        .map(|(name, pts)| UtilTable::new(pts).map(|t| (name, t)))
+        .collect()
+}
+
+/// gpulet's linear interference model (§4.4) over per-model utilisation
+/// tables looked up by model name.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinearInterference {
+    /// The regression coefficients.
+    pub coeffs: LinearCoefficients,
+    /// Utilisation tables by model name; a model without one has factor 1.
+    pub util: BTreeMap<String, UtilTable>,
+}
+
+impl LinearInterference {
+    /// The model with `coeffs` and no utilisation tables yet.
+    pub fn new(coeffs: LinearCoefficients) -> Self {
+        LinearInterference {
+            coeffs,
+            util: BTreeMap::new(),
+        }
+    }
+
+    /// Adds (or replaces) the utilisation table of `model`.
+    pub fn with_util(mut self, model: &str, table: UtilTable) -> Self {
+        self.util.insert(model.to_owned(), table);
+        self
+    }
+}
+
+impl Interference for LinearInterference {
+    fn factor(
+        &self,
+        own: &str,
+        own_batch: u32,
+        own_pct: u32,
+        other: &str,
+        other_batch: u32,
+        other_pct: u32,
+    ) -> f64 {
+        let (Some(a), Some(b)) = (self.util.get(own), self.util.get(other)) else {
+            return 1.0;
+        };
+        let (l2a, dra) = a.at(own_batch);
+        let (l2b, drb) = b.at(other_batch);
+        let sa = f64::from(own_pct) / 100.0;
+        let sb = f64::from(other_pct) / 100.0;
+        let c = &self.coeffs;
+        c.l2_own * l2a * sa
+            + c.l2_other * l2b * sb
+            + c.dram_own * dra * sa
+            + c.dram_other * drb * sb
+            + c.constant
+    }
+}
+
+/// The factor of `own` at `(batch, pct)` against every co-runner
+/// `(name, batch, pct)`: the largest pairwise factor, at least 1, a NaN
+/// counting as infinite.
+pub(crate) fn combined(
+    intf: &dyn Interference,
+    own: &ModelSpec,
+    batch: u32,
+    pct: u32,
+    others: &[(&str, u32, u32)],
+) -> f64 {
+    others.iter().fold(1.0, |acc: f64, &(o, ob, op)| {
+        let f = intf.factor(&own.name, batch, pct, o, ob, op);
+        if f.is_nan() {
+            f64::INFINITY
+        } else {
+            acc.max(f)
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_artifacts_files_and_computes_the_factor() {
+        // The RTX 2080 Ti row of ../shared/data/gpulet/2080ti/INT_MODEL_CONSTANT.CSV.
+        let c = LinearCoefficients::parse_csv(
+            "l2_util_m1,l2_util_m2,dram_util_m1,dram_util_m2,constant\n\
+             0.11290838746224496,0.7159598718755424,0.35486591956022895,0.0882038259888065,0.8953693917277343\n",
+        )
+        .unwrap();
+        assert_eq!(c.constant, 0.8953693917277343);
+        let util = parse_util_csv(
+            "bench,batch,avg_duration(ms),SM_util(%),l2_util(%),mem_util(%),achieved occupancy,theoretical occupancy\n\
+             a,1,0.01,10,20,40,1,2,\n\
+             a,4,0.02,10,50,60,1,2,\n\
+             b,1,0.01,10,10,30,1,2,\n",
+        )
+        .unwrap();
+        assert_eq!(util.len(), 2);
+        // a at batch 2: a third of the way from 1 to 4: l2 0.3, dram 0.4667.
+        let (l2, dram) = util["a"].at(2);
+        assert!((l2 - 0.3).abs() < 1e-12 && (dram - (0.4 + 0.2 / 3.0)).abs() < 1e-12);
+        assert_eq!(util["a"].at(32), (0.5, 0.6));
+        let m = LinearInterference {
+            coeffs: LinearCoefficients {
+                l2_own: 1.0,
+                l2_other: 2.0,
+                dram_own: 3.0,
+                dram_other: 4.0,
+                constant: 0.5,
+            },
+            util,
+        };
+        // a at batch 4 on 50 %: l2 0.25, dram 0.3; b at batch 1 on 100 %:
+        // l2 0.1, dram 0.3 → 0.25 + 0.2 + 0.9 + 1.2 + 0.5 = 3.05.
+        let f = m.factor("a", 4, 50, "b", 1, 100);
+        assert!((f - 3.05).abs() < 1e-12, "{f}");
+        assert_eq!(m.factor("a", 4, 50, "unknown", 1, 100), 1.0);
+
+        let e = LinearCoefficients::parse_csv("a,b\n1,2\n").unwrap_err();
+        assert!(e.to_string().contains("the header is `a,b`"), "{e}");
+        let e = parse_util_csv("h\nx,1,0.1,10,120,30\n").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "utilisation line 2: l2_util 120% is outside 0..=100; expected `model,batch,avg_duration(ms),SM_util(%),l2_util(%),mem_util(%),…` with percentages in 0..=100"
+        );
+        let e = UtilTable::new(vec![(1, 0.1, 0.1), (1, 0.2, 0.2)]).unwrap_err();
+        assert!(e.to_string().contains("batch 1 appears twice"), "{e}");
+    }
+
+    #[test]
+    fn reads_the_shared_gpulet_data() {
+        // The measured files, when this checkout has them beside it.
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/gpulet");
+        for gpu in ["2080ti", "3080"] {
+            let Ok(c) = std::fs::read_to_string(format!("{dir}/{gpu}/INT_MODEL_CONSTANT.CSV"))
+            else {
+                return;
+            };
+            LinearCoefficients::parse_csv(&c).unwrap();
+            let u = std::fs::read_to_string(format!("{dir}/{gpu}/UTIL.CSV")).unwrap();
+            let t = parse_util_csv(&u).unwrap();
+            assert!(t.contains_key("resnet50"), "{:?}", t.keys());
+        }
+    }
+}
