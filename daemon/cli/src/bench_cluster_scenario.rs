@@ -60,17 +60,22 @@ pub enum PlannerKind {
     /// `sluice_planner::GreedyBestFit`.
     #[serde(rename = "greedy")]
     Greedy,
+    /// `sluice_planner::Gpulet` (elastic partitioning without the
+    /// interference model).
+    #[serde(rename = "gpulet")]
+    Gpulet,
 }
 
 impl PlannerKind {
     /// The names accepted, canonical first.
-    pub const NAMES: &[&str] = &["sbp", "greedy", "greedy-best-fit"];
+    pub const NAMES: &[&str] = &["sbp", "greedy", "greedy-best-fit", "gpulet"];
 
     /// By name (`sbp`, `greedy` or `greedy-best-fit`).
     pub fn from_name(s: &str) -> Option<Self> {
         match s.trim() {
             "sbp" => Some(Self::Sbp),
             "greedy" | "greedy-best-fit" => Some(Self::Greedy),
+            "gpulet" => Some(Self::Gpulet),
             _ => None,
         }
     }
@@ -80,6 +85,7 @@ impl PlannerKind {
         match self {
             Self::Sbp => "sbp",
             Self::Greedy => "greedy",
+            Self::Gpulet => "gpulet",
         }
     }
 
@@ -88,6 +94,7 @@ impl PlannerKind {
         match self {
             Self::Sbp => Box::new(sluice_planner::Sbp),
             Self::Greedy => Box::new(sluice_planner::GreedyBestFit),
+            Self::Gpulet => Box::new(sluice_planner::Gpulet),
         }
     }
 }

@@ -1716,7 +1716,7 @@ mod tests {
                 "cluster.gpus",
                 "simulated device profiles",
             ),
-            ("planner = \"best\"", "cluster.planner", "\"sbp\""),
+            ("planner = \"best\"", "cluster.planner", "\"gpulet\""),
             ("slo_ms = 0", "cluster.slo_ms", "greater than 0"),
             ("batches = [4, 2]", "cluster.batches", "ascending"),
             (

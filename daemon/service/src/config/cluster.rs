@@ -38,6 +38,9 @@ pub enum PlannerKind {
     Greedy,
     /// Temporal only: whole GPUs, duty cycles (`sluice_planner::Sbp`).
     Sbp,
+    /// gpulet's elastic partitioning, spatial and temporal together,
+    /// without its interference model (`sluice_planner::Gpulet`).
+    Gpulet,
 }
 
 impl PlannerKind {
@@ -46,6 +49,7 @@ impl PlannerKind {
         match self {
             PlannerKind::Greedy => "greedy",
             PlannerKind::Sbp => "sbp",
+            PlannerKind::Gpulet => "gpulet",
         }
     }
 }
@@ -219,12 +223,13 @@ impl Validator {
             match p.as_str() {
                 "greedy" => c.planner = PlannerKind::Greedy,
                 "sbp" => c.planner = PlannerKind::Sbp,
+                "gpulet" => c.planner = PlannerKind::Gpulet,
                 _ => self.fail(
                     "cluster.planner",
                     toml_string(&p),
                     "is not a planner",
-                    "use \"greedy\" (spatial partitions, one model each) or \"sbp\" (whole \
-                     GPUs shared in time)"
+                    "use \"greedy\" (spatial partitions, one model each), \"sbp\" (whole \
+                     GPUs shared in time) or \"gpulet\" (gpulet's elastic partitioning, both)"
                         .to_owned(),
                 ),
             }

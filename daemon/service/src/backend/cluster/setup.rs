@@ -116,6 +116,7 @@ pub fn planner(config: &Config) -> Box<dyn Planner + Send> {
     match config.cluster.planner {
         PlannerKind::Greedy => Box::new(GreedyBestFit),
         PlannerKind::Sbp => Box::new(Sbp),
+        PlannerKind::Gpulet => Box::new(sluice_planner::Gpulet),
     }
 }
 

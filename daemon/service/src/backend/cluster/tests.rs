@@ -360,3 +360,22 @@ fn a_planner_on_its_own_thread_switches_without_losing_anything() {
     assert!(l.switches >= 1, "{l:?}");
     assert_eq!(l.planner, "churn (test)");
 }
+
+#[test]
+fn the_gpulet_planner_serves_too() {
+    let reg = registry();
+    let mut b = ClusterBackend::new(
+        setup(&reg, 2, 50),
+        Box::new(sluice_planner::Gpulet),
+        Arc::clone(&reg),
+        0,
+    )
+    .unwrap();
+    // 250 requests/s of each model: within two GPUs.
+    let arrivals = steady(&reg, 300, 2_000_000);
+    let (done, sent) = run(&mut b, &reg, &arrivals);
+    assert_each_once_ok(&reg, &done, &sent);
+    let l = b.layout.lock().unwrap().clone();
+    assert_eq!(l.planner, "gpulet");
+    assert!(l.switches >= 1 && l.plan_error.is_none(), "{l:?}");
+}
