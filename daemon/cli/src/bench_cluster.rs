@@ -138,6 +138,11 @@ impl Default for ClusterOptions {
 /// Why a run failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
+    /// `gpulet+int` without interference data.
+    #[error(
+        "planner {0} plans with gpulet's interference model and needs its data: add --interference gpulet-2080ti or gpulet-3080 (and --gpulet-data DIR if ../shared/data/gpulet is not there)"
+    )]
+    NeedsInterference(String),
     /// A scenario problem.
     #[error(transparent)]
     Scenario(#[from] ScenarioError),
@@ -286,6 +291,38 @@ pub fn monotone_envelope(rows: &mut [Vec<f64>]) -> usize {
 }
 
 pub use crate::gpulet_data::GpuletData;
+
+/// gpulet's linear model on `g`'s coefficients, with the utilisation rows
+/// each of the scenario's models names (`gpulet_util`); a model without
+/// one gets factor 1, as in the simulation ([`interference_factors`]).
+pub fn linear_interference(g: &GpuletData, sc: &Scenario) -> sluice_planner::LinearInterference {
+    let c = g.coef;
+    let mut li = sluice_planner::LinearInterference::new(sluice_planner::LinearCoefficients {
+        l2_own: c[0],
+        l2_other: c[1],
+        dram_own: c[2],
+        dram_other: c[3],
+        constant: c[4],
+    });
+    for m in &sc.models {
+        let Some(u) = &m.gpulet_util else {
+            continue;
+        };
+        // The 3080 data names SSD-MobileNet `ssd`.
+        let alias = if u == "ssd-mobilenetv1" { "ssd" } else { u };
+        let mut points: Vec<(u32, f64, f64)> = g
+            .util
+            .iter()
+            .filter(|((name, _), _)| name == u || name == alias)
+            .map(|((_, b), &(l2, dram))| (*b, l2.clamp(0.0, 1.0), dram.clamp(0.0, 1.0)))
+            .collect();
+        points.sort_by_key(|p| p.0);
+        if let Ok(t) = sluice_planner::UtilTable::new(points) {
+            li = li.with_util(&m.name, t);
+        }
+    }
+    li
+}
 
 /// Per slot of `placement` (GPU-major, partition, assignment order), its
 /// latency factor: 1 on a GPU with one partition, else gpulet's model with
@@ -555,7 +592,10 @@ fn probe(
         interference: Vec::new(),
         sim_wall_s: 0.0,
     };
-    let placement = match kind.planner().plan(&specs, &gpus) {
+    let planner = kind
+        .planner(gpulet.map(|g| linear_interference(g, sc)))
+        .ok_or_else(|| ClusterError::NeedsInterference(kind.as_str().into()))?;
+    let placement = match planner.plan(&specs, &gpus) {
         Ok(pl) => pl,
         Err(e) => {
             out.plan_error = Some(e.to_string());
@@ -978,7 +1018,7 @@ pub fn table(r: &ClusterReport) -> String {
     let head = if r.search { "max rps" } else { "offered rps" };
     let _ = writeln!(
         s,
-        "{:<14} {:<7} {:>11} {:>7} {:>7} {:>10} {:>9} {:>8} {:>6} {:>8}  limit",
+        "{:<14} {:<10} {:>8} {:>7} {:>7} {:>10} {:>9} {:>8} {:>6} {:>8}  limit",
         "scenario",
         "planner",
         head,
@@ -993,7 +1033,7 @@ pub fn table(r: &ClusterReport) -> String {
     for x in &r.scenarios {
         let _ = writeln!(
             s,
-            "{:<14} {:<7} {:>11.1} {:>7.2} {:>3}/{:<3} {:>10} {:>9.2} {:>8.3} {:>6} {:>8.2}  {}",
+            "{:<14} {:<10} {:>8.1} {:>7.2} {:>3}/{:<3} {:>10} {:>9.2} {:>8.3} {:>6} {:>8.2}  {}",
             x.name,
             x.planner,
             x.max_rps.unwrap_or(x.offered_rps),
@@ -1015,7 +1055,7 @@ pub fn table(r: &ClusterReport) -> String {
     );
     let _ = writeln!(
         s,
-        "{:<14} {:<7} {:<16} {:<16} {:>15} {:>9} {:>9} {:>7} {:>9} {:>5} {:>5}",
+        "{:<14} {:<10} {:<16} {:<16} {:>15} {:>9} {:>9} {:>7} {:>9} {:>5} {:>5}",
         "scenario",
         "planner",
         "model",
@@ -1036,7 +1076,7 @@ pub fn table(r: &ClusterReport) -> String {
             };
             let _ = writeln!(
                 s,
-                "{:<14} {:<7} {:<16} {:<16} {:>15} {:>9.1} {:>9.1} {:>7.2} {:>9.1} {:>5} {:>5.2}",
+                "{:<14} {:<10} {:<16} {:<16} {:>15} {:>9.1} {:>9.1} {:>7.2} {:>9.1} {:>5} {:>5.2}",
                 x.name,
                 x.planner,
                 m.name,
@@ -1320,5 +1360,77 @@ mem_mb = 1220
         }
         assert_eq!(v["scenarios"][1]["planner"], "greedy");
         assert!(table(&r).contains("SIMULATED"));
+    }
+
+    #[test]
+    fn gpulet_int_needs_interference_data_and_the_new_planners_run() {
+        let sc = Scenario::parse(
+            "t",
+            r#"
+name = "standins"
+description = "test: one fast built-in model"
+device = "mi50"
+gpus = 2
+gpu_mem_mb = 11000
+planners = ["gpulet"]
+[[model]]
+name = "mob"
+model = "mobilenet"
+stands_for = "test stand-in"
+rate_rps = 50
+mem_mb = 464
+gpulet_util = "mobilenet"
+"#,
+        )
+        .unwrap();
+        let reg = ModelRegistry::builtin();
+        let opts = |planners: Vec<PlannerKind>| ClusterOptions {
+            duration_s: 5.0,
+            search_steps: 2,
+            planners,
+            ..ClusterOptions::default()
+        };
+        let e = run(
+            std::slice::from_ref(&sc),
+            &reg,
+            &opts(vec![PlannerKind::GpuletInt]),
+            |_, _| {},
+            |_, _| {},
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("--interference gpulet-2080ti"),
+            "{e}"
+        );
+        let r = run(
+            std::slice::from_ref(&sc),
+            &reg,
+            &opts(vec![PlannerKind::Gpulet, PlannerKind::Ideal]),
+            |_, _| {},
+            |_, _| {},
+        )
+        .unwrap();
+        for s in &r.scenarios {
+            assert!(
+                s.max_rps.is_some_and(|r| r > 0.0),
+                "{} found nothing",
+                s.planner
+            );
+        }
+        // The linear model gets the scenario's names and the data's rows.
+        let mut util = HashMap::new();
+        util.insert(("mobilenet".to_owned(), 1), (0.5, 0.25));
+        util.insert(("mobilenet".to_owned(), 8), (0.75, 0.5));
+        let g = GpuletData {
+            coef: [0.1, 0.2, 0.3, 0.4, 1.0],
+            util,
+        };
+        let li = linear_interference(&g, &sc);
+        assert!(li.util.contains_key("mob"), "{:?}", li.util.keys());
+        use sluice_planner::Interference;
+        // mob (b1) beside mob (b1), both on the whole GPU:
+        // 0.1·0.5 + 0.2·0.5 + 0.3·0.25 + 0.4·0.25 + 1 = 1.325.
+        let f = li.factor("mob", 1, 100, "mob", 1, 100);
+        assert!((f - 1.325).abs() < 1e-9, "{f}");
     }
 }

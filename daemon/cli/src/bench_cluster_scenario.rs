@@ -64,11 +64,26 @@ pub enum PlannerKind {
     /// interference model).
     #[serde(rename = "gpulet")]
     Gpulet,
+    /// `sluice_planner::GpuletInt` with gpulet's linear interference model
+    /// on the data of `--interference gpulet-*`.
+    #[serde(rename = "gpulet+int")]
+    GpuletInt,
+    /// `sluice_planner::Ideal`: §5.2's exhaustive search over per-GPU
+    /// splits (2:8), (4:6), (5:5), (10:0); at most 8 GPUs.
+    #[serde(rename = "ideal")]
+    Ideal,
 }
 
 impl PlannerKind {
     /// The names accepted, canonical first.
-    pub const NAMES: &[&str] = &["sbp", "greedy", "greedy-best-fit", "gpulet"];
+    pub const NAMES: &[&str] = &[
+        "sbp",
+        "greedy",
+        "greedy-best-fit",
+        "gpulet",
+        "gpulet+int",
+        "ideal",
+    ];
 
     /// By name (`sbp`, `greedy` or `greedy-best-fit`).
     pub fn from_name(s: &str) -> Option<Self> {
@@ -76,6 +91,8 @@ impl PlannerKind {
             "sbp" => Some(Self::Sbp),
             "greedy" | "greedy-best-fit" => Some(Self::Greedy),
             "gpulet" => Some(Self::Gpulet),
+            "gpulet+int" => Some(Self::GpuletInt),
+            "ideal" => Some(Self::Ideal),
             _ => None,
         }
     }
@@ -86,16 +103,25 @@ impl PlannerKind {
             Self::Sbp => "sbp",
             Self::Greedy => "greedy",
             Self::Gpulet => "gpulet",
+            Self::GpuletInt => "gpulet+int",
+            Self::Ideal => "ideal",
         }
     }
 
-    /// The planner.
-    pub fn planner(self) -> Box<dyn sluice_planner::Planner> {
-        match self {
+    /// The planner; `interference` is the model `gpulet+int` plans with
+    /// (the others ignore it), `None` when the run has no interference
+    /// data.
+    pub fn planner(
+        self,
+        interference: Option<sluice_planner::LinearInterference>,
+    ) -> Option<Box<dyn sluice_planner::Planner>> {
+        Some(match self {
             Self::Sbp => Box::new(sluice_planner::Sbp),
             Self::Greedy => Box::new(sluice_planner::GreedyBestFit),
             Self::Gpulet => Box::new(sluice_planner::Gpulet),
-        }
+            Self::GpuletInt => Box::new(sluice_planner::GpuletInt::new(interference?)),
+            Self::Ideal => Box::new(sluice_planner::Ideal::new()),
+        })
     }
 }
 
@@ -531,9 +557,9 @@ mem_mb = 100
             let text = MINIMAL.replacen(from, to, 1);
             Scenario::parse("t.toml", &text).unwrap_err().to_string()
         };
-        let e = bad("\"sbp\"", "\"gpulet\"");
+        let e = bad("\"sbp\"", "\"glet\"");
         assert!(
-            e.contains("\"gpulet\"") && e.contains("use sbp, greedy"),
+            e.contains("\"glet\"") && e.contains("use sbp, greedy"),
             "{e}"
         );
         let e = bad("rate_rps = 10", "rate_rps = -1");
@@ -576,6 +602,7 @@ mem_mb = 100
         assert_eq!(m.mean_rps(60.0), 25.0);
         assert_eq!(m.mean_rps(20.0), 10.0);
         assert_eq!(PlannerKind::from_name("greedy"), Some(PlannerKind::Greedy));
-        assert_eq!(PlannerKind::from_name("gpulet"), None);
+        assert_eq!(PlannerKind::from_name("glet"), None);
+        assert_eq!(PlannerKind::from_name("gpulet+int"), Some(PlannerKind::GpuletInt));
     }
 }

@@ -418,8 +418,9 @@ enum Bench {
         /// cluster-64gpu), paths to scenario .toml files, a list, or all.
         #[arg(long = "scenario", value_delimiter = ',', default_value = "all")]
         scenarios: Vec<String>,
-        /// Planners: sbp, greedy (= greedy-best-fit); a list (default: the
-        /// ones each scenario file names).
+        /// Planners: sbp, greedy (= greedy-best-fit), gpulet, gpulet+int
+        /// (needs --interference gpulet-*), ideal (at most 8 GPUs); a list
+        /// (default: the ones each scenario file names).
         #[arg(long = "planner", value_delimiter = ',', value_parser = parse_planner)]
         planners: Vec<sluice_cli::bench_cluster_scenario::PlannerKind>,
         /// Device profile of the L(b, p) tables for every scenario
