@@ -603,6 +603,9 @@ mem_mb = 100
         assert_eq!(m.mean_rps(20.0), 10.0);
         assert_eq!(PlannerKind::from_name("greedy"), Some(PlannerKind::Greedy));
         assert_eq!(PlannerKind::from_name("glet"), None);
-        assert_eq!(PlannerKind::from_name("gpulet+int"), Some(PlannerKind::GpuletInt));
+        assert_eq!(
+            PlannerKind::from_name("gpulet+int"),
+            Some(PlannerKind::GpuletInt)
+        );
     }
 }
