@@ -178,10 +178,10 @@ pub fn co_run(
     let b: Vec<u32> = (cus_a..ncu).collect();
     gpu.set_partition(streams[0], Some(&a))?;
     gpu.set_partition(streams[1], Some(&b))?;
-    let scaled = [models[0].batch_scaled(), models[1].batch_scaled()];
+    let models = [models[0].at_batch(batch), models[1].at_batch(batch)];
     let launch = |gpu: &mut GpuSim, i: usize| -> Result<(), OpError> {
         for (k, kern) in models[i].manifest.kernels.iter().enumerate() {
-            let l = KernelLaunch::from_model(kern, k as u64).at_batch(batch, scaled[i][k]);
+            let l = KernelLaunch::from_model(kern, k as u64);
             gpu.launch(streams[i], l)?;
         }
         Ok(())

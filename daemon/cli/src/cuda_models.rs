@@ -826,12 +826,12 @@ fn one_request(
     batch: u32,
 ) -> Result<u64, PartitionProfileError> {
     use sluice_gpu::{Clocked, Event, Gpu, KernelLaunch};
-    let scaled = model.batch_scaled();
     let what = || format!("{} at batch {batch}", model.name());
+    let model = &model.at_batch(batch);
     let t0 = gpu.now();
     let n = model.manifest.kernels.len();
     for (i, k) in model.manifest.kernels.iter().enumerate() {
-        let l = KernelLaunch::from_model(k, i as u64).at_batch(batch, scaled[i]);
+        let l = KernelLaunch::from_model(k, i as u64);
         gpu.launch(s, l)
             .map_err(|source| PartitionProfileError::Device {
                 what: format!("launching kernel {i} of {}", what()),

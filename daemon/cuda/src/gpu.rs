@@ -968,22 +968,15 @@ pub(crate) mod tests {
         assert!(matches!(e, GpuError::Unsupported { .. }), "{e}");
     }
 
-    /// DISB's workload A, briefly, through the benchmark driver on the
-    /// adapter: every RT request finishes, BE work runs, and `reef`'s
-    /// preemptions are faster than `wait-preempt`'s. (The fake device runs
-    /// streams side by side without sharing SMs, so RT latency itself does
-    /// not show the difference here; a GPU does.)
-    #[test]
-    fn the_benchmark_driver_runs_on_the_adapter() {
-        use sluice_sched::workload::{self, Arrival, ClientSpec, Workload};
-        let models = Arc::new(ModelRegistry::builtin());
-        let rt_model = models.lookup("vgg19").unwrap().0;
-        let be_model = models.lookup("resnet152").unwrap().0;
-        let w = Workload {
+    /// DISB's workload A for 40 ms: a real-time VGG-19 every 8 ms beside a
+    /// closed-loop best-effort ResNet-152.
+    pub(crate) fn disb_a_brief(models: &ModelRegistry) -> sluice_sched::workload::Workload {
+        use sluice_sched::workload::{Arrival, ClientSpec, Workload};
+        Workload {
             clients: vec![
                 ClientSpec {
                     priority: Priority::RealTime,
-                    model: rt_model,
+                    model: models.lookup("vgg19").unwrap().0,
                     arrival: Arrival::Uniform {
                         period_ns: 8_000_000,
                         offset_ns: 1_000_000,
@@ -991,12 +984,24 @@ pub(crate) mod tests {
                 },
                 ClientSpec {
                     priority: Priority::BestEffort,
-                    model: be_model,
+                    model: models.lookup("resnet152").unwrap().0,
                     arrival: Arrival::ClosedLoop,
                 },
             ],
             duration_ns: 40_000_000,
-        };
+        }
+    }
+
+    /// DISB's workload A, briefly, through the benchmark driver on the
+    /// adapter: every RT request finishes, BE work runs, and `reef`'s
+    /// preemptions are faster than `wait-preempt`'s. (The fake device runs
+    /// streams side by side without sharing SMs, so RT latency itself does
+    /// not show the difference here; a GPU does.)
+    #[test]
+    fn the_benchmark_driver_runs_on_the_adapter() {
+        use sluice_sched::workload;
+        let models = Arc::new(ModelRegistry::builtin());
+        let w = disb_a_brief(&models);
         let mut mean_rt = Vec::new();
         let mut preempt_p50 = Vec::new();
         for kind in [

@@ -497,29 +497,10 @@ mod tests {
     /// stream's partition.
     #[test]
     fn the_policies_run_unchanged_on_partitioned_streams() {
-        use sluice_sched::workload::{self, Arrival, ClientSpec, Workload};
+        use sluice_sched::workload;
         use sluice_sched::{PolicyKind, make_policy};
         let models = Arc::new(ModelRegistry::builtin());
-        let rt_model = models.lookup("vgg19").unwrap().0;
-        let be_model = models.lookup("resnet152").unwrap().0;
-        let w = Workload {
-            clients: vec![
-                ClientSpec {
-                    priority: Priority::RealTime,
-                    model: rt_model,
-                    arrival: Arrival::Uniform {
-                        period_ns: 8_000_000,
-                        offset_ns: 1_000_000,
-                    },
-                },
-                ClientSpec {
-                    priority: Priority::BestEffort,
-                    model: be_model,
-                    arrival: Arrival::ClosedLoop,
-                },
-            ],
-            duration_ns: 40_000_000,
-        };
+        let w = crate::gpu::tests::disb_a_brief(&models);
         for kind in [
             PolicyKind::Reef,
             PolicyKind::WaitPreempt,

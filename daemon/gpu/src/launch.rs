@@ -75,21 +75,6 @@ impl KernelLaunch {
     }
 }
 
-impl KernelLaunch {
-    /// The launch at batch size `batch` of a kernel measured or built at
-    /// batch 1: a batch-scaled kernel (`sluice_model::Model::batch_scaled`)
-    /// has `batch` times the blocks, each with the same footprint and wave
-    /// times (the batch is one more grid dimension; TVM and cuDNN may tile
-    /// a larger batch differently, which this does not model); others are
-    /// unchanged.
-    pub fn at_batch(mut self, batch: u32, scaled: bool) -> Self {
-        if scaled {
-            self.grid_blocks = self.grid_blocks.saturating_mul(batch.max(1));
-        }
-        self
-    }
-}
-
 /// Which kernel: its execution index on its stream (0, 1, 2, … in launch
 /// order) and the caller's tag.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

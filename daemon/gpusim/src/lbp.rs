@@ -5,8 +5,7 @@
 //! Each point runs one request of the model alone on a fresh simulated
 //! device, its kernels in order on one stream (host pushes, fetches and
 //! launches as the model charges them), at batch `b` (batch-scaled kernels
-//! have `b` times the blocks: [`Model::batch_scaled`],
-//! [`KernelLaunch::at_batch`]) and with the stream confined to the lowest
+//! have `b` times the blocks: [`Model::at_batch`]) and with the stream confined to the lowest
 //! ⌈p % × CUs⌉ CUs ([`GpuSim::set_partition`]). It reports the time to the
 //! last kernel's end and the mean memory-bandwidth demand over the run.
 //!
@@ -82,7 +81,7 @@ pub fn run_point(
     batch: u32,
     cus: u32,
 ) -> Result<(Ns, f64, u64), OpError> {
-    let scaled = model.batch_scaled();
+    let model = model.at_batch(batch);
     let mut gpu = GpuSim::new(profile.clone());
     let s = gpu.create_stream(0);
     if cus < profile.compute_units {
@@ -91,7 +90,7 @@ pub fn run_point(
     }
     let mut blocks = 0u64;
     for (i, k) in model.manifest.kernels.iter().enumerate() {
-        let l = KernelLaunch::from_model(k, i as u64).at_batch(batch, scaled[i]);
+        let l = KernelLaunch::from_model(k, i as u64);
         blocks += u64::from(l.grid_blocks);
         gpu.launch(s, l)?;
     }

@@ -877,6 +877,32 @@ impl Model {
         out
     }
 
+    /// The model at batch size `batch`, measured or built at batch 1: each
+    /// batch-scaled kernel ([`Model::batch_scaled`]) has `batch` times the
+    /// blocks (the batch is one more grid dimension, folded into `grid[0]`)
+    /// and `batch` times the kernel time, with the same block footprint,
+    /// block time and wave times (TVM and cuDNN may tile a larger batch
+    /// differently, which this does not model); other kernels are
+    /// unchanged. The one place sluice's batch rule lives: the GPU model's
+    /// `L(b, p)`, the interference study and the cluster backend all run
+    /// these kernels.
+    pub fn at_batch(&self, batch: u32) -> Model {
+        let batch = batch.max(1);
+        let mut m = self.clone();
+        if batch == 1 {
+            return m;
+        }
+        for (k, scaled) in m.manifest.kernels.iter_mut().zip(self.batch_scaled()) {
+            if scaled {
+                k.grid[0] = k.grid[0].saturating_mul(batch);
+                k.kernel_time_us *= f64::from(batch);
+            }
+        }
+        m.manifest.total_time_us = m.manifest.kernels.iter().map(|k| k.kernel_time_us).sum();
+        m.total_time_ns = m.manifest.total_time_ns();
+        m
+    }
+
     /// Restore point of `kernel` (REEF §4.4): the first kernel of its minimal
     /// idempotent group, which a task killed while `kernel` was the first
     /// unfinished one re-launches from. `kernel` itself when it is idempotent
@@ -1257,6 +1283,33 @@ mod tests {
         ];
         w.manifest.kernels.truncate(4);
         assert_eq!(w.batch_scaled(), vec![false, true, true, false]);
+    }
+
+    #[test]
+    fn at_batch_scales_exactly_the_batch_scaled_kernels() {
+        let reg = ModelRegistry::builtin();
+        let (_, m) = reg.lookup("resnet50").unwrap();
+        assert_eq!(m.at_batch(1).manifest, m.manifest);
+        let scaled = m.batch_scaled();
+        let b4 = m.at_batch(4);
+        for ((k, k4), s) in m
+            .manifest
+            .kernels
+            .iter()
+            .zip(&b4.manifest.kernels)
+            .zip(&scaled)
+        {
+            let f = if *s { 4 } else { 1 };
+            assert_eq!(k4.blocks(), k.blocks() * f, "{}", k.name);
+            assert_eq!(k4.kernel_time_us, k.kernel_time_us * f as f64, "{}", k.name);
+            assert_eq!(
+                (k4.block_time_us, &k4.wave_us),
+                (k.block_time_us, &k.wave_us)
+            );
+        }
+        assert_eq!(b4.total_time_ns, b4.manifest.total_time_ns());
+        assert!(b4.manifest.validate().is_ok());
+        assert_eq!(b4.memory, m.memory);
     }
 
     #[test]

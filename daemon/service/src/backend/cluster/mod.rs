@@ -56,7 +56,7 @@ use std::time::Instant;
 use shm_proto::{Priority, status};
 use sluice_backend::{Backend, Finished, GpuLayout, Job, Layout, ModelLoad, PartitionLayout};
 use sluice_gpu::{DeviceProfile, Event};
-use sluice_model::{Manifest, ModelRegistry};
+use sluice_model::ModelRegistry;
 use sluice_planner::{GpuSpec, LatencyTable, ModelSpec, Placement, Planner};
 use sluice_sched::{
     Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, untag,
@@ -163,6 +163,9 @@ pub enum ClusterError {
         /// The device profile.
         profile: String,
     },
+    /// The batch-scaled models could not form a registry.
+    #[error("cannot build the batch-scaled models for the policies: {0}")]
+    BatchedRegistry(String),
     /// A model's batch-scaled manifest was refused.
     #[error("cannot build model {model:?} at batch {batch}: {why}")]
     Batched {
@@ -221,6 +224,17 @@ struct Partition {
     stats: PolicyStats,
 }
 
+impl Partition {
+    /// CUs it owns on a GPU of `ncu` CUs.
+    fn cu_count(&self, ncu: u32) -> u32 {
+        if self.cus.is_empty() {
+            ncu
+        } else {
+            self.cus.len() as u32
+        }
+    }
+}
+
 struct Batch {
     part: usize,
     slot: usize,
@@ -271,21 +285,9 @@ impl std::fmt::Debug for ClusterBackend {
     }
 }
 
-/// The model's manifest at batch `b`: batch-scaled kernels have `b` times
-/// the blocks and `b` times the kernel time, as
-/// [`sluice_gpu::KernelLaunch::at_batch`] launches them.
-fn manifest_at_batch(m: &sluice_model::Model, b: u32) -> Manifest {
-    let scaled = m.batch_scaled();
-    let mut man = m.manifest.clone();
-    man.name = format!("{}__b{b}", man.name);
-    for (k, &s) in man.kernels.iter_mut().zip(&scaled) {
-        if s {
-            k.grid[0] = k.grid[0].saturating_mul(b);
-            k.kernel_time_us *= f64::from(b);
-        }
-    }
-    man.total_time_us = man.kernels.iter().map(|k| k.kernel_time_us).sum();
-    man
+/// The name of `model` at batch `b` in the policies' registry.
+fn batched_name(model: &str, b: u32) -> String {
+    format!("{model}__b{b}")
 }
 
 const MS: u64 = 1_000_000;
@@ -323,18 +325,17 @@ impl ClusterBackend {
             }
             *slot = Some(i);
             for &b in m.table.batches() {
+                let mut at_b = model.at_batch(b);
+                at_b.manifest.name = batched_name(&model.manifest.name, b);
                 parts.push((
                     format!("cluster:{}@{b}", m.name),
-                    manifest_at_batch(model, b),
-                    model.memory.clone(),
+                    at_b.manifest,
+                    at_b.memory,
                 ));
             }
         }
-        let batched = ModelRegistry::from_parts(parts).map_err(|e| ClusterError::Batched {
-            model: String::new(),
-            batch: 0,
-            why: e.to_string(),
-        })?;
+        let batched = ModelRegistry::from_parts(parts)
+            .map_err(|e| ClusterError::BatchedRegistry(e.to_string()))?;
         let served = setup
             .models
             .iter()
@@ -346,7 +347,7 @@ impl ClusterBackend {
                     .iter()
                     .map(|b| {
                         batched
-                            .lookup(&format!("{base}__b{b}"))
+                            .lookup(&batched_name(base, *b))
                             .map(|(id, _)| id)
                             .ok_or_else(|| ClusterError::Batched {
                                 model: m.name.clone(),
@@ -408,7 +409,7 @@ impl ClusterBackend {
         // Until rates are seen: every GPU whole, serving every model.
         let start = me.fallback_placement();
         me.apply(&start);
-        me.publish(None, 0);
+        me.publish();
         Ok(me)
     }
 
@@ -472,10 +473,7 @@ impl ClusterBackend {
                         !p.draining
                             && p.gpu == g
                             && p.first_cu == first_cu
-                            && p.cus
-                                .len()
-                                .max(if p.cus.is_empty() { ncu as usize } else { 0 })
-                                == cus as usize
+                            && p.cu_count(ncu) == cus
                             && p.slots.len() == slots.len()
                             && p.slots.iter().zip(&slots).all(|(a, b)| {
                                 a.served == b.served && a.planned_batch == b.planned_batch
@@ -656,10 +654,9 @@ impl ClusterBackend {
         if self.setup.replan_ns > 0 && now >= self.last_plan + self.setup.replan_ns {
             return true;
         }
-        // Rates are looked at once per 10 ms at most, and a rate move
-        // re-plans at most once per quarter window: the monitor's own noise
-        // must not turn into a switch storm.
-        if now < self.layout_at + 10 * MS || now < self.last_plan + self.setup.rate_window_ns / 4 {
+        // A rate move re-plans at most once per quarter window: the
+        // monitor's own noise must not turn into a switch storm.
+        if now < self.last_plan + self.setup.rate_window_ns / 4 {
             return false;
         }
         let band = self.setup.rate_change;
@@ -774,20 +771,13 @@ impl ClusterBackend {
             };
             let finished = self.epoch + at;
             let started = b.started.map_or(finished, |s| self.epoch + s);
-            let part_gpu;
-            let served;
-            {
-                let Some(p) = self.parts[b.part].as_mut() else {
-                    continue;
-                };
-                part_gpu = p.gpu;
-                p.in_flight -= 1;
-                let sl = &mut p.slots[b.slot];
-                sl.busy = false;
-                served = sl.served;
-            }
-            let _ = part_gpu;
-            let s = &mut self.served[served];
+            let Some(p) = self.parts[b.part].as_mut() else {
+                continue;
+            };
+            p.in_flight -= 1;
+            let sl = &mut p.slots[b.slot];
+            sl.busy = false;
+            let s = &mut self.served[sl.served];
             for job in b.jobs {
                 let (status, output_len) = if failed {
                     (status::DEVICE_ERROR, 0)
@@ -990,6 +980,7 @@ impl ClusterBackend {
             self.switch_ns[(self.switches % 1024) as usize] = switch_ns;
         }
         self.switches += 1;
+        let switches = self.switches;
         let mut sorted = self.switch_ns.clone();
         sorted.sort_unstable();
         let at = |q: f64| sorted[((sorted.len() - 1) as f64 * q).round() as usize];
@@ -997,17 +988,17 @@ impl ClusterBackend {
         if let Ok(mut l) = self.layout.lock() {
             l.switch_p50_ns = p50;
             l.switch_p99_ns = p99;
-            l.switches += 1;
+            l.switches = switches;
             l.last_switch_ns = switch_ns;
             l.max_switch_ns = l.max_switch_ns.max(switch_ns);
             l.last_plan_ns = plan_ns;
-            l.plan_error = error.clone();
+            l.plan_error = error;
         }
-        self.publish(error, switch_ns);
+        self.publish();
     }
 
     /// Refreshes what `sluice status` shows.
-    fn publish(&mut self, _error: Option<String>, _switch_ns: u64) {
+    fn publish(&mut self) {
         let now = self.clock;
         self.layout_at = now;
         let mut gpus: Vec<GpuLayout> = self
@@ -1028,11 +1019,7 @@ impl ClusterBackend {
             gpus[p.gpu].partitions.push(PartitionLayout {
                 size_pct: p.size_pct,
                 first_cu: p.first_cu,
-                cus: if p.cus.is_empty() {
-                    ncu
-                } else {
-                    p.cus.len() as u32
-                },
+                cus: p.cu_count(ncu),
                 draining: p.draining,
                 in_flight: p.in_flight,
                 models: p
@@ -1113,7 +1100,7 @@ impl Backend for ClusterBackend {
         // `sluice status` shows after a burst is its end.
         let idle_now = self.batches.is_empty() && !self.out.is_empty();
         if self.clock >= self.layout_at + 100 * MS || idle_now {
-            self.publish(None, 0);
+            self.publish();
         }
         done.append(&mut self.out);
     }
