@@ -46,7 +46,9 @@ use sluice_model::{Model, ModelRegistry};
 use sluice_planner::{GpuSpec, LatencyTable, ModelSpec, Placement};
 
 use crate::bench_cluster_scenario::{PlannerKind, Scenario, ScenarioError, SloRule};
-use crate::bench_cluster_sim::{Rounds, Routing, SimModel, SimOptions, SimPartition, SimSlot};
+use crate::bench_cluster_sim::{
+    ModelOutcome, Rounds, Routing, SimModel, SimOptions, SimPartition, SimSlot,
+};
 
 /// The violation rate a factor may reach and still pass (gpulet §5.2).
 pub const MAX_VIOLATION_RATE: f64 = 0.01;
@@ -783,13 +785,7 @@ fn result_of(
                 paper_slo_ms: m.paper_slo_ms,
                 rate_rps: m.mean_rps(opts.duration_s) * factor,
                 throughput_rps: o.map_or(0.0, |o| o.completed as f64 / opts.duration_s),
-                violation_rate: o.map_or(0.0, |o| {
-                    if o.arrived == 0 {
-                        0.0
-                    } else {
-                        o.violated as f64 / o.arrived as f64
-                    }
-                }),
+                violation_rate: o.map_or(0.0, ModelOutcome::violation_rate),
                 p50_ms: o.map_or(0.0, |o| o.latency_ms[0]),
                 p99_ms: o.map_or(0.0, |o| o.latency_ms[1]),
                 partitions: parts,
