@@ -269,25 +269,16 @@ pub fn measure_table(profile: &DeviceProfile, model: &Model) -> Result<TableInfo
     Ok(TableInfo { table, adjusted })
 }
 
-/// Lifts `rows[batch][partition]` to the planners' monotonicity rules;
-/// returns how many entries changed.
+/// Lifts `rows[batch][partition]` to the planners' monotonicity rules with
+/// the daemon's cluster backend's envelope
+/// ([`sluice_service::backend::cluster::setup::monotone_rows`]); returns
+/// how many entries changed.
 pub fn monotone_envelope(rows: &mut [Vec<f64>]) -> usize {
+    let lifted = sluice_service::backend::cluster::setup::monotone_rows(rows.to_vec());
     let mut changed = 0;
-    for row in rows.iter_mut() {
-        for j in 1..row.len() {
-            if row[j] > row[j - 1] {
-                row[j] = row[j - 1];
-                changed += 1;
-            }
-        }
-    }
-    for i in 1..rows.len() {
-        for j in 0..rows[i].len() {
-            if rows[i][j] < rows[i - 1][j] {
-                rows[i][j] = rows[i - 1][j];
-                changed += 1;
-            }
-        }
+    for (row, new) in rows.iter_mut().zip(lifted) {
+        changed += row.iter().zip(&new).filter(|(a, b)| a != b).count();
+        *row = new;
     }
     changed
 }
