@@ -43,7 +43,7 @@ use serde::Serialize;
 use sluice_gpu::DeviceProfile;
 use sluice_gpusim::lbp::{self, DEFAULT_BATCHES, DEFAULT_PARTITIONS};
 use sluice_model::{Model, ModelRegistry};
-use sluice_planner::{GpuSpec, LatencyTable, ModelSpec, Placement};
+use sluice_planner::{Assignment, GpuPlan, GpuSpec, LatencyTable, ModelSpec, Placement};
 
 use crate::bench_cluster_scenario::{PlannerKind, Scenario, ScenarioError, SloRule};
 use crate::bench_cluster_sim::{
@@ -289,20 +289,12 @@ pub use crate::gpulet_data::GpuletData;
 /// each of the scenario's models names (`gpulet_util`); a model without
 /// one gets factor 1, as in the simulation ([`interference_factors`]).
 pub fn linear_interference(g: &GpuletData, sc: &Scenario) -> sluice_planner::LinearInterference {
-    let c = g.coef;
-    let mut li = sluice_planner::LinearInterference::new(sluice_planner::LinearCoefficients {
-        l2_own: c[0],
-        l2_other: c[1],
-        dram_own: c[2],
-        dram_other: c[3],
-        constant: c[4],
-    });
+    let mut li = sluice_planner::LinearInterference::new(g.coefficients());
     for m in &sc.models {
         let Some(u) = &m.gpulet_util else {
             continue;
         };
-        // The 3080 data names SSD-MobileNet `ssd`.
-        let alias = if u == "ssd-mobilenetv1" { "ssd" } else { u };
+        let alias = crate::gpulet_data::alias(u);
         let mut points: Vec<(u32, f64, f64)> = g
             .util
             .iter()
@@ -331,52 +323,46 @@ pub fn interference_factors(
     placement
         .gpus
         .iter()
-        .map(|g| {
-            let ones = || {
-                g.partitions
-                    .iter()
-                    .map(|p| vec![1.0; p.models.len()])
-                    .collect()
-            };
-            let Some(d) = data else { return ones() };
-            if g.partitions.len() < 2 {
-                return ones();
-            }
-            let util = |a: &sluice_planner::Assignment| {
-                util_name(&a.model).and_then(|n| d.lookup(&n, a.batch))
-            };
-            let load: Vec<(f64, f64)> = g
+        .map(|g| match data {
+            Some(d) if g.partitions.len() >= 2 => shared_gpu_factors(g, util_name, d),
+            _ => g
                 .partitions
                 .iter()
-                .map(|p| {
-                    p.models.iter().filter_map(util).fold((0.0, 0.0), |acc, u| {
-                        (f64::max(acc.0, u.0), f64::max(acc.1, u.1))
-                    })
-                })
-                .collect();
-            g.partitions
+                .map(|p| vec![1.0; p.models.len()])
+                .collect(),
+        })
+        .collect()
+}
+
+/// [`interference_factors`] of one GPU with two or more partitions.
+fn shared_gpu_factors(
+    g: &GpuPlan,
+    util_name: &dyn Fn(&str) -> Option<String>,
+    d: &GpuletData,
+) -> Vec<Vec<f64>> {
+    let util = |a: &Assignment| util_name(&a.model).and_then(|n| d.lookup(&n, a.batch));
+    let load: Vec<(f64, f64)> = g
+        .partitions
+        .iter()
+        .map(|p| {
+            p.models.iter().filter_map(util).fold((0.0, 0.0), |acc, u| {
+                (f64::max(acc.0, u.0), f64::max(acc.1, u.1))
+            })
+        })
+        .collect();
+    g.partitions
+        .iter()
+        .enumerate()
+        .map(|(pi, p)| {
+            let (l2, dram) = load
                 .iter()
                 .enumerate()
-                .map(|(pi, p)| {
-                    let (mut l2o, mut memo) = (0.0, 0.0);
-                    for (qi, l) in load.iter().enumerate() {
-                        if qi != pi {
-                            l2o += l.0;
-                            memo += l.1;
-                        }
-                    }
-                    let (l2o, memo) = (f64::min(l2o, 1.0), f64::min(memo, 1.0));
-                    p.models
-                        .iter()
-                        .map(|a| match util(a) {
-                            None => 1.0,
-                            Some((l2, mem)) => {
-                                let c = d.coef;
-                                (c[0] * l2 + c[1] * l2o + c[2] * mem + c[3] * memo + c[4]).max(1.0)
-                            }
-                        })
-                        .collect()
-                })
+                .filter(|&(qi, _)| qi != pi)
+                .fold((0.0, 0.0), |acc, (_, l)| (acc.0 + l.0, acc.1 + l.1));
+            let others = (f64::min(l2, 1.0), f64::min(dram, 1.0));
+            p.models
+                .iter()
+                .map(|a| util(a).map_or(1.0, |own| d.linear(own, others)))
                 .collect()
         })
         .collect()
@@ -1250,7 +1236,7 @@ mem_mb = 100
 
     #[test]
     fn interference_follows_gpulets_linear_model() {
-        use sluice_planner::{Assignment, GpuPlan, PartitionPlan};
+        use sluice_planner::PartitionPlan;
         let part = |m: &str, size| PartitionPlan {
             size_pct: size,
             duty_cycle_ms: 10.0,
