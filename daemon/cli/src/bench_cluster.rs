@@ -601,16 +601,19 @@ fn probe(
             .and_then(|&i| sc.models[i].gpulet_util.clone())
     };
     let intf = interference_factors(&placement, &util_name, gpulet);
-    let mut parts = Vec::new();
-    for (g, gpu) in placement.gpus.iter().enumerate() {
-        for (pi, part) in gpu.partitions.iter().enumerate() {
-            let slots = part
+    let parts: Vec<SimPartition> = placement
+        .partitions()
+        .zip(intf.iter().flatten())
+        .map(|((g, part), fs)| SimPartition {
+            gpu: g,
+            size_pct: part.size_pct,
+            duty_cycle_ms: part.duty_cycle_ms,
+            slots: part
                 .models
                 .iter()
-                .enumerate()
-                .map(|(ai, a)| {
+                .zip(fs)
+                .map(|(a, &f)| {
                     let m = index[a.model.as_str()];
-                    let f = intf[g][pi][ai];
                     SimSlot {
                         model: m,
                         batch: a.batch,
@@ -620,15 +623,9 @@ fn probe(
                             .collect(),
                     }
                 })
-                .collect();
-            parts.push(SimPartition {
-                gpu: g,
-                size_pct: part.size_pct,
-                duty_cycle_ms: part.duty_cycle_ms,
-                slots,
-            });
-        }
-    }
+                .collect(),
+        })
+        .collect();
     let models: Vec<SimModel> = sc
         .models
         .iter()
@@ -702,15 +699,15 @@ fn search(
             f /= 2.0;
         }
     }
-    if let (Some(_), Some(_)) = (&lo, &hi) {
-        for _ in 0..steps {
-            let (a, b) = (lo.as_ref().unwrap().factor, hi.as_ref().unwrap().factor);
-            let p = go(0.5 * (a + b))?;
-            if p.pass() {
-                lo = Some(p);
-            } else {
-                hi = Some(p);
-            }
+    for _ in 0..steps {
+        let (Some(a), Some(b)) = (&lo, &hi) else {
+            break;
+        };
+        let p = go(0.5 * (a.factor + b.factor))?;
+        if p.pass() {
+            lo = Some(p);
+        } else {
+            hi = Some(p);
         }
     }
     Ok((lo, hi, n))
@@ -722,38 +719,33 @@ fn result_of(
     at: Option<&Probe>,
     limit: String,
     probes: u32,
-    search: bool,
     opts: &ClusterOptions,
 ) -> ScenarioResult {
     let sc = p.sc;
     let factor = at.map_or(0.0, |a| a.factor);
-    let offered: f64 = sc
-        .models
-        .iter()
-        .map(|m| m.mean_rps(opts.duration_s) * factor)
-        .sum();
     let sim = at.and_then(|a| a.sim.as_ref());
     let pl = at.and_then(|a| a.placement.as_ref());
-    let models = sc
+    // Every slot of the placement: (model, interference factor).
+    let slots: Vec<(&str, f64)> = match (pl, at) {
+        (Some(pl), Some(a)) => pl
+            .partitions()
+            .zip(a.interference.iter().flatten())
+            .flat_map(|((_, part), fs)| {
+                part.models
+                    .iter()
+                    .map(|x| x.model.as_str())
+                    .zip(fs.iter().copied())
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let models: Vec<ModelResult> = sc
         .models
         .iter()
         .enumerate()
         .map(|(i, m)| {
             let o = sim.map(|s| &s.models[i]);
-            let mut parts = 0;
-            let mut intf: f64 = 1.0;
-            if let (Some(pl), Some(a)) = (pl, at) {
-                for (g, gpu) in pl.gpus.iter().enumerate() {
-                    for (pi, part) in gpu.partitions.iter().enumerate() {
-                        for (ai, asg) in part.models.iter().enumerate() {
-                            if asg.model == m.name {
-                                parts += 1;
-                                intf = intf.max(a.interference[g][pi][ai]);
-                            }
-                        }
-                    }
-                }
-            }
+            let mine = || slots.iter().filter(|(n, _)| *n == m.name);
             ModelResult {
                 name: m.name.clone(),
                 model: m.model.clone(),
@@ -765,16 +757,17 @@ fn result_of(
                 violation_rate: o.map_or(0.0, ModelOutcome::violation_rate),
                 p50_ms: o.map_or(0.0, |o| o.latency_ms[0]),
                 p99_ms: o.map_or(0.0, |o| o.latency_ms[1]),
-                partitions: parts,
-                interference: intf,
+                partitions: mine().count(),
+                interference: mine().fold(1.0, |acc: f64, &(_, f)| acc.max(f)),
             }
         })
         .collect();
+    let offered: f64 = models.iter().map(|m| m.rate_rps).sum();
     ScenarioResult {
         name: sc.name.clone(),
         planner: kind.as_str().into(),
         device: p.device.clone(),
-        max_rps: search.then_some(offered),
+        max_rps: opts.search.then_some(offered),
         offered_rps: offered,
         factor,
         violation_rate: sim.map_or(0.0, |s| s.violation_rate()),
@@ -804,19 +797,14 @@ fn run_pair(
 ) -> Result<ScenarioResult, ClusterError> {
     if opts.search {
         let (lo, hi, n) = search(|f| probe(prep, kind, f, opts, gpulet), opts.search_steps)?;
-        let limit = match (&lo, &hi) {
-            (_, Some(h)) => h.why(),
-            (_, None) => "no limit found up to 65536x".into(),
-        };
-        Ok(result_of(prep, kind, lo.as_ref(), limit, n, true, opts))
+        let limit = hi
+            .as_ref()
+            .map_or_else(|| "no limit found up to 65536x".into(), Probe::why);
+        Ok(result_of(prep, kind, lo.as_ref(), limit, n, opts))
     } else {
         let p = probe(prep, kind, 1.0, opts, gpulet)?;
         let limit = if p.pass() { String::new() } else { p.why() };
-        let mut r = result_of(prep, kind, Some(&p), limit, 1, false, opts);
-        if p.placement.is_none() {
-            r.factor = 1.0;
-        }
-        Ok(r)
+        Ok(result_of(prep, kind, Some(&p), limit, 1, opts))
     }
 }
 
