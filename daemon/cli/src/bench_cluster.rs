@@ -947,7 +947,7 @@ pub fn table(r: &ClusterReport) -> String {
     let _ = writeln!(
         s,
         "sluice bench cluster: SIMULATED serving, device profile {}; L(b, p) from the GPU model",
-        r.device
+        devices(r)
     );
     let _ = writeln!(s, "SLO rule: {}", r.slo_rule);
     let _ = writeln!(s, "interference: {}", r.interference_note);
@@ -956,10 +956,8 @@ pub fn table(r: &ClusterReport) -> String {
         "{} virtual s of Poisson arrivals per simulation, seed {}, routing {}, rounds {}, planned for {:.0} % over the offered rates; a point passes with at most {:.0} % of requests late, dropped or unserved",
         r.duration_s,
         r.seed,
-        serde_json::to_value(r.routing)
-            .map_or_else(|_| String::new(), |v| v.as_str().unwrap_or("").to_owned()),
-        serde_json::to_value(r.rounds)
-            .map_or_else(|_| String::new(), |v| v.as_str().unwrap_or("").to_owned()),
+        json_name(r.routing),
+        json_name(r.rounds),
         100.0 * r.headroom,
         100.0 * r.max_violation_rate
     );
@@ -1012,7 +1010,8 @@ pub fn table(r: &ClusterReport) -> String {
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "per model at the reported factor (SLO: used here / the source's):"
+        "per model at the reported factor, simulated on device profile {} (SLO: used here / the source's):",
+        devices(r)
     );
     let _ = writeln!(
         s,
@@ -1068,6 +1067,25 @@ pub fn table(r: &ClusterReport) -> String {
         }
     }
     s
+}
+
+/// The report's device profile; when mixed, each scenario's.
+fn devices(r: &ClusterReport) -> String {
+    if r.device != "mixed" {
+        return r.device.clone();
+    }
+    let mut each: Vec<String> = r
+        .scenarios
+        .iter()
+        .map(|x| format!("{}: {}", x.name, x.device))
+        .collect();
+    each.dedup();
+    format!("mixed ({})", each.join(", "))
+}
+
+/// How the JSON names a unit enum.
+fn json_name(v: impl Serialize) -> String {
+    serde_json::to_value(v).map_or_else(|_| String::new(), |v| v.as_str().unwrap_or("").to_owned())
 }
 
 #[cfg(test)]
@@ -1321,6 +1339,7 @@ mem_mb = 1220
         }
         assert_eq!(v["scenarios"][1]["planner"], "greedy");
         assert!(table(&r).contains("SIMULATED"));
+        assert!(table(&r).contains("simulated on device profile mi50"));
     }
 
     #[test]
