@@ -1093,18 +1093,24 @@ mod tests {
     use super::*;
     use crate::bench_cluster_scenario::Scenario;
 
+    /// A scenario on `gpus` mi50s of `gpu_mem_mb`, serving `models` (its
+    /// `[[model]]` tables).
+    fn scenario(name: &str, gpus: u32, gpu_mem_mb: u64, planners: &str, models: &str) -> Scenario {
+        let head = format!(
+            "name = {name:?}\ndescription = \"test\"\ndevice = \"mi50\"\ngpus = {gpus}\ngpu_mem_mb = {gpu_mem_mb}\nplanners = [{planners}]\n"
+        );
+        Scenario::parse("t", &(head + models)).unwrap()
+    }
+
     /// A one-model scenario on one GPU with an explicit SLO.
     fn one_model(rate: f64, slo_ms: f64) -> Scenario {
-        Scenario::parse(
-            "t",
+        scenario(
+            "one",
+            1,
+            1000,
+            r#""sbp""#,
             &format!(
                 r#"
-name = "one"
-description = "test"
-device = "mi50"
-gpus = 1
-gpu_mem_mb = 1000
-planners = ["sbp"]
 [[model]]
 name = "m"
 model = "resnet18"
@@ -1115,7 +1121,32 @@ mem_mb = 100
 "#
             ),
         )
-        .unwrap()
+    }
+
+    /// A built-in model at 50 rps, chosen for its fast table, not from any
+    /// paper.
+    fn standin(name: &str, model: &str, mem_mb: u64) -> String {
+        format!(
+            "[[model]]\nname = {name:?}\nmodel = {model:?}\nstands_for = \"test stand-in\"\nrate_rps = 50\nmem_mb = {mem_mb}\n"
+        )
+    }
+
+    /// SBP serving [`one_model`] with the [`flat_table`] for 20 virtual s.
+    fn sbp_on_flat(rate: f64, slo_ms: f64, headroom: f64) -> ScenarioResult {
+        let sc = one_model(rate, slo_ms);
+        let t = flat_table();
+        let prep = Prepared {
+            sc: &sc,
+            device: "mi50".into(),
+            tables: vec![&t],
+            slo_ms: vec![slo_ms],
+        };
+        let opts = ClusterOptions {
+            duration_s: 20.0,
+            headroom,
+            ..ClusterOptions::default()
+        };
+        run_pair(&prep, PlannerKind::Sbp, &opts, None).unwrap()
     }
 
     /// L(b, p) = 1 + b ms on every partition.
@@ -1141,20 +1172,7 @@ mem_mb = 100
         // (max 775.76 rps). At f* the partition is 80 % busy with an SLO
         // 30 times its batch time: no violations, so placement is the
         // limit. Doubling brackets it in [4, 8]; 7 bisections leave 4/128.
-        let sc = one_model(100.0, 1000.0);
-        let t = flat_table();
-        let prep = Prepared {
-            sc: &sc,
-            device: "mi50".into(),
-            tables: vec![&t],
-            slo_ms: vec![1000.0],
-        };
-        let opts = ClusterOptions {
-            duration_s: 20.0,
-            headroom: 0.25,
-            ..ClusterOptions::default()
-        };
-        let r = run_pair(&prep, PlannerKind::Sbp, &opts, None).unwrap();
+        let r = sbp_on_flat(100.0, 1000.0, 0.25);
         let knee = 32.0 / 33.0 * 1000.0 / 125.0;
         assert!(
             r.factor <= knee && r.factor > knee - 4.0 / 128.0,
@@ -1173,19 +1191,7 @@ mem_mb = 100
         // The same model planned at exactly its rate: at the saturated point
         // the partition is ~100 % busy and Poisson bursts make requests
         // late, so the maximum lies below the placement limit 9.697.
-        let sc = one_model(100.0, 100.0);
-        let t = flat_table();
-        let prep = Prepared {
-            sc: &sc,
-            device: "mi50".into(),
-            tables: vec![&t],
-            slo_ms: vec![100.0],
-        };
-        let opts = ClusterOptions {
-            duration_s: 20.0,
-            ..ClusterOptions::default()
-        };
-        let r = run_pair(&prep, PlannerKind::Sbp, &opts, None).unwrap();
+        let r = sbp_on_flat(100.0, 100.0, 0.0);
         assert!(r.factor > 0.0 && r.factor < 9.697, "{r:?}");
         assert!(r.limit.contains("% violations"), "{}", r.limit);
     }
@@ -1282,31 +1288,13 @@ mem_mb = 100
 
     #[test]
     fn a_small_scenario_runs_end_to_end_and_reports_the_json_keys() {
-        // Stand-ins chosen for fast tables, not from any paper.
-        let sc = Scenario::parse(
-            "t",
-            r#"
-name = "standins"
-description = "test: two fast built-in models"
-device = "mi50"
-gpus = 2
-gpu_mem_mb = 11000
-planners = ["sbp", "greedy"]
-[[model]]
-name = "mob"
-model = "mobilenet"
-stands_for = "test stand-in"
-rate_rps = 50
-mem_mb = 464
-[[model]]
-name = "den"
-model = "densenet"
-stands_for = "test stand-in"
-rate_rps = 50
-mem_mb = 1220
-"#,
-        )
-        .unwrap();
+        let sc = scenario(
+            "standins",
+            2,
+            11000,
+            r#""sbp", "greedy""#,
+            &(standin("mob", "mobilenet", 464) + &standin("den", "densenet", 1220)),
+        );
         let opts = ClusterOptions {
             duration_s: 5.0,
             search_steps: 2,
@@ -1344,25 +1332,13 @@ mem_mb = 1220
 
     #[test]
     fn gpulet_int_needs_interference_data_and_the_new_planners_run() {
-        let sc = Scenario::parse(
-            "t",
-            r#"
-name = "standins"
-description = "test: one fast built-in model"
-device = "mi50"
-gpus = 2
-gpu_mem_mb = 11000
-planners = ["gpulet"]
-[[model]]
-name = "mob"
-model = "mobilenet"
-stands_for = "test stand-in"
-rate_rps = 50
-mem_mb = 464
-gpulet_util = "mobilenet"
-"#,
-        )
-        .unwrap();
+        let sc = scenario(
+            "standins",
+            2,
+            11000,
+            r#""gpulet""#,
+            &(standin("mob", "mobilenet", 464) + "gpulet_util = \"mobilenet\"\n"),
+        );
         let reg = ModelRegistry::builtin();
         let opts = |planners: Vec<PlannerKind>| ClusterOptions {
             duration_s: 5.0,
