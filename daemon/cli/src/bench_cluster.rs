@@ -43,10 +43,12 @@ use serde::Serialize;
 use sluice_gpu::DeviceProfile;
 use sluice_gpusim::lbp::{self, DEFAULT_BATCHES, DEFAULT_PARTITIONS};
 use sluice_model::{Model, ModelRegistry};
-use sluice_planner::{GpuSpec, LatencyTable, ModelSpec, Placement};
+use sluice_planner::{Assignment, GpuPlan, GpuSpec, LatencyTable, ModelSpec, Placement};
 
 use crate::bench_cluster_scenario::{PlannerKind, Scenario, ScenarioError, SloRule};
-use crate::bench_cluster_sim::{Rounds, Routing, SimModel, SimOptions, SimPartition, SimSlot};
+use crate::bench_cluster_sim::{
+    ModelOutcome, Rounds, Routing, SimModel, SimOptions, SimPartition, SimSlot,
+};
 
 /// The violation rate a factor may reach and still pass (gpulet §5.2).
 pub const MAX_VIOLATION_RATE: f64 = 0.01;
@@ -267,25 +269,16 @@ pub fn measure_table(profile: &DeviceProfile, model: &Model) -> Result<TableInfo
     Ok(TableInfo { table, adjusted })
 }
 
-/// Lifts `rows[batch][partition]` to the planners' monotonicity rules;
-/// returns how many entries changed.
+/// Lifts `rows[batch][partition]` to the planners' monotonicity rules with
+/// the daemon's cluster backend's envelope
+/// ([`sluice_service::backend::cluster::setup::monotone_rows`]); returns
+/// how many entries changed.
 pub fn monotone_envelope(rows: &mut [Vec<f64>]) -> usize {
+    let lifted = sluice_service::backend::cluster::setup::monotone_rows(rows.to_vec());
     let mut changed = 0;
-    for row in rows.iter_mut() {
-        for j in 1..row.len() {
-            if row[j] > row[j - 1] {
-                row[j] = row[j - 1];
-                changed += 1;
-            }
-        }
-    }
-    for i in 1..rows.len() {
-        for j in 0..rows[i].len() {
-            if rows[i][j] < rows[i - 1][j] {
-                rows[i][j] = rows[i - 1][j];
-                changed += 1;
-            }
-        }
+    for (row, new) in rows.iter_mut().zip(lifted) {
+        changed += row.iter().zip(&new).filter(|(a, b)| a != b).count();
+        *row = new;
     }
     changed
 }
@@ -296,20 +289,12 @@ pub use crate::gpulet_data::GpuletData;
 /// each of the scenario's models names (`gpulet_util`); a model without
 /// one gets factor 1, as in the simulation ([`interference_factors`]).
 pub fn linear_interference(g: &GpuletData, sc: &Scenario) -> sluice_planner::LinearInterference {
-    let c = g.coef;
-    let mut li = sluice_planner::LinearInterference::new(sluice_planner::LinearCoefficients {
-        l2_own: c[0],
-        l2_other: c[1],
-        dram_own: c[2],
-        dram_other: c[3],
-        constant: c[4],
-    });
+    let mut li = sluice_planner::LinearInterference::new(g.coefficients());
     for m in &sc.models {
         let Some(u) = &m.gpulet_util else {
             continue;
         };
-        // The 3080 data names SSD-MobileNet `ssd`.
-        let alias = if u == "ssd-mobilenetv1" { "ssd" } else { u };
+        let alias = crate::gpulet_data::alias(u);
         let mut points: Vec<(u32, f64, f64)> = g
             .util
             .iter()
@@ -338,52 +323,46 @@ pub fn interference_factors(
     placement
         .gpus
         .iter()
-        .map(|g| {
-            let ones = || {
-                g.partitions
-                    .iter()
-                    .map(|p| vec![1.0; p.models.len()])
-                    .collect()
-            };
-            let Some(d) = data else { return ones() };
-            if g.partitions.len() < 2 {
-                return ones();
-            }
-            let util = |a: &sluice_planner::Assignment| {
-                util_name(&a.model).and_then(|n| d.lookup(&n, a.batch))
-            };
-            let load: Vec<(f64, f64)> = g
+        .map(|g| match data {
+            Some(d) if g.partitions.len() >= 2 => shared_gpu_factors(g, util_name, d),
+            _ => g
                 .partitions
                 .iter()
-                .map(|p| {
-                    p.models.iter().filter_map(util).fold((0.0, 0.0), |acc, u| {
-                        (f64::max(acc.0, u.0), f64::max(acc.1, u.1))
-                    })
-                })
-                .collect();
-            g.partitions
+                .map(|p| vec![1.0; p.models.len()])
+                .collect(),
+        })
+        .collect()
+}
+
+/// [`interference_factors`] of one GPU with two or more partitions.
+fn shared_gpu_factors(
+    g: &GpuPlan,
+    util_name: &dyn Fn(&str) -> Option<String>,
+    d: &GpuletData,
+) -> Vec<Vec<f64>> {
+    let util = |a: &Assignment| util_name(&a.model).and_then(|n| d.lookup(&n, a.batch));
+    let load: Vec<(f64, f64)> = g
+        .partitions
+        .iter()
+        .map(|p| {
+            p.models.iter().filter_map(util).fold((0.0, 0.0), |acc, u| {
+                (f64::max(acc.0, u.0), f64::max(acc.1, u.1))
+            })
+        })
+        .collect();
+    g.partitions
+        .iter()
+        .enumerate()
+        .map(|(pi, p)| {
+            let (l2, dram) = load
                 .iter()
                 .enumerate()
-                .map(|(pi, p)| {
-                    let (mut l2o, mut memo) = (0.0, 0.0);
-                    for (qi, l) in load.iter().enumerate() {
-                        if qi != pi {
-                            l2o += l.0;
-                            memo += l.1;
-                        }
-                    }
-                    let (l2o, memo) = (f64::min(l2o, 1.0), f64::min(memo, 1.0));
-                    p.models
-                        .iter()
-                        .map(|a| match util(a) {
-                            None => 1.0,
-                            Some((l2, mem)) => {
-                                let c = d.coef;
-                                (c[0] * l2 + c[1] * l2o + c[2] * mem + c[3] * memo + c[4]).max(1.0)
-                            }
-                        })
-                        .collect()
-                })
+                .filter(|&(qi, _)| qi != pi)
+                .fold((0.0, 0.0), |acc, (_, l)| (acc.0 + l.0, acc.1 + l.1));
+            let others = (f64::min(l2, 1.0), f64::min(dram, 1.0));
+            p.models
+                .iter()
+                .map(|a| util(a).map_or(1.0, |own| d.linear(own, others)))
                 .collect()
         })
         .collect()
@@ -622,16 +601,19 @@ fn probe(
             .and_then(|&i| sc.models[i].gpulet_util.clone())
     };
     let intf = interference_factors(&placement, &util_name, gpulet);
-    let mut parts = Vec::new();
-    for (g, gpu) in placement.gpus.iter().enumerate() {
-        for (pi, part) in gpu.partitions.iter().enumerate() {
-            let slots = part
+    let parts: Vec<SimPartition> = placement
+        .partitions()
+        .zip(intf.iter().flatten())
+        .map(|((g, part), fs)| SimPartition {
+            gpu: g,
+            size_pct: part.size_pct,
+            duty_cycle_ms: part.duty_cycle_ms,
+            slots: part
                 .models
                 .iter()
-                .enumerate()
-                .map(|(ai, a)| {
+                .zip(fs)
+                .map(|(a, &f)| {
                     let m = index[a.model.as_str()];
-                    let f = intf[g][pi][ai];
                     SimSlot {
                         model: m,
                         batch: a.batch,
@@ -641,15 +623,9 @@ fn probe(
                             .collect(),
                     }
                 })
-                .collect();
-            parts.push(SimPartition {
-                gpu: g,
-                size_pct: part.size_pct,
-                duty_cycle_ms: part.duty_cycle_ms,
-                slots,
-            });
-        }
-    }
+                .collect(),
+        })
+        .collect();
     let models: Vec<SimModel> = sc
         .models
         .iter()
@@ -723,15 +699,15 @@ fn search(
             f /= 2.0;
         }
     }
-    if let (Some(_), Some(_)) = (&lo, &hi) {
-        for _ in 0..steps {
-            let (a, b) = (lo.as_ref().unwrap().factor, hi.as_ref().unwrap().factor);
-            let p = go(0.5 * (a + b))?;
-            if p.pass() {
-                lo = Some(p);
-            } else {
-                hi = Some(p);
-            }
+    for _ in 0..steps {
+        let (Some(a), Some(b)) = (&lo, &hi) else {
+            break;
+        };
+        let p = go(0.5 * (a.factor + b.factor))?;
+        if p.pass() {
+            lo = Some(p);
+        } else {
+            hi = Some(p);
         }
     }
     Ok((lo, hi, n))
@@ -743,38 +719,33 @@ fn result_of(
     at: Option<&Probe>,
     limit: String,
     probes: u32,
-    search: bool,
     opts: &ClusterOptions,
 ) -> ScenarioResult {
     let sc = p.sc;
     let factor = at.map_or(0.0, |a| a.factor);
-    let offered: f64 = sc
-        .models
-        .iter()
-        .map(|m| m.mean_rps(opts.duration_s) * factor)
-        .sum();
     let sim = at.and_then(|a| a.sim.as_ref());
     let pl = at.and_then(|a| a.placement.as_ref());
-    let models = sc
+    // Every slot of the placement: (model, interference factor).
+    let slots: Vec<(&str, f64)> = match (pl, at) {
+        (Some(pl), Some(a)) => pl
+            .partitions()
+            .zip(a.interference.iter().flatten())
+            .flat_map(|((_, part), fs)| {
+                part.models
+                    .iter()
+                    .map(|x| x.model.as_str())
+                    .zip(fs.iter().copied())
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    let models: Vec<ModelResult> = sc
         .models
         .iter()
         .enumerate()
         .map(|(i, m)| {
             let o = sim.map(|s| &s.models[i]);
-            let mut parts = 0;
-            let mut intf: f64 = 1.0;
-            if let (Some(pl), Some(a)) = (pl, at) {
-                for (g, gpu) in pl.gpus.iter().enumerate() {
-                    for (pi, part) in gpu.partitions.iter().enumerate() {
-                        for (ai, asg) in part.models.iter().enumerate() {
-                            if asg.model == m.name {
-                                parts += 1;
-                                intf = intf.max(a.interference[g][pi][ai]);
-                            }
-                        }
-                    }
-                }
-            }
+            let mine = || slots.iter().filter(|(n, _)| *n == m.name);
             ModelResult {
                 name: m.name.clone(),
                 model: m.model.clone(),
@@ -783,25 +754,20 @@ fn result_of(
                 paper_slo_ms: m.paper_slo_ms,
                 rate_rps: m.mean_rps(opts.duration_s) * factor,
                 throughput_rps: o.map_or(0.0, |o| o.completed as f64 / opts.duration_s),
-                violation_rate: o.map_or(0.0, |o| {
-                    if o.arrived == 0 {
-                        0.0
-                    } else {
-                        o.violated as f64 / o.arrived as f64
-                    }
-                }),
+                violation_rate: o.map_or(0.0, ModelOutcome::violation_rate),
                 p50_ms: o.map_or(0.0, |o| o.latency_ms[0]),
                 p99_ms: o.map_or(0.0, |o| o.latency_ms[1]),
-                partitions: parts,
-                interference: intf,
+                partitions: mine().count(),
+                interference: mine().fold(1.0, |acc: f64, &(_, f)| acc.max(f)),
             }
         })
         .collect();
+    let offered: f64 = models.iter().map(|m| m.rate_rps).sum();
     ScenarioResult {
         name: sc.name.clone(),
         planner: kind.as_str().into(),
         device: p.device.clone(),
-        max_rps: search.then_some(offered),
+        max_rps: opts.search.then_some(offered),
         offered_rps: offered,
         factor,
         violation_rate: sim.map_or(0.0, |s| s.violation_rate()),
@@ -831,19 +797,14 @@ fn run_pair(
 ) -> Result<ScenarioResult, ClusterError> {
     if opts.search {
         let (lo, hi, n) = search(|f| probe(prep, kind, f, opts, gpulet), opts.search_steps)?;
-        let limit = match (&lo, &hi) {
-            (_, Some(h)) => h.why(),
-            (_, None) => "no limit found up to 65536x".into(),
-        };
-        Ok(result_of(prep, kind, lo.as_ref(), limit, n, true, opts))
+        let limit = hi
+            .as_ref()
+            .map_or_else(|| "no limit found up to 65536x".into(), Probe::why);
+        Ok(result_of(prep, kind, lo.as_ref(), limit, n, opts))
     } else {
         let p = probe(prep, kind, 1.0, opts, gpulet)?;
         let limit = if p.pass() { String::new() } else { p.why() };
-        let mut r = result_of(prep, kind, Some(&p), limit, 1, false, opts);
-        if p.placement.is_none() {
-            r.factor = 1.0;
-        }
-        Ok(r)
+        Ok(result_of(prep, kind, Some(&p), limit, 1, opts))
     }
 }
 
@@ -986,7 +947,7 @@ pub fn table(r: &ClusterReport) -> String {
     let _ = writeln!(
         s,
         "sluice bench cluster: SIMULATED serving, device profile {}; L(b, p) from the GPU model",
-        r.device
+        devices(r)
     );
     let _ = writeln!(s, "SLO rule: {}", r.slo_rule);
     let _ = writeln!(s, "interference: {}", r.interference_note);
@@ -995,10 +956,8 @@ pub fn table(r: &ClusterReport) -> String {
         "{} virtual s of Poisson arrivals per simulation, seed {}, routing {}, rounds {}, planned for {:.0} % over the offered rates; a point passes with at most {:.0} % of requests late, dropped or unserved",
         r.duration_s,
         r.seed,
-        serde_json::to_value(r.routing)
-            .map_or_else(|_| String::new(), |v| v.as_str().unwrap_or("").to_owned()),
-        serde_json::to_value(r.rounds)
-            .map_or_else(|_| String::new(), |v| v.as_str().unwrap_or("").to_owned()),
+        json_name(r.routing),
+        json_name(r.rounds),
         100.0 * r.headroom,
         100.0 * r.max_violation_rate
     );
@@ -1051,7 +1010,8 @@ pub fn table(r: &ClusterReport) -> String {
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "per model at the reported factor (SLO: used here / the source's):"
+        "per model at the reported factor, simulated on device profile {} (SLO: used here / the source's):",
+        devices(r)
     );
     let _ = writeln!(
         s,
@@ -1109,23 +1069,48 @@ pub fn table(r: &ClusterReport) -> String {
     s
 }
 
+/// The report's device profile; when mixed, each scenario's.
+fn devices(r: &ClusterReport) -> String {
+    if r.device != "mixed" {
+        return r.device.clone();
+    }
+    let mut each: Vec<String> = r
+        .scenarios
+        .iter()
+        .map(|x| format!("{}: {}", x.name, x.device))
+        .collect();
+    each.dedup();
+    format!("mixed ({})", each.join(", "))
+}
+
+/// How the JSON names a unit enum.
+fn json_name(v: impl Serialize) -> String {
+    serde_json::to_value(v).map_or_else(|_| String::new(), |v| v.as_str().unwrap_or("").to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::bench_cluster_scenario::Scenario;
 
+    /// A scenario on `gpus` mi50s of `gpu_mem_mb`, serving `models` (its
+    /// `[[model]]` tables).
+    fn scenario(name: &str, gpus: u32, gpu_mem_mb: u64, planners: &str, models: &str) -> Scenario {
+        let head = format!(
+            "name = {name:?}\ndescription = \"test\"\ndevice = \"mi50\"\ngpus = {gpus}\ngpu_mem_mb = {gpu_mem_mb}\nplanners = [{planners}]\n"
+        );
+        Scenario::parse("t", &(head + models)).unwrap()
+    }
+
     /// A one-model scenario on one GPU with an explicit SLO.
     fn one_model(rate: f64, slo_ms: f64) -> Scenario {
-        Scenario::parse(
-            "t",
+        scenario(
+            "one",
+            1,
+            1000,
+            r#""sbp""#,
             &format!(
                 r#"
-name = "one"
-description = "test"
-device = "mi50"
-gpus = 1
-gpu_mem_mb = 1000
-planners = ["sbp"]
 [[model]]
 name = "m"
 model = "resnet18"
@@ -1136,7 +1121,32 @@ mem_mb = 100
 "#
             ),
         )
-        .unwrap()
+    }
+
+    /// A built-in model at 50 rps, chosen for its fast table, not from any
+    /// paper.
+    fn standin(name: &str, model: &str, mem_mb: u64) -> String {
+        format!(
+            "[[model]]\nname = {name:?}\nmodel = {model:?}\nstands_for = \"test stand-in\"\nrate_rps = 50\nmem_mb = {mem_mb}\n"
+        )
+    }
+
+    /// SBP serving [`one_model`] with the [`flat_table`] for 20 virtual s.
+    fn sbp_on_flat(rate: f64, slo_ms: f64, headroom: f64) -> ScenarioResult {
+        let sc = one_model(rate, slo_ms);
+        let t = flat_table();
+        let prep = Prepared {
+            sc: &sc,
+            device: "mi50".into(),
+            tables: vec![&t],
+            slo_ms: vec![slo_ms],
+        };
+        let opts = ClusterOptions {
+            duration_s: 20.0,
+            headroom,
+            ..ClusterOptions::default()
+        };
+        run_pair(&prep, PlannerKind::Sbp, &opts, None).unwrap()
     }
 
     /// L(b, p) = 1 + b ms on every partition.
@@ -1162,20 +1172,7 @@ mem_mb = 100
         // (max 775.76 rps). At f* the partition is 80 % busy with an SLO
         // 30 times its batch time: no violations, so placement is the
         // limit. Doubling brackets it in [4, 8]; 7 bisections leave 4/128.
-        let sc = one_model(100.0, 1000.0);
-        let t = flat_table();
-        let prep = Prepared {
-            sc: &sc,
-            device: "mi50".into(),
-            tables: vec![&t],
-            slo_ms: vec![1000.0],
-        };
-        let opts = ClusterOptions {
-            duration_s: 20.0,
-            headroom: 0.25,
-            ..ClusterOptions::default()
-        };
-        let r = run_pair(&prep, PlannerKind::Sbp, &opts, None).unwrap();
+        let r = sbp_on_flat(100.0, 1000.0, 0.25);
         let knee = 32.0 / 33.0 * 1000.0 / 125.0;
         assert!(
             r.factor <= knee && r.factor > knee - 4.0 / 128.0,
@@ -1194,19 +1191,7 @@ mem_mb = 100
         // The same model planned at exactly its rate: at the saturated point
         // the partition is ~100 % busy and Poisson bursts make requests
         // late, so the maximum lies below the placement limit 9.697.
-        let sc = one_model(100.0, 100.0);
-        let t = flat_table();
-        let prep = Prepared {
-            sc: &sc,
-            device: "mi50".into(),
-            tables: vec![&t],
-            slo_ms: vec![100.0],
-        };
-        let opts = ClusterOptions {
-            duration_s: 20.0,
-            ..ClusterOptions::default()
-        };
-        let r = run_pair(&prep, PlannerKind::Sbp, &opts, None).unwrap();
+        let r = sbp_on_flat(100.0, 100.0, 0.0);
         assert!(r.factor > 0.0 && r.factor < 9.697, "{r:?}");
         assert!(r.limit.contains("% violations"), "{}", r.limit);
     }
@@ -1263,7 +1248,7 @@ mem_mb = 100
 
     #[test]
     fn interference_follows_gpulets_linear_model() {
-        use sluice_planner::{Assignment, GpuPlan, PartitionPlan};
+        use sluice_planner::PartitionPlan;
         let part = |m: &str, size| PartitionPlan {
             size_pct: size,
             duty_cycle_ms: 10.0,
@@ -1303,31 +1288,13 @@ mem_mb = 100
 
     #[test]
     fn a_small_scenario_runs_end_to_end_and_reports_the_json_keys() {
-        // Stand-ins chosen for fast tables, not from any paper.
-        let sc = Scenario::parse(
-            "t",
-            r#"
-name = "standins"
-description = "test: two fast built-in models"
-device = "mi50"
-gpus = 2
-gpu_mem_mb = 11000
-planners = ["sbp", "greedy"]
-[[model]]
-name = "mob"
-model = "mobilenet"
-stands_for = "test stand-in"
-rate_rps = 50
-mem_mb = 464
-[[model]]
-name = "den"
-model = "densenet"
-stands_for = "test stand-in"
-rate_rps = 50
-mem_mb = 1220
-"#,
-        )
-        .unwrap();
+        let sc = scenario(
+            "standins",
+            2,
+            11000,
+            r#""sbp", "greedy""#,
+            &(standin("mob", "mobilenet", 464) + &standin("den", "densenet", 1220)),
+        );
         let opts = ClusterOptions {
             duration_s: 5.0,
             search_steps: 2,
@@ -1360,29 +1327,18 @@ mem_mb = 1220
         }
         assert_eq!(v["scenarios"][1]["planner"], "greedy");
         assert!(table(&r).contains("SIMULATED"));
+        assert!(table(&r).contains("simulated on device profile mi50"));
     }
 
     #[test]
     fn gpulet_int_needs_interference_data_and_the_new_planners_run() {
-        let sc = Scenario::parse(
-            "t",
-            r#"
-name = "standins"
-description = "test: one fast built-in model"
-device = "mi50"
-gpus = 2
-gpu_mem_mb = 11000
-planners = ["gpulet"]
-[[model]]
-name = "mob"
-model = "mobilenet"
-stands_for = "test stand-in"
-rate_rps = 50
-mem_mb = 464
-gpulet_util = "mobilenet"
-"#,
-        )
-        .unwrap();
+        let sc = scenario(
+            "standins",
+            2,
+            11000,
+            r#""gpulet""#,
+            &(standin("mob", "mobilenet", 464) + "gpulet_util = \"mobilenet\"\n"),
+        );
         let reg = ModelRegistry::builtin();
         let opts = |planners: Vec<PlannerKind>| ClusterOptions {
             duration_s: 5.0,

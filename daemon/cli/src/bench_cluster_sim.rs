@@ -161,6 +161,13 @@ pub struct SimResult {
     pub partition_completed: Vec<u64>,
 }
 
+impl ModelOutcome {
+    /// Violations over arrivals (0 without arrivals).
+    pub fn violation_rate(&self) -> f64 {
+        rate(self.violated, self.arrived)
+    }
+}
+
 impl SimResult {
     /// Requests over all models.
     pub fn arrived(&self) -> u64 {
@@ -174,12 +181,16 @@ impl SimResult {
 
     /// Violations over arrivals (0 without arrivals).
     pub fn violation_rate(&self) -> f64 {
-        let a = self.arrived();
-        if a == 0 {
-            0.0
-        } else {
-            self.violated() as f64 / a as f64
-        }
+        rate(self.violated(), self.arrived())
+    }
+}
+
+/// `violated / arrived`, 0 without arrivals.
+fn rate(violated: u64, arrived: u64) -> f64 {
+    if arrived == 0 {
+        0.0
+    } else {
+        violated as f64 / arrived as f64
     }
 }
 
@@ -610,13 +621,9 @@ pub fn simulate(
     let models = st
         .into_iter()
         .map(|mut m| {
-            if !m.hist.is_empty() {
-                m.out.latency_ms = [
-                    m.hist.value_at_quantile(0.5) as f64 / 1e3,
-                    m.hist.value_at_quantile(0.99) as f64 / 1e3,
-                    m.hist.max() as f64 / 1e3,
-                ];
-            }
+            // Recorded in µs; an empty histogram summarises to zeros.
+            let q = sluice_stats::Summary::of(&m.hist);
+            m.out.latency_ms = [q.p50, q.p99, q.max].map(|us| us as f64 / 1e3);
             m.out
         })
         .collect();
@@ -667,17 +674,21 @@ mod tests {
         }
     }
 
+    /// One model served by one partition.
+    fn serve(m: SimModel, p: SimPartition, o: SimOptions) -> SimResult {
+        simulate(&[m], &[p], &o).unwrap()
+    }
+
     #[test]
     fn a_light_load_is_served_alone_at_batch_one_latency() {
         // 1 rps for 2000 s, L(1) = 2 ms: a request finds the partition busy
         // with probability 1 − e^(−0.002) ≈ 0.2 %, so the median latency is
         // exactly L(1) and nothing is late (SLO 100 ms).
-        let r = simulate(
-            &[model(1.0, 100.0)],
-            &[part(4, 1.0, |n| 2.0 * f64::from(n))],
-            &opts(2000.0, 7),
-        )
-        .unwrap();
+        let r = serve(
+            model(1.0, 100.0),
+            part(4, 1.0, |n| 2.0 * f64::from(n)),
+            opts(2000.0, 7),
+        );
         let m = &r.models[0];
         // Poisson count: mean 2000, σ ≈ 45.
         assert!((1800..=2200).contains(&m.arrived), "{}", m.arrived);
@@ -695,12 +706,11 @@ mod tests {
         // rps. For 1 s of arrivals the partition runs from the first arrival
         // until the last request that can still make its 50 ms SLO: 1000 to
         // 1050 completions; everything else is dropped.
-        let r = simulate(
-            &[model(100_000.0, 50.0)],
-            &[part(4, 1.0, f64::from)],
-            &opts(1.0, 3),
-        )
-        .unwrap();
+        let r = serve(
+            model(100_000.0, 50.0),
+            part(4, 1.0, f64::from),
+            opts(1.0, 3),
+        );
         let m = &r.models[0];
         assert!((1000..=1052).contains(&m.completed), "{}", m.completed);
         // Full batches except the first (the first arrival finds the
@@ -720,12 +730,11 @@ mod tests {
         // or more nearly always, every batch is a pair finishing ≥ 5 ms after
         // its requests arrived, so (almost) every request violates: late or
         // dropped.
-        let r = simulate(
-            &[model(10_000.0, 3.0)],
-            &[part(2, 1.0, |n| if n == 1 { 2.0 } else { 5.0 })],
-            &opts(0.5, 1),
-        )
-        .unwrap();
+        let r = serve(
+            model(10_000.0, 3.0),
+            part(2, 1.0, |n| if n == 1 { 2.0 } else { 5.0 }),
+            opts(0.5, 1),
+        );
         let m = &r.models[0];
         assert!(m.completed > 0);
         assert!(m.violated as f64 >= 0.999 * m.arrived as f64, "{m:?}");
@@ -735,12 +744,11 @@ mod tests {
 
     #[test]
     fn a_slo_below_one_execution_drops_everything() {
-        let r = simulate(
-            &[model(50.0, 1.0)],
-            &[part(8, 1.0, |n| 2.0 * f64::from(n))],
-            &opts(10.0, 1),
-        )
-        .unwrap();
+        let r = serve(
+            model(50.0, 1.0),
+            part(8, 1.0, |n| 2.0 * f64::from(n)),
+            opts(10.0, 1),
+        );
         let m = &r.models[0];
         assert_eq!(m.completed, 0);
         assert_eq!(m.dropped, m.arrived);
@@ -803,7 +811,7 @@ mod tests {
         // when, rarely, two share a round and run as a batch of 2).
         let mut o = opts(500.0, 2);
         o.rounds = Rounds::Fixed;
-        let r = simulate(&[model(2.0, 100.0)], &[part(4, 2.0, f64::from)], &o).unwrap();
+        let r = serve(model(2.0, 100.0), part(4, 2.0, f64::from), o);
         let m = &r.models[0];
         assert_eq!(m.completed, m.arrived);
         assert!((m.latency_ms[0] - 6.0).abs() < 0.6, "{m:?}");
@@ -818,7 +826,7 @@ mod tests {
             slo_ms: 100.0,
             rate: vec![(0.0, 0.0), (10.0, 100.0)],
         };
-        let r = simulate(&[m], &[part(4, 1.0, |_| 0.1)], &opts(20.0, 4)).unwrap();
+        let r = serve(m, part(4, 1.0, |_| 0.1), opts(20.0, 4));
         assert!((880..=1120).contains(&r.models[0].arrived), "{r:?}");
     }
 

@@ -66,26 +66,49 @@ impl GpuletData {
     /// The factor gpulet's model predicts for `m1` beside `m2`, both at
     /// exactly `batch` (`None` if either has no row there); at least 1.
     pub fn factor(&self, m1: &str, m2: &str, batch: u32) -> Option<f64> {
-        let (l1, d1) = *self.util.get(&(m1.to_owned(), batch))?;
-        let (l2, d2) = *self.util.get(&(m2.to_owned(), batch))?;
+        let own = *self.util.get(&(m1.to_owned(), batch))?;
+        let other = *self.util.get(&(m2.to_owned(), batch))?;
+        Some(self.linear(own, other))
+    }
+
+    /// The §4.4 linear model on the (L2, DRAM) utilisation of the model
+    /// itself and of what runs beside it; at least 1.
+    pub fn linear(&self, own: (f64, f64), other: (f64, f64)) -> f64 {
         let c = self.coef;
-        Some((c[0] * l1 + c[1] * l2 + c[2] * d1 + c[3] * d2 + c[4]).max(1.0))
+        (c[0] * own.0 + c[1] * other.0 + c[2] * own.1 + c[3] * other.1 + c[4]).max(1.0)
+    }
+
+    /// The coefficients as the planner crate takes them.
+    pub fn coefficients(&self) -> sluice_planner::LinearCoefficients {
+        let c = self.coef;
+        sluice_planner::LinearCoefficients {
+            l2_own: c[0],
+            l2_other: c[1],
+            dram_own: c[2],
+            dram_other: c[3],
+            constant: c[4],
+        }
     }
 
     /// (L2, DRAM) of `name` at the listed batch nearest `batch` (the 3080
-    /// data names SSD-MobileNet `ssd`).
+    /// data names SSD-MobileNet `ssd`: [`alias`]).
     pub fn lookup(&self, name: &str, batch: u32) -> Option<(f64, f64)> {
-        let alias = if name == "ssd-mobilenetv1" {
-            "ssd"
-        } else {
-            name
-        };
-        [name, alias].iter().find_map(|n| {
+        [name, alias(name)].iter().find_map(|n| {
             self.util
                 .iter()
                 .filter(|((m, _), _)| m == n)
                 .min_by_key(|((_, b), _)| (b.abs_diff(batch), *b))
                 .map(|(_, v)| *v)
         })
+    }
+}
+
+/// The name `UTIL.CSV` may give `name` instead: the 3080 data names
+/// SSD-MobileNet `ssd`.
+pub fn alias(name: &str) -> &str {
+    if name == "ssd-mobilenetv1" {
+        "ssd"
+    } else {
+        name
     }
 }
