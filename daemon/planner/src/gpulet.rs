@@ -45,7 +45,7 @@ use crate::batching::{
 };
 use crate::interference::{Interference, combined};
 use crate::placement::{Assignment, GpuPlan, PartitionPlan, Placement};
-use crate::spec::{GpuSpec, ModelSpec, usable_sizes, validate};
+use crate::spec::{GpuSpec, ModelSpec, order, usable_sizes, validate};
 use crate::{PlanError, Planner};
 
 /// A gpulet whose throughput is within this fraction of the model's best
@@ -96,16 +96,6 @@ impl<I: Interference> Planner for GpuletInt<I> {
     fn plan(&self, models: &[ModelSpec], gpus: &GpuSpec) -> Result<Placement, PlanError> {
         elastic(self.name(), models, gpus, Some(&self.interference))
     }
-}
-
-/// Algorithm 1's model order: ascending `rate × SLO`, ties in input order.
-pub(crate) fn order(models: &[ModelSpec]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..models.len()).collect();
-    order.sort_by(|&a, &b| {
-        let w = |i: usize| models[i].rate_rps * models[i].slo_ms;
-        w(a).total_cmp(&w(b)).then(a.cmp(&b))
-    });
-    order
 }
 
 /// `p_eff`: the smallest usable size whose saturated throughput is within

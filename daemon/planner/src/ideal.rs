@@ -17,10 +17,10 @@
 //! - A model error (an SLO no size meets, no usable size) is reported as
 //!   such, not as an unschedulable layout.
 
-use crate::gpulet::{Engine, order};
+use crate::gpulet::Engine;
 use crate::interference::Interference;
 use crate::placement::Placement;
-use crate::spec::{GpuSpec, ModelSpec, validate};
+use crate::spec::{GpuSpec, ModelSpec, order, validate};
 use crate::{PlanError, Planner};
 
 /// The paper's per-GPU splits (§5.2), in percent: 2:8, 4:6, 5:5, 10:0.
