@@ -41,7 +41,7 @@
 //! is exact: the most GPUs in use at any point of the run.
 
 use crate::batching::{
-    Batching, EPS, adaptive, adaptive_with, capacity_rps, le, saturated, saturated_with,
+    Batching, EPS, adaptive, adaptive_with, capacity_rps, covering, le, saturated, saturated_with,
 };
 use crate::interference::{Interference, combined};
 use crate::placement::{Assignment, GpuPlan, PartitionPlan, Placement};
@@ -507,10 +507,11 @@ impl<'a> Engine<'a> {
         let d = pa.duty_ms.min(pb.duty_ms);
         let mut members = Vec::with_capacity(pa.members.len() + pb.members.len());
         for x in pa.members.iter().chain(&pb.members) {
-            let spec = &self.models[x.model];
-            let batch = *spec.profile.batches().iter().find(|&&k| {
-                le(x.share_rps, capacity_rps(k, d)) && spec.profile.latency_ms(k, size).is_some()
-            })?;
+            let profile = &self.models[x.model].profile;
+            let batch = covering(profile.batches(), x.share_rps, d)?;
+            // A profile lists every batch at the sizes it lists: the host's
+            // size must be one of them.
+            profile.latency_ms(batch, size)?;
             members.push(Member { batch, ..*x });
         }
         members.sort_by_key(|x| x.model);
