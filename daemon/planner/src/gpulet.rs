@@ -286,7 +286,7 @@ impl<'a> Engine<'a> {
         let Some(intf) = self.intf else {
             return Some(l);
         };
-        let others: Vec<(&str, u32, u32)> = self.gpus[g]
+        let others = self.gpus[g]
             .parts
             .iter()
             .enumerate()
@@ -295,9 +295,8 @@ impl<'a> Engine<'a> {
                 o.members
                     .iter()
                     .map(move |x| (self.models[x.model].name.as_str(), x.batch, o.size))
-            })
-            .collect();
-        Some(l * combined(intf, m, batch, size, &others))
+            });
+        Some(l * combined(intf, m, batch, size, others))
     }
 
     /// Sum of the members' latencies over the duty cycle.

@@ -313,14 +313,14 @@ impl Interference for LinearInterference {
 /// The factor of `own` at `(batch, pct)` against every co-runner
 /// `(name, batch, pct)`: the largest pairwise factor, at least 1, a NaN
 /// counting as infinite.
-pub(crate) fn combined(
+pub(crate) fn combined<'a>(
     intf: &dyn Interference,
     own: &ModelSpec,
     batch: u32,
     pct: u32,
-    others: &[(&str, u32, u32)],
+    others: impl IntoIterator<Item = (&'a str, u32, u32)>,
 ) -> f64 {
-    others.iter().fold(1.0, |acc: f64, &(o, ob, op)| {
+    others.into_iter().fold(1.0, |acc: f64, (o, ob, op)| {
         let f = intf.factor(&own.name, batch, pct, o, ob, op);
         if f.is_nan() {
             f64::INFINITY
