@@ -382,15 +382,20 @@ mod tests {
         assert!(e.to_string().contains("batch 1 appears twice"), "{e}");
     }
 
+    /// Parses the gpulet authors' measured files in `../shared/data/gpulet/`.
+    /// That folder sits beside the checkout, not in it, so a checkout
+    /// without it (CI, a crate download) skips this test and says so on
+    /// stderr; where the folder is present, both GPUs' files must be there
+    /// and parse.
     #[test]
     fn reads_the_shared_gpulet_data() {
-        // The measured files, when this checkout has them beside it.
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/gpulet");
+        if !std::path::Path::new(dir).is_dir() {
+            eprintln!("skipped: {dir} is not there");
+            return;
+        }
         for gpu in ["2080ti", "3080"] {
-            let Ok(c) = std::fs::read_to_string(format!("{dir}/{gpu}/INT_MODEL_CONSTANT.CSV"))
-            else {
-                return;
-            };
+            let c = std::fs::read_to_string(format!("{dir}/{gpu}/INT_MODEL_CONSTANT.CSV")).unwrap();
             LinearCoefficients::parse_csv(&c).unwrap();
             let u = std::fs::read_to_string(format!("{dir}/{gpu}/UTIL.CSV")).unwrap();
             let t = parse_util_csv(&u).unwrap();
