@@ -138,9 +138,6 @@ proptest! {
     }
 }
 
-/// gpulet's linear model with random coefficients (own and other L2/DRAM
-/// in 0..1, constant 0.8..1.2) and a random utilisation table for every
-/// other model (the rest have none).
 /// Coefficients c1..c5 and per-model (L2, DRAM) at batches 1 and 32.
 type IntfDraw = ([f64; 5], Vec<(f64, f64, f64, f64)>);
 
@@ -157,6 +154,9 @@ fn interference_strategy() -> impl Strategy<Value = IntfDraw> {
     )
 }
 
+/// gpulet's linear model with random coefficients (own and other L2/DRAM
+/// in 0..1, constant 0.8..1.2) and a random utilisation table for every
+/// other model (the rest have none).
 fn build_interference((c, util): IntfDraw, models: &[ModelSpec]) -> LinearInterference {
     let mut i = LinearInterference::new(LinearCoefficients {
         l2_own: c[0],
