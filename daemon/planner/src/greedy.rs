@@ -7,7 +7,7 @@
 //! 1. The partition is the smallest usable size (listed in its profile and a
 //!    multiple of the GPU's step) on which adaptive batching
 //!    (`crate::batching::adaptive`) serves the whole remaining rate within
-//!    the SLO; the batch is the largest that does so there.
+//!    the SLO, with adaptive batching's batch and duty cycle there.
 //! 2. When no size serves it (more than one whole partition's worth), a
 //!    partition of the largest usable size runs back to back at its
 //!    saturated batch (largest `b` with `2·L(b, p) ≤ SLO`, duty cycle
