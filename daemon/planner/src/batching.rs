@@ -23,6 +23,16 @@ pub(crate) fn capacity_rps(batch: u32, duty_ms: f64) -> f64 {
     f64::from(batch) * 1000.0 / duty_ms
 }
 
+/// The smallest of `batches` that serves `share_rps` at one batch every
+/// `duty_ms` (a temporal merge's rule for each model it moves to the
+/// merged, shorter duty cycle).
+pub(crate) fn covering(batches: &[u32], share_rps: f64, duty_ms: f64) -> Option<u32> {
+    batches
+        .iter()
+        .copied()
+        .find(|&b| le(share_rps, capacity_rps(b, duty_ms)))
+}
+
 /// A batch size and duty cycle for one model on one partition.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct Batching {

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 use crate::batching::{capacity_rps, le};
 use crate::interference::{Interference, combined};
-use crate::placement::Placement;
+use crate::placement::{GpuPlan, Placement};
 use crate::spec::{GpuSpec, ModelSpec};
 
 /// Totals of a placement that passed [`check`].
@@ -328,23 +328,9 @@ fn check_inner(
                         size_pct: size,
                     });
                 };
-                let l = match intf {
-                    None => alone,
-                    Some(intf) => {
-                        let others: Vec<(&str, u32, u32)> = gpu
-                            .partitions
-                            .iter()
-                            .enumerate()
-                            .filter(|&(q, _)| q != p)
-                            .flat_map(|(_, o)| {
-                                o.models
-                                    .iter()
-                                    .map(move |x| (x.model.as_str(), x.batch, o.size_pct))
-                            })
-                            .collect();
-                        alone * combined(intf, m, a.batch, size, &others)
-                    }
-                };
+                let l = intf.map_or(alone, |intf| {
+                    alone * combined(intf, m, a.batch, size, co_runners(gpu, p))
+                });
                 let cap = capacity_rps(a.batch, d);
                 if !le(a.share_rps, cap) {
                     return Err(Violation::Capacity {
@@ -405,6 +391,20 @@ fn check_inner(
         }
     }
     Ok(stats)
+}
+
+/// Every model in the partitions of `gpu` other than `p`, as
+/// `(name, batch, size)`.
+fn co_runners(gpu: &GpuPlan, p: usize) -> impl Iterator<Item = (&str, u32, u32)> {
+    gpu.partitions
+        .iter()
+        .enumerate()
+        .filter(move |&(q, _)| q != p)
+        .flat_map(|(_, o)| {
+            o.models
+                .iter()
+                .map(move |x| (x.model.as_str(), x.batch, o.size_pct))
+        })
 }
 
 #[cfg(test)]

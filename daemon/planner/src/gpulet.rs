@@ -41,11 +41,11 @@
 //! is exact: the most GPUs in use at any point of the run.
 
 use crate::batching::{
-    Batching, EPS, adaptive, adaptive_with, capacity_rps, le, saturated, saturated_with,
+    Batching, EPS, adaptive, adaptive_with, capacity_rps, covering, le, saturated, saturated_with,
 };
 use crate::interference::{Interference, combined};
 use crate::placement::{Assignment, GpuPlan, PartitionPlan, Placement};
-use crate::spec::{GpuSpec, ModelSpec, usable_sizes, validate};
+use crate::spec::{GpuSpec, ModelSpec, order, usable_sizes, validate};
 use crate::{PlanError, Planner};
 
 /// A gpulet whose throughput is within this fraction of the model's best
@@ -96,16 +96,6 @@ impl<I: Interference> Planner for GpuletInt<I> {
     fn plan(&self, models: &[ModelSpec], gpus: &GpuSpec) -> Result<Placement, PlanError> {
         elastic(self.name(), models, gpus, Some(&self.interference))
     }
-}
-
-/// Algorithm 1's model order: ascending `rate × SLO`, ties in input order.
-pub(crate) fn order(models: &[ModelSpec]) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..models.len()).collect();
-    order.sort_by(|&a, &b| {
-        let w = |i: usize| models[i].rate_rps * models[i].slo_ms;
-        w(a).total_cmp(&w(b)).then(a.cmp(&b))
-    });
-    order
 }
 
 /// `p_eff`: the smallest usable size whose saturated throughput is within
@@ -296,7 +286,7 @@ impl<'a> Engine<'a> {
         let Some(intf) = self.intf else {
             return Some(l);
         };
-        let others: Vec<(&str, u32, u32)> = self.gpus[g]
+        let others = self.gpus[g]
             .parts
             .iter()
             .enumerate()
@@ -305,9 +295,8 @@ impl<'a> Engine<'a> {
                 o.members
                     .iter()
                     .map(move |x| (self.models[x.model].name.as_str(), x.batch, o.size))
-            })
-            .collect();
-        Some(l * combined(intf, m, batch, size, &others))
+            });
+        Some(l * combined(intf, m, batch, size, others))
     }
 
     /// Sum of the members' latencies over the duty cycle.
@@ -517,10 +506,11 @@ impl<'a> Engine<'a> {
         let d = pa.duty_ms.min(pb.duty_ms);
         let mut members = Vec::with_capacity(pa.members.len() + pb.members.len());
         for x in pa.members.iter().chain(&pb.members) {
-            let spec = &self.models[x.model];
-            let batch = *spec.profile.batches().iter().find(|&&k| {
-                le(x.share_rps, capacity_rps(k, d)) && spec.profile.latency_ms(k, size).is_some()
-            })?;
+            let profile = &self.models[x.model].profile;
+            let batch = covering(profile.batches(), x.share_rps, d)?;
+            // A profile lists every batch at the sizes it lists: the host's
+            // size must be one of them.
+            profile.latency_ms(batch, size)?;
             members.push(Member { batch, ..*x });
         }
         members.sort_by_key(|x| x.model);

@@ -7,7 +7,7 @@
 //! 1. The partition is the smallest usable size (listed in its profile and a
 //!    multiple of the GPU's step) on which adaptive batching
 //!    (`crate::batching::adaptive`) serves the whole remaining rate within
-//!    the SLO; the batch is the largest that does so there.
+//!    the SLO, with adaptive batching's batch and duty cycle there.
 //! 2. When no size serves it (more than one whole partition's worth), a
 //!    partition of the largest usable size runs back to back at its
 //!    saturated batch (largest `b` with `2·L(b, p) ≤ SLO`, duty cycle
@@ -23,7 +23,7 @@
 
 use crate::batching::{Batching, EPS, adaptive, capacity_rps, saturated};
 use crate::placement::{Assignment, GpuPlan, PartitionPlan, Placement};
-use crate::spec::{GpuSpec, ModelSpec, usable_sizes, validate};
+use crate::spec::{GpuSpec, ModelSpec, order, usable_sizes, validate};
 use crate::{PlanError, Planner};
 
 /// Greedy best-fit partitioning: spatial sharing, one model per partition.
@@ -84,13 +84,8 @@ impl Planner for GreedyBestFit {
 
     fn plan(&self, models: &[ModelSpec], gpus: &GpuSpec) -> Result<Placement, PlanError> {
         validate(models, gpus)?;
-        let mut order: Vec<usize> = (0..models.len()).collect();
-        order.sort_by(|&a, &b| {
-            let w = |i: usize| models[i].rate_rps * models[i].slo_ms;
-            w(a).total_cmp(&w(b)).then(a.cmp(&b))
-        });
         let mut open = Vec::new();
-        for i in order {
+        for i in order(models) {
             let m = &models[i];
             if m.rate_rps == 0.0 {
                 continue;

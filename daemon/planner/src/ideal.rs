@@ -17,10 +17,10 @@
 //! - A model error (an SLO no size meets, no usable size) is reported as
 //!   such, not as an unschedulable layout.
 
-use crate::gpulet::{Engine, order};
+use crate::gpulet::Engine;
 use crate::interference::Interference;
 use crate::placement::Placement;
-use crate::spec::{GpuSpec, ModelSpec, validate};
+use crate::spec::{GpuSpec, ModelSpec, order, validate};
 use crate::{PlanError, Planner};
 
 /// The paper's per-GPU splits (§5.2), in percent: 2:8, 4:6, 5:5, 10:0.
@@ -104,20 +104,14 @@ impl<I: Interference> Planner for Ideal<I> {
         let k = splits.len() as u64;
         let layouts = k.checked_pow(gpus.count).filter(|&n| n <= MAX_LAYOUTS);
         let Some(layouts) = layouts else {
-            let mut max_gpus = 0u32;
-            while k
-                .checked_pow(max_gpus + 1)
-                .is_some_and(|n| n <= MAX_LAYOUTS)
-                && k > 1
-            {
-                max_gpus += 1;
-            }
+            // Here k ≥ 2 (1^count is one layout): the most GPUs whose
+            // k^gpus stays within the cap is ⌊log_k MAX_LAYOUTS⌋.
             return Err(PlanError::TooManyLayouts {
                 planner: self.name(),
                 splits: splits.len(),
                 gpus: gpus.count,
                 limit: MAX_LAYOUTS,
-                max_gpus,
+                max_gpus: MAX_LAYOUTS.ilog(k),
             });
         };
         let order = order(models);

@@ -313,14 +313,14 @@ impl Interference for LinearInterference {
 /// The factor of `own` at `(batch, pct)` against every co-runner
 /// `(name, batch, pct)`: the largest pairwise factor, at least 1, a NaN
 /// counting as infinite.
-pub(crate) fn combined(
+pub(crate) fn combined<'a>(
     intf: &dyn Interference,
     own: &ModelSpec,
     batch: u32,
     pct: u32,
-    others: &[(&str, u32, u32)],
+    others: impl IntoIterator<Item = (&'a str, u32, u32)>,
 ) -> f64 {
-    others.iter().fold(1.0, |acc: f64, &(o, ob, op)| {
+    others.into_iter().fold(1.0, |acc: f64, (o, ob, op)| {
         let f = intf.factor(&own.name, batch, pct, o, ob, op);
         if f.is_nan() {
             f64::INFINITY
@@ -382,15 +382,20 @@ mod tests {
         assert!(e.to_string().contains("batch 1 appears twice"), "{e}");
     }
 
+    /// Parses the gpulet authors' measured files in `../shared/data/gpulet/`.
+    /// That folder sits beside the checkout, not in it, so a checkout
+    /// without it (CI, a crate download) skips this test and says so on
+    /// stderr; where the folder is present, both GPUs' files must be there
+    /// and parse.
     #[test]
     fn reads_the_shared_gpulet_data() {
-        // The measured files, when this checkout has them beside it.
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/gpulet");
+        if !std::path::Path::new(dir).is_dir() {
+            eprintln!("skipped: {dir} is not there");
+            return;
+        }
         for gpu in ["2080ti", "3080"] {
-            let Ok(c) = std::fs::read_to_string(format!("{dir}/{gpu}/INT_MODEL_CONSTANT.CSV"))
-            else {
-                return;
-            };
+            let c = std::fs::read_to_string(format!("{dir}/{gpu}/INT_MODEL_CONSTANT.CSV")).unwrap();
             LinearCoefficients::parse_csv(&c).unwrap();
             let u = std::fs::read_to_string(format!("{dir}/{gpu}/UTIL.CSV")).unwrap();
             let t = parse_util_csv(&u).unwrap();

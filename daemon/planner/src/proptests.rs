@@ -1,6 +1,7 @@
-//! Both planners on random feasible inputs: a placement that passes
+//! Every planner on random feasible inputs: a placement that passes
 //! [`check`], or "not schedulable: needs N GPUs, have M" with N > M and a
-//! placement on N GPUs that passes [`check`].
+//! placement on N GPUs that passes [`check`] (the ideal: a placement that
+//! passes, or no layout).
 
 use proptest::prelude::*;
 
@@ -15,14 +16,22 @@ const BATCHES: [u32; 6] = [1, 2, 4, 8, 16, 32];
 /// `L(b, p) = (a + c·b) · (100 / min(p, knee))^e`: growing in `b`, falling
 /// in `p` up to the knee and flat past it. The SLO is `slack × 2·L(1, 100)`,
 /// `slack ≥ 1`, so the smallest batch always meets it on a whole GPU.
+/// Rates are 0 or up to 5000 rps.
 fn model_strategy() -> impl Strategy<Value = (f64, f64, u32, f64, f64, f64, u64)> {
+    model_strategy_up_to(5000.0)
+}
+
+/// As [`model_strategy`], with rates 0 or up to `max_rps`.
+fn model_strategy_up_to(
+    max_rps: f64,
+) -> impl Strategy<Value = (f64, f64, u32, f64, f64, f64, u64)> {
     (
         0.2f64..5.0,
         0.05f64..3.0,
         2u32..=10,
         0.3f64..1.0,
         1.0f64..20.0,
-        prop_oneof![Just(0.0), 0.0f64..5000.0],
+        prop_oneof![Just(0.0), 0.0f64..max_rps],
         100u64..8000,
     )
 }
@@ -129,9 +138,6 @@ proptest! {
     }
 }
 
-/// gpulet's linear model with random coefficients (own and other L2/DRAM
-/// in 0..1, constant 0.8..1.2) and a random utilisation table for every
-/// other model (the rest have none).
 /// Coefficients c1..c5 and per-model (L2, DRAM) at batches 1 and 32.
 type IntfDraw = ([f64; 5], Vec<(f64, f64, f64, f64)>);
 
@@ -148,6 +154,9 @@ fn interference_strategy() -> impl Strategy<Value = IntfDraw> {
     )
 }
 
+/// gpulet's linear model with random coefficients (own and other L2/DRAM
+/// in 0..1, constant 0.8..1.2) and a random utilisation table for every
+/// other model (the rest have none).
 fn build_interference((c, util): IntfDraw, models: &[ModelSpec]) -> LinearInterference {
     let mut i = LinearInterference::new(LinearCoefficients {
         l2_own: c[0],
@@ -205,11 +214,14 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(if cfg!(miri) { 2 } else { 64 }))]
 
     /// The ideal's placements pass `check`; it fails only for lack of a
-    /// layout; it is deterministic.
+    /// layout; it is deterministic. Rates stop at 500 rps and there is at
+    /// least one GPU: with `model_strategy`'s 5000 rps and 0–2 GPUs, about 2 in
+    /// 64 cases gave a non-empty placement to check, the rest no layout or
+    /// only rates of 0.
     #[test]
     fn ideal_plans_pass_check(
-        specs in prop::collection::vec(model_strategy(), 1..5),
-        count in 0u32..3,
+        specs in prop::collection::vec(model_strategy_up_to(500.0), 1..5),
+        count in 1u32..3,
     ) {
         let models: Vec<ModelSpec> = specs.into_iter().enumerate().map(|(i, s)| build(i, s)).collect();
         let gpus = GpuSpec::new(count, 16_000, 10).with_sizes(PartitionSizes::gpulet());

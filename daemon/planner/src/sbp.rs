@@ -19,7 +19,7 @@
 //!    latencies over `d`) merges first; ties go to the pair earliest in
 //!    input order. Repeat until no pair is eligible.
 
-use crate::batching::{EPS, adaptive, capacity_rps, le, saturated};
+use crate::batching::{EPS, adaptive, capacity_rps, covering, le, saturated};
 use crate::placement::{Assignment, GpuPlan, PartitionPlan, Placement};
 use crate::spec::{GpuSpec, ModelSpec, validate};
 use crate::{PlanError, Planner};
@@ -70,11 +70,7 @@ fn merge(a: &Node, b: &Node, models: &[ModelSpec], gpu_mem_mb: u64) -> Option<No
     let mut members = Vec::with_capacity(a.members.len() + b.members.len());
     for m in a.members.iter().chain(&b.members) {
         let spec = &models[m.model];
-        let batch = *spec
-            .profile
-            .batches()
-            .iter()
-            .find(|&&k| le(m.share_rps, capacity_rps(k, d)))
+        let batch = covering(spec.profile.batches(), m.share_rps, d)
             .expect("the old batch covers the share in a shorter cycle");
         let l = l100(spec, batch);
         if !le(d + l, spec.slo_ms) {

@@ -1,5 +1,5 @@
 //! Planner inputs: the models to serve and the GPUs to serve them on, and
-//! the checks both planners run on them before planning.
+//! the checks every planner runs on them, and Algorithm 1's model order.
 
 use crate::PlanError;
 use crate::table::LatencyTable;
@@ -171,6 +171,16 @@ pub(crate) fn validate(models: &[ModelSpec], gpus: &GpuSpec) -> Result<(), PlanE
         }
     }
     Ok(())
+}
+
+/// Algorithm 1's model order: ascending `rate × SLO`, ties in input order.
+pub(crate) fn order(models: &[ModelSpec]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..models.len()).collect();
+    order.sort_by(|&a, &b| {
+        let w = |i: usize| models[i].rate_rps * models[i].slo_ms;
+        w(a).total_cmp(&w(b)).then(a.cmp(&b))
+    });
+    order
 }
 
 /// The partition sizes a model may be given: listed in its profile and
