@@ -254,11 +254,7 @@ pub fn measure_table(profile: &DeviceProfile, model: &Model) -> Result<TableInfo
         device: profile.name.clone(),
         source: Box::new(source),
     })?;
-    let np = DEFAULT_PARTITIONS.len();
-    let mut rows: Vec<Vec<f64>> = pts
-        .chunks(np)
-        .map(|r| r.iter().map(|p| p.latency_ns as f64 / 1e6).collect())
-        .collect();
+    let mut rows = sluice_gpusim::lbp::latency_rows_ms(&pts, DEFAULT_PARTITIONS.len());
     let adjusted = monotone_envelope(&mut rows);
     let table = LatencyTable::new(DEFAULT_BATCHES.to_vec(), DEFAULT_PARTITIONS.to_vec(), rows)
         .map_err(|source| ClusterError::Table {

@@ -145,6 +145,16 @@ pub fn measure(
     Ok(points)
 }
 
+/// [`measure`]'s points as rows of milliseconds, one row per batch and
+/// one column per partition: the shape `sluice_planner::LatencyTable::new`
+/// takes. `partitions` is how many partition sizes were measured.
+pub fn latency_rows_ms(points: &[LbpPoint], partitions: usize) -> Vec<Vec<f64>> {
+    points
+        .chunks(partitions.max(1))
+        .map(|r| r.iter().map(|p| p.latency_ns as f64 / 1e6).collect())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

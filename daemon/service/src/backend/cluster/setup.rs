@@ -153,10 +153,7 @@ pub fn cluster_setup(
                         model: m.name().to_owned(),
                         why: e.to_string(),
                     })?;
-                points
-                    .chunks(parts.len())
-                    .map(|r| r.iter().map(|p| p.latency_ns as f64 / 1e6).collect())
-                    .collect()
+                sluice_gpusim::lbp::latency_rows_ms(&points, parts.len())
             }
         };
         let rows = monotone_rows(rows);

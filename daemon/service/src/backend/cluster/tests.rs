@@ -30,11 +30,7 @@ fn setup(models: &ModelRegistry, gpus: usize, replan_ms: u64) -> ClusterSetup {
         .map(|(id, m)| {
             let pts =
                 sluice_gpusim::lbp::measure(&profile, m, &BATCHES, &PARTS, |_, _| {}).unwrap();
-            let rows = monotone_rows(
-                pts.chunks(PARTS.len())
-                    .map(|r| r.iter().map(|p| p.latency_ns as f64 / 1e6).collect())
-                    .collect(),
-            );
+            let rows = monotone_rows(sluice_gpusim::lbp::latency_rows_ms(&pts, PARTS.len()));
             let table = LatencyTable::new(BATCHES.to_vec(), PARTS.to_vec(), rows).unwrap();
             // Four times the batch-1 latency on the whole GPU.
             let slo_ms = 4.0 * table.latency_ms(1, 100).unwrap();
