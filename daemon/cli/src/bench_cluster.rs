@@ -43,11 +43,11 @@ use serde::Serialize;
 use sluice_gpu::DeviceProfile;
 use sluice_gpusim::lbp::{self, DEFAULT_BATCHES, DEFAULT_PARTITIONS};
 use sluice_model::{Model, ModelRegistry};
-use sluice_planner::{Assignment, GpuPlan, GpuSpec, LatencyTable, ModelSpec, Placement};
+use sluice_planner::{GpuSpec, LatencyTable, ModelSpec, Placement};
 
 use crate::bench_cluster_scenario::{PlannerKind, Scenario, ScenarioError, SloRule};
 use crate::bench_cluster_sim::{
-    ModelOutcome, Rounds, Routing, SimModel, SimOptions, SimPartition, SimSlot,
+    Batching, ModelOutcome, Rounds, Routing, SimModel, SimOptions, SimPartition, SimSlot,
 };
 
 /// The violation rate a factor may reach and still pass (gpulet §5.2).
@@ -72,7 +72,8 @@ pub enum Interference {
 }
 
 impl Interference {
-    fn gpu(self) -> Option<&'static str> {
+    /// The data subfolder (`2080ti`, `3080`), `None` without interference.
+    pub fn gpu(self) -> Option<&'static str> {
         match self {
             Self::None => None,
             Self::Gpulet2080Ti => Some("2080ti"),
@@ -106,6 +107,8 @@ pub struct ClusterOptions {
     pub routing: Routing,
     /// See [`Rounds`].
     pub rounds: Rounds,
+    /// See [`Batching`].
+    pub batching: Batching,
     /// See [`Interference`].
     pub interference: Interference,
     /// gpulet's data folder (with `2080ti/` and `3080/`).
@@ -117,6 +120,50 @@ pub struct ClusterOptions {
     /// The planner is given each rate times `1 + headroom` (the
     /// simulation offers the rate itself); 0: exactly the rate.
     pub headroom: f64,
+    /// The planner is given every latency times this (the simulation runs
+    /// the latencies themselves); 1: exactly the tables. The gpulet
+    /// artifact plans with 1.1 (`Latency Ratio`).
+    pub latency_margin: f64,
+    /// How the maximum is searched.
+    pub search_mode: SearchMode,
+    /// What a probe must do to pass.
+    pub pass: PassRule,
+    /// Partition sizes the gpulet planners (`gpulet`, `gpulet+int`,
+    /// `ideal`) may use; `None`: every multiple of the scenario's step.
+    /// The baselines always use every multiple of the step.
+    pub gpulet_sizes: Option<sluice_planner::PartitionSizes>,
+}
+
+/// When a probe passes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PassRule {
+    /// The planner finds a placement and its simulation has at most 1 % of
+    /// requests late, dropped or unserved: the SLO-preserved maximum.
+    Served,
+    /// The planner finds a placement: the largest rate the planner calls
+    /// schedulable (the simulation still runs, and its violations at that
+    /// rate are reported; gpulet's Fig. 14).
+    Planned,
+}
+
+/// How `sluice bench cluster` searches the SLO-preserved maximum.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SearchMode {
+    /// Double (or halve) from factor 1 until the outcome flips, then bisect
+    /// `search_steps` times. Fast, but where the outcome is not monotone in
+    /// the rate it may report a passing factor above a failing one.
+    Bisect,
+    /// gpulet §5.2's way: raise the rate gradually, each probe `1 + step`
+    /// times the last, from a total of `from_rps`, and stop at the first
+    /// failure; the last passing factor is the maximum.
+    Scan {
+        /// Relative step (0.05: 5 %).
+        step: f64,
+        /// The first probe's total offered rate, rps.
+        from_rps: f64,
+    },
 }
 
 impl Default for ClusterOptions {
@@ -128,11 +175,16 @@ impl Default for ClusterOptions {
             seed: 1,
             routing: Routing::Random,
             rounds: Rounds::WorkConserving,
+            batching: Batching::Planned,
             interference: Interference::None,
             gpulet_data: None,
             search: true,
             search_steps: 7,
             headroom: 0.0,
+            latency_margin: 1.0,
+            search_mode: SearchMode::Bisect,
+            pass: PassRule::Served,
+            gpulet_sizes: None,
         }
     }
 }
@@ -306,62 +358,29 @@ pub fn linear_interference(g: &GpuletData, sc: &Scenario) -> sluice_planner::Lin
 }
 
 /// Per slot of `placement` (GPU-major, partition, assignment order), its
-/// latency factor: 1 on a GPU with one partition, else gpulet's model with
-/// the slot's own utilisation and the sum of the other partitions' (each
-/// the largest of its models'), each sum at most 1; at least 1. A model
-/// without a `gpulet_util` row counts 1 for itself and 0 for its
-/// neighbours.
+/// latency factor in the simulation: with interference data, exactly what
+/// `gpulet+int` plans with ([`sluice_planner::interference_factors`] on
+/// [`linear_interference`]: gpulet's linear model, utilisations
+/// interpolated at the batch and scaled by the partition's share, the
+/// largest pairwise factor against the GPU's other partitions, at least 1),
+/// so planner and serving agree; without, 1 everywhere.
 pub fn interference_factors(
     placement: &Placement,
-    util_name: &dyn Fn(&str) -> Option<String>,
-    data: Option<&GpuletData>,
+    intf: Option<&sluice_planner::LinearInterference>,
 ) -> Vec<Vec<Vec<f64>>> {
-    placement
-        .gpus
-        .iter()
-        .map(|g| match data {
-            Some(d) if g.partitions.len() >= 2 => shared_gpu_factors(g, util_name, d),
-            _ => g
-                .partitions
-                .iter()
-                .map(|p| vec![1.0; p.models.len()])
-                .collect(),
-        })
-        .collect()
-}
-
-/// [`interference_factors`] of one GPU with two or more partitions.
-fn shared_gpu_factors(
-    g: &GpuPlan,
-    util_name: &dyn Fn(&str) -> Option<String>,
-    d: &GpuletData,
-) -> Vec<Vec<f64>> {
-    let util = |a: &Assignment| util_name(&a.model).and_then(|n| d.lookup(&n, a.batch));
-    let load: Vec<(f64, f64)> = g
-        .partitions
-        .iter()
-        .map(|p| {
-            p.models.iter().filter_map(util).fold((0.0, 0.0), |acc, u| {
-                (f64::max(acc.0, u.0), f64::max(acc.1, u.1))
+    match intf {
+        Some(i) => sluice_planner::interference_factors(placement, i),
+        None => placement
+            .gpus
+            .iter()
+            .map(|g| {
+                g.partitions
+                    .iter()
+                    .map(|p| vec![1.0; p.models.len()])
+                    .collect()
             })
-        })
-        .collect();
-    g.partitions
-        .iter()
-        .enumerate()
-        .map(|(pi, p)| {
-            let (l2, dram) = load
-                .iter()
-                .enumerate()
-                .filter(|&(qi, _)| qi != pi)
-                .fold((0.0, 0.0), |acc, (_, l)| (acc.0 + l.0, acc.1 + l.1));
-            let others = (f64::min(l2, 1.0), f64::min(dram, 1.0));
-            p.models
-                .iter()
-                .map(|a| util(a).map_or(1.0, |own| d.linear(own, others)))
-                .collect()
-        })
-        .collect()
+            .collect(),
+    }
 }
 
 /// One model's line at the reported factor.
@@ -452,6 +471,8 @@ pub struct ClusterReport {
     pub routing: Routing,
     /// Rounds.
     pub rounds: Rounds,
+    /// Batching.
+    pub batching: Batching,
     /// Virtual seconds of arrivals per simulation.
     pub duration_s: f64,
     /// Seed.
@@ -460,8 +481,17 @@ pub struct ClusterReport {
     pub max_violation_rate: f64,
     /// Whether the maximum was searched.
     pub search: bool,
+    /// How the maximum was searched.
+    pub search_mode: SearchMode,
+    /// What a probe had to do to pass.
+    pub pass: PassRule,
     /// Planned rates over offered rates, less 1.
     pub headroom: f64,
+    /// Planned latencies over simulated ones.
+    pub latency_margin: f64,
+    /// Partition sizes of the gpulet planners (`None`: every multiple of
+    /// the step).
+    pub gpulet_sizes: Option<Vec<u32>>,
     /// Wall time measuring the tables, s.
     pub tables_wall_s: f64,
     /// Tables' entries lifted to the monotone envelope, per manifest.
@@ -499,6 +529,11 @@ struct Prepared<'a> {
     sc: &'a Scenario,
     device: String,
     tables: Vec<&'a TableInfo>,
+    /// What the planners are given: the tables times the latency margin.
+    planner_tables: Vec<LatencyTable>,
+    /// gpulet's model on the run's data, for `gpulet+int` and the
+    /// simulation alike.
+    interference: Option<sluice_planner::LinearInterference>,
     slo_ms: Vec<f64>,
 }
 
@@ -513,10 +548,14 @@ struct Probe {
 }
 
 impl Probe {
-    fn pass(&self) -> bool {
-        self.sim
-            .as_ref()
-            .is_some_and(|s| s.violation_rate() <= MAX_VIOLATION_RATE)
+    fn pass(&self, rule: PassRule) -> bool {
+        match rule {
+            PassRule::Served => self
+                .sim
+                .as_ref()
+                .is_some_and(|s| s.violation_rate() <= MAX_VIOLATION_RATE),
+            PassRule::Planned => self.placement.is_some(),
+        }
     }
 
     fn why(&self) -> String {
@@ -537,27 +576,30 @@ fn probe(
     kind: PlannerKind,
     factor: f64,
     opts: &ClusterOptions,
-    gpulet: Option<&GpuletData>,
 ) -> Result<Probe, ClusterError> {
     let sc = p.sc;
     let specs: Vec<ModelSpec> = sc
         .models
         .iter()
-        .zip(&p.tables)
+        .zip(&p.planner_tables)
         .zip(&p.slo_ms)
         .map(|((m, t), &slo)| ModelSpec {
             name: m.name.clone(),
             slo_ms: slo,
             rate_rps: m.peak_rps() * factor * (1.0 + opts.headroom),
             mem_mb: m.mem_mb,
-            profile: t.table.clone(),
+            profile: t.clone(),
         })
         .collect();
     let gpus = GpuSpec {
         count: sc.gpus,
         mem_mb: sc.gpu_mem_mb,
         partition_step_pct: sc.partition_step_pct,
-        sizes_pct: None,
+        sizes_pct: if kind.is_gpulet() {
+            opts.gpulet_sizes
+        } else {
+            None
+        },
     };
     let mut out = Probe {
         factor,
@@ -568,7 +610,7 @@ fn probe(
         sim_wall_s: 0.0,
     };
     let planner = kind
-        .planner(gpulet.map(|g| linear_interference(g, sc)))
+        .planner(p.interference.clone())
         .ok_or_else(|| ClusterError::NeedsInterference(kind.as_str().into()))?;
     let placement = match planner.plan(&specs, &gpus) {
         Ok(pl) => pl,
@@ -591,37 +633,18 @@ fn probe(
         .enumerate()
         .map(|(i, m)| (m.name.as_str(), i))
         .collect();
-    let util_name = |name: &str| {
-        index
-            .get(name)
-            .and_then(|&i| sc.models[i].gpulet_util.clone())
+    let intf = interference_factors(&placement, p.interference.as_ref());
+    // Deadline batching may take up to the tables' largest batch.
+    let most = match opts.batching {
+        Batching::Planned => 0,
+        Batching::Deadline => p
+            .tables
+            .iter()
+            .filter_map(|t| t.table.batches().last().copied())
+            .max()
+            .unwrap_or(0),
     };
-    let intf = interference_factors(&placement, &util_name, gpulet);
-    let parts: Vec<SimPartition> = placement
-        .partitions()
-        .zip(intf.iter().flatten())
-        .map(|((g, part), fs)| SimPartition {
-            gpu: g,
-            size_pct: part.size_pct,
-            duty_cycle_ms: part.duty_cycle_ms,
-            slots: part
-                .models
-                .iter()
-                .zip(fs)
-                .map(|(a, &f)| {
-                    let m = index[a.model.as_str()];
-                    SimSlot {
-                        model: m,
-                        batch: a.batch,
-                        share_rps: a.share_rps,
-                        latency_ms: (1..=a.batch)
-                            .map(|n| f * p.tables[m].batch_ms(n, part.size_pct))
-                            .collect(),
-                    }
-                })
-                .collect(),
-        })
-        .collect();
+    let parts = sim_partitions(&p.tables, &placement, &intf, most, &index);
     let models: Vec<SimModel> = sc
         .models
         .iter()
@@ -645,6 +668,7 @@ fn probe(
             seed: opts.seed,
             routing: opts.routing,
             rounds: opts.rounds,
+            batching: opts.batching,
         },
     )?;
     out.sim_wall_s = t0.elapsed().as_secs_f64();
@@ -659,6 +683,7 @@ fn probe(
 fn search(
     mut run: impl FnMut(f64) -> Result<Probe, ClusterError>,
     steps: u32,
+    rule: PassRule,
 ) -> Result<(Option<Probe>, Option<Probe>, u32), ClusterError> {
     let mut n = 0u32;
     let mut go = |f: f64| {
@@ -667,13 +692,13 @@ fn search(
     };
     let first = go(1.0)?;
     let (mut lo, mut hi): (Option<Probe>, Option<Probe>);
-    if first.pass() {
+    if first.pass(rule) {
         lo = Some(first);
         hi = None;
         let mut f = 2.0;
         while f <= 65536.0 {
             let p = go(f)?;
-            if p.pass() {
+            if p.pass(rule) {
                 lo = Some(p);
                 f *= 2.0;
             } else {
@@ -687,7 +712,7 @@ fn search(
         let mut f = 0.5;
         while f >= 1.0 / 1024.0 {
             let p = go(f)?;
-            if p.pass() {
+            if p.pass(rule) {
                 lo = Some(p);
                 break;
             }
@@ -700,13 +725,37 @@ fn search(
             break;
         };
         let p = go(0.5 * (a.factor + b.factor))?;
-        if p.pass() {
+        if p.pass(rule) {
             lo = Some(p);
         } else {
             hi = Some(p);
         }
     }
     Ok((lo, hi, n))
+}
+
+/// gpulet §5.2's search: probes at `from`, `from·(1 + step)`, … until the
+/// first failure (or past 65536×): (last passing probe, the failing one,
+/// probes run).
+fn scan(
+    mut run: impl FnMut(f64) -> Result<Probe, ClusterError>,
+    from: f64,
+    step: f64,
+    rule: PassRule,
+) -> Result<(Option<Probe>, Option<Probe>, u32), ClusterError> {
+    let mut n = 0u32;
+    let mut lo = None;
+    let mut f = from;
+    while f <= 65536.0 {
+        n += 1;
+        let p = run(f)?;
+        if !p.pass(rule) {
+            return Ok((lo, Some(p), n));
+        }
+        lo = Some(p);
+        f *= 1.0 + step;
+    }
+    Ok((lo, None, n))
 }
 
 fn result_of(
@@ -789,17 +838,32 @@ fn run_pair(
     prep: &Prepared<'_>,
     kind: PlannerKind,
     opts: &ClusterOptions,
-    gpulet: Option<&GpuletData>,
 ) -> Result<ScenarioResult, ClusterError> {
     if opts.search {
-        let (lo, hi, n) = search(|f| probe(prep, kind, f, opts, gpulet), opts.search_steps)?;
+        let run = |f| probe(prep, kind, f, opts);
+        let (lo, hi, n) = match opts.search_mode {
+            SearchMode::Bisect => search(run, opts.search_steps, opts.pass)?,
+            SearchMode::Scan { step, from_rps } => {
+                let total: f64 = prep.sc.models.iter().map(|m| m.peak_rps()).sum();
+                scan(
+                    run,
+                    from_rps / total.max(f64::MIN_POSITIVE),
+                    step,
+                    opts.pass,
+                )?
+            }
+        };
         let limit = hi
             .as_ref()
             .map_or_else(|| "no limit found up to 65536x".into(), Probe::why);
         Ok(result_of(prep, kind, lo.as_ref(), limit, n, opts))
     } else {
-        let p = probe(prep, kind, 1.0, opts, gpulet)?;
-        let limit = if p.pass() { String::new() } else { p.why() };
+        let p = probe(prep, kind, 1.0, opts)?;
+        let limit = if p.pass(opts.pass) {
+            String::new()
+        } else {
+            p.why()
+        };
         Ok(result_of(prep, kind, Some(&p), limit, 1, opts))
     }
 }
@@ -899,13 +963,19 @@ pub fn run(
             .map(|m| &tables[&(device.clone(), m.model.clone())])
             .collect();
         let slo_ms = slos(sc, &ts);
+        let planner_tables = ts
+            .iter()
+            .map(|t| scaled(&t.table, opts.latency_margin))
+            .collect();
         let prep = Prepared {
             sc,
             device,
             tables: ts,
+            planner_tables,
+            interference: gpulet.as_ref().map(|g| linear_interference(g, sc)),
             slo_ms,
         };
-        let mut r = run_pair(&prep, *kind, opts, gpulet.as_ref())?;
+        let mut r = run_pair(&prep, *kind, opts)?;
         r.wall_s = t0.elapsed().as_secs_f64();
         results.push(r);
         on_runs(i + 1, pairs.len());
@@ -924,16 +994,70 @@ pub fn run(
         interference_note: opts.interference.describe(),
         routing: opts.routing,
         rounds: opts.rounds,
+        batching: opts.batching,
         duration_s: opts.duration_s,
         seed: opts.seed,
         max_violation_rate: MAX_VIOLATION_RATE,
         search: opts.search,
+        search_mode: opts.search_mode,
+        pass: opts.pass,
         headroom: opts.headroom,
+        latency_margin: opts.latency_margin,
+        gpulet_sizes: opts.gpulet_sizes.map(|s| s.to_vec()),
         tables_wall_s,
         tables_adjusted,
         wall_s: t_all.elapsed().as_secs_f64(),
         scenarios: results,
     })
+}
+
+/// The simulator's partitions for `placement`: each slot's batch times
+/// from its model's table (`tables[index[name]]`) at the partition's size,
+/// times its interference factor (`factors`, as [`interference_factors`]
+/// returns), for batches 1 to the larger of the planned one and `most`.
+pub fn sim_partitions(
+    tables: &[&TableInfo],
+    placement: &Placement,
+    factors: &[Vec<Vec<f64>>],
+    most: u32,
+    index: &HashMap<&str, usize>,
+) -> Vec<SimPartition> {
+    placement
+        .partitions()
+        .zip(factors.iter().flatten())
+        .map(|((g, part), fs)| SimPartition {
+            gpu: g,
+            size_pct: part.size_pct,
+            duty_cycle_ms: part.duty_cycle_ms,
+            slots: part
+                .models
+                .iter()
+                .zip(fs)
+                .map(|(a, &f)| {
+                    let m = index[a.model.as_str()];
+                    SimSlot {
+                        model: m,
+                        batch: a.batch,
+                        share_rps: a.share_rps,
+                        latency_ms: (1..=a.batch.max(most))
+                            .map(|n| f * tables[m].batch_ms(n, part.size_pct))
+                            .collect(),
+                    }
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// `t` with every latency times `k`.
+pub fn scaled(t: &LatencyTable, k: f64) -> LatencyTable {
+    if k == 1.0 {
+        return t.clone();
+    }
+    LatencyTable::from_fn(t.batches().to_vec(), t.partitions_pct().to_vec(), |b, p| {
+        k * t.latency_ms(b, p).expect("listed")
+    })
+    .expect("a positive multiple of a valid table is valid")
 }
 
 /// The human-readable report.
@@ -949,13 +1073,30 @@ pub fn table(r: &ClusterReport) -> String {
     let _ = writeln!(s, "interference: {}", r.interference_note);
     let _ = writeln!(
         s,
-        "{} virtual s of Poisson arrivals per simulation, seed {}, routing {}, rounds {}, planned for {:.0} % over the offered rates; a point passes with at most {:.0} % of requests late, dropped or unserved",
+        "{} virtual s of Poisson arrivals per simulation, seed {}, routing {}, rounds {}, batching {}, planned for {:.0} % over the offered rates; a point passes with at most {:.0} % of requests late, dropped or unserved",
         r.duration_s,
         r.seed,
         json_name(r.routing),
         json_name(r.rounds),
+        json_name(r.batching),
         100.0 * r.headroom,
         100.0 * r.max_violation_rate
+    );
+    let search = match r.search_mode {
+        SearchMode::Bisect => "doubling from 1x, then bisection".to_string(),
+        SearchMode::Scan { step, from_rps } => format!(
+            "gradual: from {from_rps} rps in all, +{:.1} % per probe, up to the first failure (gpulet §5.2)",
+            100.0 * step
+        ),
+    };
+    let sizes = match &r.gpulet_sizes {
+        None => "every multiple of the scenario's step".to_string(),
+        Some(v) => format!("{v:?} %"),
+    };
+    let _ = writeln!(
+        s,
+        "planners see latencies x {}; search: {search}; gpulet/gpulet+int/ideal partition sizes: {sizes}",
+        r.latency_margin
     );
     if !r.tables_adjusted.is_empty() {
         let v: Vec<String> = r
@@ -1135,6 +1276,8 @@ mem_mb = 100
             sc: &sc,
             device: "mi50".into(),
             tables: vec![&t],
+            planner_tables: vec![t.table.clone()],
+            interference: None,
             slo_ms: vec![slo_ms],
         };
         let opts = ClusterOptions {
@@ -1142,7 +1285,7 @@ mem_mb = 100
             headroom,
             ..ClusterOptions::default()
         };
-        run_pair(&prep, PlannerKind::Sbp, &opts, None).unwrap()
+        run_pair(&prep, PlannerKind::Sbp, &opts).unwrap()
     }
 
     /// L(b, p) = 1 + b ms on every partition.
@@ -1210,12 +1353,12 @@ mem_mb = 100
             sim_wall_s: 0.0,
         };
         // Knee at 0.3: halving from 1 finds 0.25, bisection closes in.
-        let (lo, hi, n) = search(|f| Ok(mk(f, f <= 0.3)), 6).unwrap();
+        let (lo, hi, n) = search(|f| Ok(mk(f, f <= 0.3)), 6, PassRule::Served).unwrap();
         let (lo, hi) = (lo.unwrap().factor, hi.unwrap().factor);
         assert!(lo <= 0.3 && hi > 0.3 && hi - lo <= 0.25 / 64.0 + 1e-12);
         assert_eq!(n, 3 + 6);
         // Nothing passes: no maximum.
-        let (lo, _, _) = search(|f| Ok(mk(f, false)), 3).unwrap();
+        let (lo, _, _) = search(|f| Ok(mk(f, false)), 3, PassRule::Served).unwrap();
         assert!(lo.is_none());
     }
 
@@ -1243,8 +1386,45 @@ mem_mb = 100
     }
 
     #[test]
-    fn interference_follows_gpulets_linear_model() {
-        use sluice_planner::PartitionPlan;
+    fn the_scan_stops_at_the_first_failure_even_if_a_higher_rate_passes() {
+        // Fails on [2, 3) only: bisection from 1 doubles to 2 (fail) and
+        // reports just under 2; the scan from 1 by 50 % probes 1, 1.5,
+        // 2.25 (fail) and stops there, never reaching 3.375, which passes.
+        let probe = |f: f64| {
+            Ok(Probe {
+                factor: f,
+                placement: (!(2.0..3.0).contains(&f)).then(|| Placement { gpus: vec![] }),
+                plan_error: (2.0..3.0).contains(&f).then(|| "no".into()),
+                sim: None,
+                interference: Vec::new(),
+                sim_wall_s: 0.0,
+            })
+        };
+        let (lo, hi, n) = scan(probe, 1.0, 0.5, PassRule::Planned).unwrap();
+        assert_eq!(lo.unwrap().factor, 1.5);
+        assert_eq!(hi.unwrap().factor, 2.25);
+        assert_eq!(n, 3);
+        let (lo, hi, _) = search(probe, 3, PassRule::Planned).unwrap();
+        assert!(lo.unwrap().factor < 2.0 && hi.unwrap().factor >= 2.0);
+        // Served needs a simulation: a placement alone does not pass.
+        assert!(!probe(1.0).unwrap().pass(PassRule::Served));
+    }
+
+    #[test]
+    fn the_latency_margin_scales_every_entry() {
+        let t = flat_table().table;
+        let m = scaled(&t, 1.1);
+        for &b in t.batches() {
+            for &p in t.partitions_pct() {
+                let (x, y) = (t.latency_ms(b, p).unwrap(), m.latency_ms(b, p).unwrap());
+                assert!((y - 1.1 * x).abs() < 1e-12, "{b} {p}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_simulation_applies_exactly_the_planners_interference() {
+        use sluice_planner::{Assignment, GpuPlan, PartitionPlan};
         let part = |m: &str, size| PartitionPlan {
             size_pct: size,
             duty_cycle_ms: 10.0,
@@ -1264,21 +1444,31 @@ mem_mb = 100
                 },
             ],
         };
-        let mut util = HashMap::new();
-        util.insert(("A".to_string(), 8), (0.2, 0.4));
-        util.insert(("B".to_string(), 4), (0.5, 0.1));
-        let d = GpuletData {
-            coef: [0.1, 0.2, 0.3, 0.4, 0.9],
-            util,
+        let coef = sluice_planner::LinearCoefficients {
+            l2_own: 0.1,
+            l2_other: 0.2,
+            dram_own: 0.3,
+            dram_other: 0.4,
+            constant: 0.9,
         };
-        let name = |m: &str| Some(m.to_uppercase());
-        let f = interference_factors(&pl, &name, Some(&d));
+        let li = sluice_planner::LinearInterference::new(coef)
+            .with_util(
+                "a",
+                sluice_planner::UtilTable::new(vec![(8, 0.4, 0.8)]).unwrap(),
+            )
+            .with_util(
+                "b",
+                sluice_planner::UtilTable::new(vec![(8, 1.0, 0.2)]).unwrap(),
+            );
+        let f = interference_factors(&pl, Some(&li));
+        // Utilisations scaled by the 50 % share: a (0.2, 0.4), b (0.5, 0.1).
         // a: 0.1·0.2 + 0.2·0.5 + 0.3·0.4 + 0.4·0.1 + 0.9 = 1.18
-        // b (nearest batch 4): 0.1·0.5 + 0.2·0.2 + 0.3·0.1 + 0.4·0.4 + 0.9 = 1.18
+        // b: 0.1·0.5 + 0.2·0.2 + 0.3·0.1 + 0.4·0.4 + 0.9 = 1.18
         assert!((f[0][0][0] - 1.18).abs() < 1e-12, "{f:?}");
         assert!((f[0][1][0] - 1.18).abs() < 1e-12, "{f:?}");
         assert_eq!(f[1][0][0], 1.0, "alone on its GPU");
-        let none = interference_factors(&pl, &name, None);
+        assert_eq!(f, sluice_planner::interference_factors(&pl, &li));
+        let none = interference_factors(&pl, None);
         assert_eq!(none[0], vec![vec![1.0], vec![1.0]]);
     }
 

@@ -97,6 +97,12 @@ impl PlannerKind {
         }
     }
 
+    /// gpulet's own planners (`gpulet`, `gpulet+int`, `ideal`): the ones
+    /// that take gpulet's partition sizes.
+    pub fn is_gpulet(self) -> bool {
+        matches!(self, Self::Gpulet | Self::GpuletInt | Self::Ideal)
+    }
+
     /// The short name.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -34,6 +34,7 @@
 pub mod bench_cluster;
 pub mod bench_cluster_scenario;
 pub mod bench_cluster_sim;
+pub mod bench_cluster_trace;
 pub mod bench_hol;
 pub mod bench_interference;
 pub mod bench_ipc;

@@ -329,7 +329,7 @@ fn check_inner(
                     });
                 };
                 let l = intf.map_or(alone, |intf| {
-                    alone * combined(intf, m, a.batch, size, co_runners(gpu, p))
+                    alone * combined(intf, &m.name, a.batch, size, co_runners(gpu, p))
                 });
                 let cap = capacity_rps(a.batch, d);
                 if !le(a.share_rps, cap) {
@@ -395,6 +395,32 @@ fn check_inner(
 
 /// Every model in the partitions of `gpu` other than `p`, as
 /// `(name, batch, size)`.
+/// Every assignment's interference factor in `placement`, indexed
+/// `[gpu][partition][assignment]`: the one [`check_with_interference`]
+/// applies (the largest pairwise factor against the models in the GPU's
+/// other partitions, at least 1). For serving a placement with the same
+/// interference the planner assumed.
+pub fn interference_factors(placement: &Placement, intf: &dyn Interference) -> Vec<Vec<Vec<f64>>> {
+    placement
+        .gpus
+        .iter()
+        .map(|gpu| {
+            gpu.partitions
+                .iter()
+                .enumerate()
+                .map(|(p, part)| {
+                    part.models
+                        .iter()
+                        .map(|a| {
+                            combined(intf, &a.model, a.batch, part.size_pct, co_runners(gpu, p))
+                        })
+                        .collect()
+                })
+                .collect()
+        })
+        .collect()
+}
+
 fn co_runners(gpu: &GpuPlan, p: usize) -> impl Iterator<Item = (&str, u32, u32)> {
     gpu.partitions
         .iter()

@@ -296,7 +296,7 @@ impl<'a> Engine<'a> {
                     .iter()
                     .map(move |x| (self.models[x.model].name.as_str(), x.batch, o.size))
             });
-        Some(l * combined(intf, m, batch, size, others))
+        Some(l * combined(intf, &m.name, batch, size, others))
     }
 
     /// Sum of the members' latencies over the duty cycle.

@@ -33,8 +33,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::spec::ModelSpec;
-
 /// A latency multiplier for a model running next to another one on the
 /// same GPU.
 pub trait Interference {
@@ -315,13 +313,13 @@ impl Interference for LinearInterference {
 /// counting as infinite.
 pub(crate) fn combined<'a>(
     intf: &dyn Interference,
-    own: &ModelSpec,
+    own: &str,
     batch: u32,
     pct: u32,
     others: impl IntoIterator<Item = (&'a str, u32, u32)>,
 ) -> f64 {
     others.into_iter().fold(1.0, |acc: f64, (o, ob, op)| {
-        let f = intf.factor(&own.name, batch, pct, o, ob, op);
+        let f = intf.factor(own, batch, pct, o, ob, op);
         if f.is_nan() {
             f64::INFINITY
         } else {

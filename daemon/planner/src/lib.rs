@@ -43,7 +43,7 @@ pub mod churn;
 #[cfg(test)]
 mod proptests;
 
-pub use check::{Stats, Violation, check, check_with_interference};
+pub use check::{Stats, Violation, check, check_with_interference, interference_factors};
 pub use gpulet::{Gpulet, GpuletInt, KNEE_TOLERANCE};
 pub use greedy::GreedyBestFit;
 pub use ideal::{Ideal, MAX_LAYOUTS, PAPER_SPLITS};

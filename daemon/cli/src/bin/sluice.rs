@@ -403,6 +403,60 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// gpulet's Fig. 15 rate trace, re-planned every period with GPU
+    /// scaling (gpulet Algorithm 2), served in virtual time: throughput,
+    /// GPUs, partition sizes and violations per window, and GPU-seconds,
+    /// for each scheduling period given (gpulet: 20 s, an MPS restart per
+    /// repartition; sluice repartitions in place, so 1 s). SIMULATED, on the
+    /// scenario's device profile; the module docs of bench_cluster_trace.rs
+    /// give every rule.
+    Trace {
+        /// Scenario: a shipped name or a .toml path (gpulet's Fig. 15 uses
+        /// scen3).
+        #[arg(long, default_value = "scen3")]
+        scenario: String,
+        /// Planner: sbp, greedy, gpulet, gpulet+int (needs interference
+        /// data).
+        #[arg(long, default_value = "gpulet+int", value_parser = parse_planner)]
+        planner: sluice_cli::bench_cluster_scenario::PlannerKind,
+        /// Scheduling periods to compare, s.
+        #[arg(long, value_delimiter = ',', default_value = "20,1", value_parser = parse_duration)]
+        periods: Vec<f64>,
+        /// Length of the trace, s.
+        #[arg(long, default_value_t = 3200.0, value_parser = parse_duration)]
+        duration: f64,
+        /// Total rate at the start and the end, rps.
+        #[arg(long, default_value_t = 100.0, value_parser = parse_rate_from)]
+        base: f64,
+        /// Total rate at the first wave's peak, rps.
+        #[arg(long, default_value_t = 500.0, value_parser = parse_rate_from)]
+        peak1: f64,
+        /// Total rate at the second wave's peak, rps.
+        #[arg(long, default_value_t = 800.0, value_parser = parse_rate_from)]
+        peak2: f64,
+        /// Most GPUs the scaling may use.
+        #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=64))]
+        gpus: u32,
+        /// Plan for the counted rate times 1 + HEADROOM.
+        #[arg(long, default_value_t = 0.1, value_parser = parse_headroom)]
+        headroom: f64,
+        /// Plan with latencies times MARGIN (gpulet's artifact: 1.1).
+        #[arg(long, default_value_t = 1.1, value_parser = parse_margin)]
+        latency_margin: f64,
+        /// Interference in planning (gpulet+int) and serving.
+        #[arg(long, value_enum, default_value = "gpulet-2080ti")]
+        interference: sluice_cli::bench_cluster::Interference,
+        /// The gpulet authors' data (the folder with 2080ti/ and 3080/);
+        /// default ../shared/data/gpulet if it exists.
+        #[arg(long, value_name = "DIR")]
+        gpulet_data: Option<PathBuf>,
+        /// Seed of the arrivals.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print one JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
     /// Multi-GPU placement planners served in virtual time (gpulet §5.2's
     /// SLO-preserved max throughput): for each scenario (models, rates,
     /// GPUs, memory; shipped: game, traffic, scen1-scen5 of gpulet, and
@@ -442,6 +496,12 @@ enum Bench {
         /// as the last ends) or fixed (every duty cycle, Nexus).
         #[arg(long, value_enum, default_value = "work-conserving")]
         rounds: sluice_cli::bench_cluster_sim::Rounds,
+        /// How many queued requests a turn takes: planned (at most the
+        /// planned batch) or deadline (more when they are queued, as long
+        /// as the oldest still meets its SLO: a burst goes in one larger
+        /// batch instead of waiting a round).
+        #[arg(long, value_enum, default_value = "planned")]
+        batching: sluice_cli::bench_cluster_sim::Batching,
         /// Latency factor for partitions sharing a GPU: none (the GPU
         /// model's finding), gpulet-2080ti or gpulet-3080 (gpulet's linear
         /// model and the authors' measured coefficients).
@@ -464,6 +524,37 @@ enum Bench {
         /// do; 0.1: 10 % spare capacity against Poisson bursts).
         #[arg(long, default_value_t = 0.0, value_parser = parse_headroom)]
         headroom: f64,
+        /// Plan with every latency times MARGIN while the simulation runs
+        /// the latencies themselves (1: plan exactly the tables; gpulet's
+        /// artifact plans with 1.1, its `Latency Ratio`). Applies to every
+        /// planner alike.
+        #[arg(long, default_value_t = 1.0, value_parser = parse_margin)]
+        latency_margin: f64,
+        /// How the maximum is searched: bisect (double from factor 1, then
+        /// bisect; fast, but may step over a failing rate where the
+        /// outcome is not monotone) or scan (gpulet §5.2: raise the rate by
+        /// --scan-step from --scan-from rps in all and stop at the first
+        /// failure).
+        #[arg(long = "search", value_enum, default_value = "bisect")]
+        search_mode: SearchArg,
+        /// What a rate must do to pass: served (placed, and at most 1 % of
+        /// requests late, dropped or unserved: the SLO-preserved maximum)
+        /// or planned (placed: the largest rate the planner calls
+        /// schedulable, with the violations served there; gpulet Fig. 14).
+        #[arg(long, value_enum, default_value = "served")]
+        pass: sluice_cli::bench_cluster::PassRule,
+        /// Scan: relative step between probes.
+        #[arg(long, default_value_t = 0.05, value_parser = parse_scan_step)]
+        scan_step: f64,
+        /// Scan: total offered rate of the first probe, rps.
+        #[arg(long, default_value_t = 10.0, value_parser = parse_rate_from)]
+        scan_from: f64,
+        /// Partition sizes of gpulet, gpulet+int and ideal: step (every
+        /// multiple of the scenario's partition step) or gpulet (20, 40,
+        /// 50, 60, 80, 100 %: the gpulet artifact's sizes and §5.2's
+        /// splits). SBP and greedy always use every multiple of the step.
+        #[arg(long, value_enum, default_value = "step")]
+        partition_sizes: SizesArg,
         /// Folder of model manifests (`*.json`) added to the built-in ones,
         /// replacing those of the same name.
         #[arg(long = "models", value_name = "DIR")]
@@ -903,6 +994,71 @@ fn main() -> ExitCode {
         }
         Cmd::Bench {
             which:
+                Bench::Trace {
+                    scenario,
+                    planner,
+                    periods,
+                    duration,
+                    base,
+                    peak1,
+                    peak2,
+                    gpus,
+                    headroom,
+                    latency_margin,
+                    interference,
+                    gpulet_data,
+                    seed,
+                    json,
+                },
+        } => {
+            use sluice_cli::bench_cluster_trace as bt;
+            let sc = match sluice_cli::bench_cluster_scenario::resolve(&scenario) {
+                Ok(mut v) if v.len() == 1 => v.remove(0),
+                Ok(_) => return fail(format!("--scenario {scenario}: give exactly one scenario")),
+                Err(e) => return fail_chain(&e),
+            };
+            let gpulet_data = gpulet_data.or_else(|| {
+                let p = PathBuf::from("../shared/data/gpulet");
+                p.is_dir().then_some(p)
+            });
+            if interference != sluice_cli::bench_cluster::Interference::None
+                && gpulet_data.is_none()
+            {
+                return fail(
+                    "--interference gpulet-*: no gpulet data (../shared/data/gpulet is missing); give --gpulet-data DIR, or --interference none with a planner other than gpulet+int",
+                );
+            }
+            let opts = bt::TraceOptions {
+                planner,
+                periods_s: periods,
+                duration_s: duration,
+                base_rps: base,
+                peak1_rps: peak1,
+                peak2_rps: peak2,
+                gpu_limit: gpus,
+                headroom,
+                latency_margin,
+                interference,
+                gpulet_data,
+                seed,
+                ..bt::TraceOptions::default()
+            };
+            match bt::run(
+                &sc,
+                &sluice_model::ModelRegistry::builtin(),
+                &opts,
+                progress("sluice bench trace", "periods"),
+            ) {
+                Ok(r) if json => print_json(&r),
+                Ok(r) => {
+                    print!("{}", bt::table(&r));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail_chain(&e),
+            }
+        }
+        Cmd::Bench {
+            which:
                 Bench::Cluster {
                     scenarios,
                     planners,
@@ -911,11 +1067,18 @@ fn main() -> ExitCode {
                     seed,
                     routing,
                     rounds,
+                    batching,
                     interference,
                     gpulet_data,
                     no_search,
                     search_steps,
                     headroom,
+                    latency_margin,
+                    search_mode,
+                    pass,
+                    scan_step,
+                    scan_from,
+                    partition_sizes,
                     models_dir,
                     list,
                     json,
@@ -929,6 +1092,7 @@ fn main() -> ExitCode {
                 seed,
                 routing,
                 rounds,
+                batching,
                 interference,
                 gpulet_data: gpulet_data.or_else(|| {
                     let p = PathBuf::from("../shared/data/gpulet");
@@ -937,6 +1101,19 @@ fn main() -> ExitCode {
                 search: !no_search,
                 search_steps,
                 headroom,
+                latency_margin,
+                search_mode: match search_mode {
+                    SearchArg::Bisect => sluice_cli::bench_cluster::SearchMode::Bisect,
+                    SearchArg::Scan => sluice_cli::bench_cluster::SearchMode::Scan {
+                        step: scan_step,
+                        from_rps: scan_from,
+                    },
+                },
+                pass,
+                gpulet_sizes: match partition_sizes {
+                    SizesArg::Step => None,
+                    SizesArg::Gpulet => Some(sluice_planner::PartitionSizes::gpulet()),
+                },
             },
             models_dir,
             list,
@@ -1327,6 +1504,52 @@ fn parse_planner(s: &str) -> Result<sluice_cli::bench_cluster_scenario::PlannerK
             PlannerKind::NAMES.join(", ")
         )
     })
+}
+
+/// `--search` of `sluice bench cluster`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SearchArg {
+    /// Double from factor 1 until the outcome flips, then bisect.
+    Bisect,
+    /// Raise the rate step by step from a low total and stop at the first
+    /// failure (gpulet §5.2).
+    Scan,
+}
+
+/// `--partition-sizes` of `sluice bench cluster`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum SizesArg {
+    /// Every multiple of the scenario's partition step.
+    Step,
+    /// gpulet's 20, 40, 50, 60, 80 and 100 %.
+    Gpulet,
+}
+
+fn parse_margin(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(m) if m.is_finite() && (1.0..=10.0).contains(&m) => Ok(m),
+        _ => Err(format!(
+            "`{s}` is not a latency margin in [1, 10]; give e.g. 1.1 to plan with latencies 10 % longer than measured"
+        )),
+    }
+}
+
+fn parse_scan_step(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && (0.001..=1.0).contains(&x) => Ok(x),
+        _ => Err(format!(
+            "`{s}` is not a scan step in [0.001, 1]; give e.g. 0.05 to raise the rate by 5 % per probe"
+        )),
+    }
+}
+
+fn parse_rate_from(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(x) if x.is_finite() && x > 0.0 && x <= 1e6 => Ok(x),
+        _ => Err(format!(
+            "`{s}` is not a starting rate in (0, 1e6] rps; give e.g. 10"
+        )),
+    }
 }
 
 fn parse_headroom(s: &str) -> Result<f64, String> {
