@@ -899,7 +899,7 @@ pub fn run(
             .collect();
         Prepared::new(sc.clone(), d, &ts)
     };
-    let t3 = prepare(&table3);
+    let t3 = (want(Fig::Fig16) || want(Fig::Fig6)).then(|| prepare(&table3));
     let mut devices: Vec<String> = Vec::new();
     let mut report = GpuletReport {
         simulated: true,
@@ -919,7 +919,7 @@ pub fn run(
         tables_wall_s,
         wall_s: 0.0,
     };
-    if want(Fig::Fig16) {
+    if let Some(t3) = t3.as_ref().filter(|_| want(Fig::Fig16)) {
         devices.push(t3.device.clone());
         let unit: Vec<f64> = t3
             .sc
@@ -970,7 +970,7 @@ pub fn run(
         report.fig17_average = Some(ok.iter().sum::<f64>() / ok.len().max(1) as f64);
         report.fig17 = Some(rows);
     }
-    if want(Fig::Fig6) {
+    if let Some(t3) = t3.as_ref().filter(|_| want(Fig::Fig6)) {
         devices.push(t3.device.clone());
         let by = |n: &str| {
             t3.specs
@@ -1225,4 +1225,205 @@ pub fn plots(r: &GpuletReport) -> Vec<(&'static str, String)> {
         out.push(("gpulet-fig6.svg", doc.finish()));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    /// `L(b, p) = f(b, p)` on batches 1, 2, 4 and partitions 50, 100 %.
+    fn spec(name: &str, slo_ms: f64, rate_rps: f64, mem_mb: u64) -> ModelSpec {
+        // Flat in p: half a GPU runs a batch as fast as the whole one.
+        let profile =
+            LatencyTable::from_fn(vec![1, 2, 4], vec![50, 100], |b, _| 10.0 * f64::from(b))
+                .unwrap();
+        ModelSpec {
+            name: name.into(),
+            slo_ms,
+            rate_rps,
+            mem_mb,
+            profile,
+        }
+    }
+
+    #[test]
+    fn the_enumerator_yields_every_nonzero_level_vector_once() {
+        let all: Vec<Vec<u8>> = combinations(9).collect();
+        assert_eq!(all.len(), 19_682);
+        assert_eq!(all.len(), 3usize.pow(9) - 1);
+        let set: HashSet<&Vec<u8>> = all.iter().collect();
+        assert_eq!(set.len(), all.len(), "repeated vectors");
+        assert!(all.iter().all(|v| v.len() == 9));
+        assert!(all.iter().all(|v| v.iter().all(|&d| d < 3)));
+        assert!(all.iter().all(|v| v.iter().any(|&d| d > 0)), "all-zero");
+        assert_eq!(combination(3, 1), vec![1, 0, 0]);
+        assert_eq!(combination(3, 26), vec![2, 2, 2]);
+    }
+
+    #[test]
+    fn sbp_on_fixed_halves_fits_what_plain_sbp_does_not() {
+        // Each model: saturated batch 2 (2·L(2) = 40 ≤ SLO 40, 2·L(4) = 80
+        // is not), 2 / 20 ms = 100 rps on a whole GPU and on a half alike.
+        // Plain SBP gives each 100 rps model a whole GPU: 2 GPUs; on 1:1
+        // halves each takes a half: 1 GPU.
+        let models = vec![spec("a", 40.0, 100.0, 300), spec("b", 40.0, 100.0, 300)];
+        let gpus = GpuSpec::new(1, 1000, 10);
+        let e = Sbp.plan(&models, &gpus).unwrap_err();
+        assert!(e.to_string().contains("needs 2 GPUs, have 1"), "{e}");
+        let halves = Sbp1to1::plan_halves(&models, &gpus).unwrap();
+        let (hm, hg) = Sbp1to1::halves(&models, &gpus).unwrap();
+        assert_eq!((hg.count, hg.mem_mb), (2, 500));
+        sluice_planner::check(&halves, &hm, &hg).unwrap();
+        let joined = Sbp1to1.plan(&models, &gpus).unwrap();
+        assert_eq!(joined.gpus.len(), 1);
+        let sizes: Vec<u32> = joined.gpus[0].partitions.iter().map(|p| p.size_pct).collect();
+        assert_eq!(sizes, vec![50, 50]);
+        sluice_planner::check(&joined, &models, &gpus).unwrap();
+        // Half the memory per half: a 600 MB model no longer fits one.
+        let big = vec![spec("a", 40.0, 100.0, 600), spec("b", 40.0, 100.0, 300)];
+        assert!(Sbp.plan(&big, &GpuSpec::new(2, 1000, 10)).is_ok());
+        assert!(Sbp1to1.plan(&big, &GpuSpec::new(2, 1000, 10)).is_err());
+    }
+
+    #[test]
+    fn the_scan_reports_the_first_failure_and_the_bisection_its_bracket() {
+        // Monotone: refused from 3.7 on.
+        let m = max_factor(|f| Ok::<_, ()>((f >= 3.7).then(|| "no".to_string()))).unwrap();
+        assert!(m.factor < 3.7 && m.factor > 3.7 / (1.0 + SCAN_STEP), "{m:?}");
+        assert!(m.bisect_factor < 3.7 && m.bisect_factor > 3.7 / (1.0 + SCAN_STEP), "{m:?}");
+        assert!(m.limit.starts_with("no at"), "{m:?}");
+        // A hole at [1.5, 1.6): doubling passes 1, 2, 4 and brackets
+        // (4, 8); the scan from a quarter of ~5 stops at the hole.
+        let m = max_factor(|f| {
+            Ok::<_, ()>((f >= 5.0 || (1.5..1.6).contains(&f)).then(|| "no".to_string()))
+        })
+        .unwrap();
+        assert!(m.bisect_factor > 4.9 && m.bisect_factor < 5.0, "{m:?}");
+        assert!(m.factor < 1.5 && m.factor > 1.49, "{m:?}");
+        // Nothing schedulable.
+        let m = max_factor(|_| Ok::<_, ()>(Some("no".to_string()))).unwrap();
+        assert_eq!(m.factor, 0.0);
+    }
+
+    fn gpulet_dir() -> Option<PathBuf> {
+        let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/gpulet");
+        if d.join(INTERFERENCE_GPU).is_dir() {
+            Some(d)
+        } else {
+            eprintln!(
+                "skipped: gpulet's data is not at {} (../shared/data/gpulet)",
+                d.display()
+            );
+            None
+        }
+    }
+
+    #[test]
+    fn without_gpulet_data_the_error_names_the_flag() {
+        let opts = GpuletOptions {
+            gpulet_data: PathBuf::from("/nonexistent/gpulet"),
+            ..GpuletOptions::default()
+        };
+        let e = run(&ModelRegistry::builtin(), &opts, |_, _| {}, |_, _, _| {}).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("--gpulet-data DIR") && msg.contains("/nonexistent/gpulet"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn a_small_fig17_run_stays_under_the_capacity_bound_and_reports_the_keys() {
+        let Some(dir) = gpulet_dir() else {
+            return;
+        };
+        let file = std::env::temp_dir().join(format!("sluice-gpulet-{}.toml", std::process::id()));
+        std::fs::write(
+            &file,
+            r#"
+name = "pair"
+description = "test"
+device = "mi50"
+gpus = 2
+gpu_mem_mb = 11000
+planners = ["sbp", "greedy"]
+[[model]]
+name = "mobilenet-v2"
+model = "mobilenet"
+gpulet_util = "mobilenet_v2"
+rate_rps = 50
+mem_mb = 464
+[[model]]
+name = "densenet"
+model = "densenet"
+gpulet_util = "densenet161"
+rate_rps = 50
+mem_mb = 1220
+"#,
+        )
+        .unwrap();
+        let opts = GpuletOptions {
+            figs: vec![Fig::Fig17],
+            gpulet_data: dir,
+            fig17_scenarios: vec![file.display().to_string()],
+            ..GpuletOptions::default()
+        };
+        let r = run(&ModelRegistry::builtin(), &opts, |_, _| {}, |_, _, _| {});
+        std::fs::remove_file(&file).ok();
+        let r = r.unwrap();
+        let rows = r.fig17.as_ref().unwrap();
+        assert_eq!(rows.len(), 1);
+        let row = &rows[0];
+        assert!(row.gpulet_int_rps > 0.0 && row.ideal_rps > 0.0, "{row:?}");
+        // Capacity bound at equal rates r: each model needs at least
+        // r / (its best throughput per percent of a GPU) percent, and the
+        // two GPUs have 200 %. Interference only slows models down.
+        let reg = ModelRegistry::builtin();
+        let prof = DeviceProfile::builtin("mi50").unwrap();
+        let mut inv_tpp = 0.0;
+        let mut tables = Vec::new();
+        for m in ["mobilenet", "densenet"] {
+            let (_, model) = reg.lookup(m).unwrap();
+            tables.push(crate::bench_cluster::measure_table(&prof, model).unwrap());
+        }
+        let sc = Scenario::parse(
+            "t",
+            "name = \"t\"\ndescription = \"t\"\ndevice = \"mi50\"\ngpus = 2\ngpu_mem_mb = 11000\nplanners = [\"sbp\", \"greedy\"]\n[[model]]\nname = \"a\"\nmodel = \"mobilenet\"\nrate_rps = 1\nmem_mb = 1\n[[model]]\nname = \"b\"\nmodel = \"densenet\"\nrate_rps = 1\nmem_mb = 1\n",
+        )
+        .unwrap();
+        let refs: Vec<&TableInfo> = tables.iter().collect();
+        let slo = slos(&sc, &refs);
+        for (t, slo) in tables.iter().zip(slo) {
+            let mut best: f64 = 0.0;
+            for &p in t.table.partitions_pct() {
+                for &b in t.table.batches() {
+                    let l = t.table.latency_ms(b, p).unwrap();
+                    if 2.0 * l <= slo {
+                        best = best.max(f64::from(b) * 1000.0 / l / f64::from(p));
+                    }
+                }
+            }
+            inv_tpp += 1.0 / best;
+        }
+        let bound = 2.0 * 200.0 / inv_tpp;
+        assert!(
+            row.gpulet_int_rps <= bound * (1.0 + 1e-9) && row.ideal_rps <= bound * (1.0 + 1e-9),
+            "{row:?} over the bound {bound}"
+        );
+        let v = serde_json::to_value(&r).unwrap();
+        assert!(v.get("fig16").is_none() && v.get("fig6").is_none(), "{v}");
+        assert_eq!(v["simulated"], true);
+        assert_eq!(v["device"], "mi50");
+        for k in ["scenario", "normalised_rate", "gpulet_int_rps", "ideal_rps"] {
+            assert!(!v["fig17"][0][k].is_null(), "{k}");
+        }
+        assert!(v["fig17_average"].as_f64().unwrap() > 0.0);
+        let t = table(&r);
+        assert!(t.contains("SIMULATED") && t.contains("device profile mi50"), "{t}");
+        assert!(t.contains("rate rule") && t.contains("SLO rule"), "{t}");
+        let plots = plots(&r);
+        assert_eq!(plots.len(), 1);
+        crate::svg::check_well_formed(&plots[0].1).unwrap();
+    }
 }
