@@ -43,8 +43,8 @@ use serde::Serialize;
 use sluice_gpu::DeviceProfile;
 use sluice_model::ModelRegistry;
 use sluice_planner::{
-    GpuPlan, GpuSpec, GpuletInt, GreedyBestFit, Ideal, LatencyTable, LinearInterference,
-    ModelSpec, PartitionPlan, PartitionSizes, PlanError, Placement, Planner, Sbp,
+    GpuPlan, GpuSpec, GpuletInt, GreedyBestFit, Ideal, LatencyTable, LinearInterference, ModelSpec,
+    PartitionPlan, PartitionSizes, Placement, PlanError, Planner, Sbp,
 };
 
 use crate::bench_cluster::{ClusterError, GpuletData, TableInfo, linear_interference, slos};
@@ -685,11 +685,7 @@ impl Prepared {
 
     /// Its GPUs, any multiple of the step.
     pub fn plain_gpus(&self) -> GpuSpec {
-        GpuSpec::new(
-            self.sc.gpus,
-            self.sc.gpu_mem_mb,
-            self.sc.partition_step_pct,
-        )
+        GpuSpec::new(self.sc.gpus, self.sc.gpu_mem_mb, self.sc.partition_step_pct)
     }
 }
 
@@ -842,8 +838,7 @@ pub fn run(
     let t_all = Instant::now();
     let gpulet = load_gpulet_data(&opts.gpulet_data)?;
     let want = |f| opts.figs.contains(&f);
-    let table3 = crate::bench_cluster_scenario::builtin("table3")
-        .expect("table3 is shipped")?;
+    let table3 = crate::bench_cluster_scenario::builtin("table3").expect("table3 is shipped")?;
     let mut fig17_sc: Vec<Scenario> = Vec::new();
     if want(Fig::Fig17) {
         for n in &opts.fig17_scenarios {
@@ -1138,7 +1133,11 @@ pub fn fig6_gains(rows: &[Fig6Row]) -> (f64, f64) {
         v.iter().sum::<f64>() / v.len().max(1) as f64
     };
     (
-        mean(rows.iter().map(|r| r.greedy_rps / r.sbp_rps - 1.0).collect()),
+        mean(
+            rows.iter()
+                .map(|r| r.greedy_rps / r.sbp_rps - 1.0)
+                .collect(),
+        ),
         mean(rows.iter().map(|r| r.ideal_normalised - 1.0).collect()),
     )
 }
@@ -1277,7 +1276,11 @@ mod tests {
         sluice_planner::check(&halves, &hm, &hg).unwrap();
         let joined = Sbp1to1.plan(&models, &gpus).unwrap();
         assert_eq!(joined.gpus.len(), 1);
-        let sizes: Vec<u32> = joined.gpus[0].partitions.iter().map(|p| p.size_pct).collect();
+        let sizes: Vec<u32> = joined.gpus[0]
+            .partitions
+            .iter()
+            .map(|p| p.size_pct)
+            .collect();
         assert_eq!(sizes, vec![50, 50]);
         sluice_planner::check(&joined, &models, &gpus).unwrap();
         // Half the memory per half: a 600 MB model no longer fits one.
@@ -1290,8 +1293,14 @@ mod tests {
     fn the_scan_reports_the_first_failure_and_the_bisection_its_bracket() {
         // Monotone: refused from 3.7 on.
         let m = max_factor(|f| Ok::<_, ()>((f >= 3.7).then(|| "no".to_string()))).unwrap();
-        assert!(m.factor < 3.7 && m.factor > 3.7 / (1.0 + SCAN_STEP), "{m:?}");
-        assert!(m.bisect_factor < 3.7 && m.bisect_factor > 3.7 / (1.0 + SCAN_STEP), "{m:?}");
+        assert!(
+            m.factor < 3.7 && m.factor > 3.7 / (1.0 + SCAN_STEP),
+            "{m:?}"
+        );
+        assert!(
+            m.bisect_factor < 3.7 && m.bisect_factor > 3.7 / (1.0 + SCAN_STEP),
+            "{m:?}"
+        );
         assert!(m.limit.starts_with("no at"), "{m:?}");
         // A hole at [1.5, 1.6): doubling passes 1, 2, 4 and brackets
         // (4, 8); the scan from a quarter of ~5 stops at the hole.
@@ -1420,7 +1429,10 @@ mem_mb = 1220
         }
         assert!(v["fig17_average"].as_f64().unwrap() > 0.0);
         let t = table(&r);
-        assert!(t.contains("SIMULATED") && t.contains("device profile mi50"), "{t}");
+        assert!(
+            t.contains("SIMULATED") && t.contains("device profile mi50"),
+            "{t}"
+        );
         assert!(t.contains("rate rule") && t.contains("SLO rule"), "{t}");
         let plots = plots(&r);
         assert_eq!(plots.len(), 1);

@@ -499,7 +499,11 @@ enum Bench {
         #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
         threads: Option<u32>,
         /// Scenarios of Fig. 17 (shipped names or .toml files).
-        #[arg(long = "scenario", value_delimiter = ',', default_value = "game,traffic,scen1,scen2,scen3,scen4,scen5")]
+        #[arg(
+            long = "scenario",
+            value_delimiter = ',',
+            default_value = "game,traffic,scen1,scen2,scen3,scen4,scen5"
+        )]
         scenarios: Vec<String>,
         /// Write the charts (gpulet-fig16.svg, gpulet-fig17.svg,
         /// gpulet-fig6.svg) into this folder, e.g. docs.
@@ -1427,8 +1431,9 @@ fn bench_gpulet_cmd(
 }
 
 fn parse_fig(s: &str) -> Result<sluice_cli::bench_gpulet::Fig, String> {
-    sluice_cli::bench_gpulet::Fig::from_name(s)
-        .ok_or_else(|| format!("`{s}` is not a figure of sluice bench gpulet; use 16 (or 5), 17 or 6"))
+    sluice_cli::bench_gpulet::Fig::from_name(s).ok_or_else(|| {
+        format!("`{s}` is not a figure of sluice bench gpulet; use 16 (or 5), 17 or 6")
+    })
 }
 
 fn parse_planner(s: &str) -> Result<sluice_cli::bench_cluster_scenario::PlannerKind, String> {
