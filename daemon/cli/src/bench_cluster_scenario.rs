@@ -45,6 +45,7 @@ pub const BUILTIN: &[(&str, &str)] = &[
     ("scen3", include_str!("../scenarios/scen3.toml")),
     ("scen4", include_str!("../scenarios/scen4.toml")),
     ("scen5", include_str!("../scenarios/scen5.toml")),
+    ("table3", include_str!("../scenarios/table3.toml")),
     (
         "cluster-64gpu",
         include_str!("../scenarios/cluster-64gpu.toml"),

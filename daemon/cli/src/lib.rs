@@ -18,6 +18,8 @@
 //!   throughput (gpulet §5.2) on scenario files
 //!   ([`bench_cluster_scenario`]), served by a request-level simulator
 //!   ([`bench_cluster_sim`]) with latencies from the GPU model;
+//! - [`bench_gpulet`]: gpulet's planner-level figures (Fig. 5/16, 17, 6):
+//!   schedulable scenarios and max schedulable rates, no serving;
 //! - [`bench_sim`]: what the GPU model itself costs to run, per simulated
 //!   second, as clients grow;
 //! - [`cuda_models`]: `sluice check|profile --device cuda` (the models' real
@@ -35,6 +37,7 @@ pub mod bench_cluster;
 pub mod bench_cluster_scenario;
 pub mod bench_cluster_sim;
 pub mod bench_cluster_trace;
+pub mod bench_gpulet;
 pub mod bench_hol;
 pub mod bench_interference;
 pub mod bench_ipc;
