@@ -131,8 +131,9 @@ pub fn cluster_table(c: &sluice_backend::Layout) -> String {
             "WARNING: the planner found no placement ({e}); every GPU serves every model\n"
         );
     }
-    // A daemon that predates these fields sends 0 and no plans.
-    if c.gpus_in_use > 0 {
+    // A daemon that predates these fields sends 0 and no plans; 0 after a
+    // plan means no model has a rate: every GPU idle.
+    if c.gpus_in_use > 0 || !c.recent_plans.is_empty() {
         out += &format!(
             "  GPUs in use: {} of {}{}\n",
             c.gpus_in_use,

@@ -75,9 +75,15 @@ fn time(
 fn main() {
     let mut args = std::env::args().skip(1);
     let dir = args.next().unwrap_or_else(|| {
-        concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/gpulet/2080ti").to_owned()
+        concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../../shared/data/gpulet/2080ti"
+        )
+        .to_owned()
     });
-    let runs: usize = args.next().map_or(25, |r| r.parse().expect("RUNS is a number"));
+    let runs: usize = args
+        .next()
+        .map_or(25, |r| r.parse().expect("RUNS is a number"));
     let read = |f: &str| {
         std::fs::read_to_string(format!("{dir}/{f}"))
             .unwrap_or_else(|e| panic!("{dir}/{f}: {e}; give the folder as the first argument"))
