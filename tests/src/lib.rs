@@ -435,6 +435,10 @@ pub struct ClusterOpts {
     /// 0: `cluster.planner = "greedy"`, re-planned every second; else the
     /// `sluice_planner::churn::Churn`, re-planned every `churn_ms`.
     pub churn_ms: u32,
+    /// `Some((dir, names))`: `cluster.planner = "gpulet+int"` with
+    /// `cluster.interference_data = dir`, `cluster.util_names` from
+    /// `names` (`"model=bench,..."`) and `cluster.scaling = true`.
+    pub gpulet_int: Option<(std::path::PathBuf, &'static str)>,
 }
 
 /// The daemon's control-plane settings in [`DaemonOpts`].
@@ -523,6 +527,10 @@ impl DaemonProc {
             args.push(("cluster_gpus", c.gpus.to_owned()));
             args.push(("cluster_models", c.models.to_owned()));
             args.push(("cluster_churn_ms", c.churn_ms.to_string()));
+            if let Some((dir, names)) = &c.gpulet_int {
+                args.push(("cluster_int_dir", dir.display().to_string()));
+                args.push(("cluster_util_names", (*names).to_owned()));
+            }
         }
         let c = &opts.control;
         let control = [
@@ -1051,6 +1059,15 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
         c.partition_step_pct = 25;
         c.replan_ms = if churn_ms > 0 { churn_ms } else { 1000 };
         c.rate_window_ms = 200;
+        if let Some(dir) = a.get("cluster_int_dir") {
+            c.planner = sluice_service::config::PlannerKind::GpuletInt;
+            c.interference_data = Some(dir.into());
+            c.scaling = true;
+            for pair in a.req("cluster_util_names").split(',') {
+                let (m, b) = pair.split_once('=').expect("model=bench");
+                c.util_names.insert(m.to_owned(), b.to_owned());
+            }
+        }
     }
     if let Some(g) = a.get("socket_group") {
         config.access.socket_group = Some(g.to_owned());

@@ -14,6 +14,14 @@ const PER_CLIENT: u64 = 40;
 const CLIENTS: u64 = 6;
 
 fn serve(churn_ms: u32, tag: &str) -> sluice_service::server::Status {
+    serve_with(churn_ms, None, tag)
+}
+
+fn serve_with(
+    churn_ms: u32,
+    gpulet_int: Option<(std::path::PathBuf, &'static str)>,
+    tag: &str,
+) -> sluice_service::server::Status {
     let mut daemon = DaemonProc::spawn(DaemonOpts {
         on_device_per_client: 4,
         arena_bytes: 8 << 20,
@@ -21,6 +29,7 @@ fn serve(churn_ms: u32, tag: &str) -> sluice_service::server::Status {
             gpus: "mi50,mi50",
             models: "inception,resnet50",
             churn_ms,
+            gpulet_int,
         }),
         ..DaemonOpts::default()
     });
@@ -75,4 +84,43 @@ fn a_plan_change_every_10_ms_under_load_loses_nothing() {
         c.switches, c.switch_p50_ns, c.switch_p99_ns, c.max_switch_ns, c.last_plan_ns
     );
     assert!(c.switches >= 20, "only {} switches: {c:?}", c.switches);
+}
+
+#[test]
+fn gpulet_int_with_gpu_scaling_serves_and_shows_the_gpus_in_use() {
+    let _w = sluice_tests::watchdog(
+        "gpulet_int_with_gpu_scaling_serves_and_shows_the_gpus_in_use",
+        180,
+    );
+    // gpulet's 2080 Ti coefficients (../shared/data/gpulet/2080ti, measured
+    // by the gpulet authors); made-up utilisation rows in UTIL.CSV's format.
+    let data = TestDir::new("cluster-gpulet-int-data");
+    std::fs::write(
+        data.path().join("INT_MODEL_CONSTANT.CSV"),
+        "l2_util_m1,l2_util_m2,dram_util_m1,dram_util_m2,constant\n\
+         0.11290838746224496,0.7159598718755424,0.35486591956022895,0.0882038259888065,0.8953693917277343\n",
+    )
+    .unwrap();
+    std::fs::write(
+        data.path().join("UTIL.CSV"),
+        "bench,batch,avg_duration(ms),SM_util(%),l2_util(%),mem_util(%),a,t\n\
+         googlenet,1,0.01,30,20,40,20,60,\ngooglenet,8,0.02,60,40,70,30,60,\n",
+    )
+    .unwrap();
+    let st = serve_with(
+        0,
+        Some((data.path().to_owned(), "inception=googlenet")),
+        "cluster-gpulet-int",
+    );
+    let c = st.cluster.expect("the status shows the cluster");
+    assert_eq!(c.planner, "gpulet+int", "{c:?}");
+    assert!(c.plan_error.is_none(), "{c:?}");
+    let last = c.recent_plans.last().expect("a plan was made");
+    assert_eq!(last.gpus_in_use, c.gpus_in_use, "{c:?}");
+    // Under load some plan used a GPU; once the clients are gone the rates
+    // fall and a plan may leave every GPU idle.
+    assert!(c.recent_plans.iter().any(|p| p.gpus_in_use >= 1), "{c:?}");
+    assert!(c.gpus_in_use <= 2, "{c:?}");
+    let idle = c.gpus.iter().filter(|g| g.partitions.is_empty()).count();
+    assert!(idle >= 2 - c.gpus_in_use as usize, "{c:?}");
 }

@@ -158,6 +158,29 @@ pub struct Layout {
     /// Why the last plan fell back to every GPU serving every model, if it
     /// did.
     pub plan_error: Option<String>,
+    /// GPUs the placement in force uses; the others are idle (0 from a
+    /// daemon that predates the field).
+    #[serde(default)]
+    pub gpus_in_use: u32,
+    /// The last plans applied, oldest first (at most [`RECENT_PLANS`]).
+    #[serde(default)]
+    pub recent_plans: Vec<PlanRecord>,
+}
+
+/// How many plans [`Layout::recent_plans`] keeps.
+pub const RECENT_PLANS: usize = 8;
+
+/// One plan applied, in [`Layout::recent_plans`].
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct PlanRecord {
+    /// When it was applied, ms since the backend started.
+    pub at_ms: u64,
+    /// GPUs it uses.
+    pub gpus_in_use: u32,
+    /// Wall time the planner took for it, ns.
+    pub plan_ns: u64,
+    /// Whether the planner found nothing and every GPU serves every model.
+    pub fallback: bool,
 }
 
 /// One GPU in a [`Layout`].

@@ -131,6 +131,41 @@ pub fn cluster_table(c: &sluice_backend::Layout) -> String {
             "WARNING: the planner found no placement ({e}); every GPU serves every model\n"
         );
     }
+    // A daemon that predates these fields sends 0 and no plans; 0 after a
+    // plan means no model has a rate: every GPU idle.
+    if c.gpus_in_use > 0 || !c.recent_plans.is_empty() {
+        out += &format!(
+            "  GPUs in use: {} of {}{}\n",
+            c.gpus_in_use,
+            c.gpus.len(),
+            if (c.gpus_in_use as usize) < c.gpus.len() {
+                " (the rest idle)"
+            } else {
+                ""
+            }
+        );
+    }
+    if !c.recent_plans.is_empty() {
+        let plans: Vec<String> = c
+            .recent_plans
+            .iter()
+            .map(|p| {
+                format!(
+                    "{:.1} s: {} GPU{}{} ({:.0} µs)",
+                    p.at_ms as f64 / 1e3,
+                    p.gpus_in_use,
+                    if p.gpus_in_use == 1 { "" } else { "s" },
+                    if p.fallback { " FALLBACK" } else { "" },
+                    p.plan_ns as f64 / 1e3
+                )
+            })
+            .collect();
+        out += &format!(
+            "  last {} plans (time since start: GPUs in use (planner time)): {}\n",
+            plans.len(),
+            plans.join(", ")
+        );
+    }
     for g in &c.gpus {
         out += &format!(
             "  GPU {} ({}, {} CUs){}\n",
@@ -196,7 +231,7 @@ pub fn cluster_table(c: &sluice_backend::Layout) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_backend::{GpuLayout, Layout, ModelLoad, PartitionLayout};
+    use sluice_backend::{GpuLayout, Layout, ModelLoad, PartitionLayout, PlanRecord};
 
     #[test]
     fn the_cluster_table_names_every_partition_and_model() {
@@ -233,6 +268,21 @@ mod tests {
             }],
             switches: 3,
             plan_error: Some("needs 3 GPUs".into()),
+            gpus_in_use: 1,
+            recent_plans: vec![
+                PlanRecord {
+                    at_ms: 1500,
+                    gpus_in_use: 2,
+                    plan_ns: 42_000,
+                    fallback: false,
+                },
+                PlanRecord {
+                    at_ms: 2500,
+                    gpus_in_use: 1,
+                    plan_ns: 7_000,
+                    fallback: true,
+                },
+            ],
             ..Layout::default()
         };
         let t = cluster_table(&l);
@@ -243,8 +293,21 @@ mod tests {
             "resnet18 (batch ≤8",
             "needs 3 GPUs",
             "3 placements",
+            "GPUs in use: 1 of 1",
+            "last 2 plans",
+            "1.5 s: 2 GPUs (42 µs)",
+            "2.5 s: 1 GPU FALLBACK (7 µs)",
         ] {
             assert!(t.contains(want), "{want:?} missing from\n{t}");
         }
+        // A status from a daemon without the fields parses, and shows
+        // neither line.
+        let mut json: serde_json::Value = serde_json::to_value(&l).unwrap();
+        let obj = json.as_object_mut().unwrap();
+        obj.remove("gpus_in_use");
+        obj.remove("recent_plans");
+        let old: Layout = serde_json::from_value(json).unwrap();
+        let t = cluster_table(&old);
+        assert!(!t.contains("GPUs in use") && !t.contains(" plans ("), "{t}");
     }
 }

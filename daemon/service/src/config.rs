@@ -1688,6 +1688,12 @@ mod tests {
                  partition_step_pct = 25\n[cluster.slo_ms_per_model]\nresnet18 = 12.5\n",
             )
             .unwrap(),
+            load(
+                "[cluster]\ngpus = [\"mi50\"]\nplanner = \"gpulet+int\"\n\
+                 interference_data = \"/data/gpulet/2080ti\"\npartition_sizes = \"gpulet\"\n\
+                 scaling = true\n[cluster.util_names]\nresnet50 = \"resnet50\"\n",
+            )
+            .unwrap(),
         ];
         for c in configs {
             let summary = c.summary();
@@ -1736,6 +1742,111 @@ mod tests {
                 .unwrap_err()
                 .to_string();
             assert!(e.contains(key) && e.contains(fix), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn gpulet_int_scaling_and_partition_size_keys_load_and_bad_values_name_the_fix() {
+        let c = load(
+            "[cluster]\ngpus = [\"mi50\", \"mi50\"]\nplanner = \"gpulet+int\"\n\
+             interference_data = \"/d/2080ti\"\npartition_sizes = \"gpulet\"\nscaling = true\n\
+             [cluster.util_names]\nresnet50 = \"resnet50\"\nvgg = \"vgg16\"\n",
+        )
+        .unwrap()
+        .cluster;
+        assert_eq!(c.planner, PlannerKind::GpuletInt);
+        assert_eq!(c.planner.as_str(), "gpulet+int");
+        assert_eq!(c.interference_data.as_deref(), Some(Path::new("/d/2080ti")));
+        assert_eq!(c.partition_sizes, Some(vec![20, 40, 50, 60, 80, 100]));
+        assert!(c.scaling);
+        assert_eq!(c.util_names["vgg"], "vgg16");
+        let c = load("[cluster]\npartition_sizes = [25, 50, 100]\npartition_step_pct = 25\n")
+            .unwrap()
+            .cluster;
+        assert_eq!(c.partition_sizes, Some(vec![25, 50, 100]));
+        // Defaults: the grid, every GPU, no interference data.
+        let d = Config::default().cluster;
+        assert_eq!(d.partition_sizes, None);
+        assert!(!d.scaling);
+        assert_eq!(d.interference_data, None);
+        assert!(d.util_names.is_empty());
+        for (text, key, value, fix) in [
+            (
+                "planner = \"gpulet+int\"",
+                "cluster.planner",
+                "\"gpulet+int\"",
+                "set cluster.interference_data",
+            ),
+            (
+                "planner = \"gpulet\"\ninterference_data = \"/d\"",
+                "cluster.interference_data",
+                "\"/d\"",
+                "set cluster.planner = \"gpulet+int\" (now \"gpulet\")",
+            ),
+            (
+                "planner = \"gpulet+int\"\ninterference_data = \"\"",
+                "cluster.interference_data",
+                "\"\"",
+                "INT_MODEL_CONSTANT.CSV",
+            ),
+            (
+                "[cluster.util_names]\nresnet50 = \"resnet50\"",
+                "cluster.util_names.resnet50",
+                "\"resnet50\"",
+                "set cluster.planner = \"gpulet+int\"",
+            ),
+            (
+                "planner = \"gpulet+int\"\ninterference_data = \"/d\"\n\
+                 [cluster.util_names]\nresnet50 = \"\"",
+                "cluster.util_names.resnet50",
+                "\"\"",
+                "first column of UTIL.CSV",
+            ),
+            (
+                "partition_sizes = \"mig\"",
+                "cluster.partition_sizes",
+                "\"mig\"",
+                "use \"gpulet\"",
+            ),
+            (
+                "partition_sizes = [50, 20, 100]",
+                "cluster.partition_sizes",
+                "[50, 20, 100]",
+                "strictly ascending",
+            ),
+            (
+                "partition_sizes = [0, 100]",
+                "cluster.partition_sizes",
+                "[0, 100]",
+                "from 1 to 100",
+            ),
+            (
+                "partition_sizes = [20, 40]",
+                "cluster.partition_sizes",
+                "[20, 40]",
+                "add 100",
+            ),
+            (
+                "partition_step_pct = 20\npartition_sizes = \"gpulet\"",
+                "cluster.partition_sizes",
+                "[20, 40, 50, 60, 80, 100]",
+                "50 is not a multiple of cluster.partition_step_pct = 20",
+            ),
+            (
+                "partition_sizes = 50",
+                "partition_sizes",
+                "",
+                "\"gpulet\" or a list of percentages",
+            ),
+            ("scaling = 1", "scaling", "", "a boolean"),
+        ] {
+            let e = load(&format!("[cluster]\ngpus = [\"mi50\"]\n{text}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(key) && e.contains(value) && e.contains(fix),
+                "{text}: {e}"
+            );
         }
     }
 

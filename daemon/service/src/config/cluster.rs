@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::PathBuf;
 
 use serde::Deserialize;
 
@@ -29,6 +30,9 @@ pub const DEFAULT_STEP_PCT: u32 = 10;
 pub const MAX_GPUS: usize = 64;
 /// Largest batch size.
 pub const MAX_BATCH: u32 = 256;
+/// `cluster.partition_sizes = "gpulet"`: the gpulet artifact's sizes
+/// (`sluice_planner::PartitionSizes::gpulet`).
+pub const GPULET_SIZES_PCT: [u32; 6] = [20, 40, 50, 60, 80, 100];
 
 /// Which planner places the models (`cluster.planner`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,6 +45,10 @@ pub enum PlannerKind {
     /// gpulet's elastic partitioning, spatial and temporal together,
     /// without its interference model (`sluice_planner::Gpulet`).
     Gpulet,
+    /// gpulet's elastic partitioning with its linear interference model
+    /// (`sluice_planner::GpuletInt` over `sluice_planner::LinearInterference`),
+    /// fitted on the GPU of `cluster.interference_data`.
+    GpuletInt,
 }
 
 impl PlannerKind {
@@ -50,6 +58,7 @@ impl PlannerKind {
             PlannerKind::Greedy => "greedy",
             PlannerKind::Sbp => "sbp",
             PlannerKind::Gpulet => "gpulet",
+            PlannerKind::GpuletInt => "gpulet+int",
         }
     }
 }
@@ -81,6 +90,20 @@ pub struct ClusterConfig {
     pub batches: Vec<u32>,
     /// Partition sizes are multiples of this percentage of a GPU.
     pub partition_step_pct: u32,
+    /// When set, partition sizes are only these percentages (ascending,
+    /// 100 included, each a multiple of `partition_step_pct`); unset, every
+    /// multiple of the step.
+    pub partition_sizes: Option<Vec<u32>>,
+    /// gpulet+int: the folder holding gpulet's `INT_MODEL_CONSTANT.CSV`
+    /// and `UTIL.CSV`, read once at start-up.
+    pub interference_data: Option<PathBuf>,
+    /// gpulet+int: the daemon's model name → its bench name in `UTIL.CSV`.
+    /// A served model not listed has interference factor 1.
+    pub util_names: BTreeMap<String, String>,
+    /// gpulet's GPU scaling (Algorithm 2): each re-plan starts from the
+    /// previous plan's GPU count and adds GPUs only while the plan fails,
+    /// up to `gpus.len()`.
+    pub scaling: bool,
 }
 
 impl Default for ClusterConfig {
@@ -97,6 +120,10 @@ impl Default for ClusterConfig {
             headroom: DEFAULT_HEADROOM,
             batches: DEFAULT_BATCHES.to_vec(),
             partition_step_pct: DEFAULT_STEP_PCT,
+            partition_sizes: None,
+            interference_data: None,
+            util_names: BTreeMap::new(),
+            scaling: false,
         }
     }
 }
@@ -154,10 +181,48 @@ impl ClusterConfig {
         let batches: Vec<String> = self.batches.iter().map(u32::to_string).collect();
         let _ = writeln!(s, "batches = [{}]", batches.join(", "));
         let _ = writeln!(s, "partition_step_pct = {}", self.partition_step_pct);
+        match &self.partition_sizes {
+            Some(sizes) => {
+                let v: Vec<String> = sizes.iter().map(u32::to_string).collect();
+                let _ = writeln!(s, "partition_sizes = [{}]", v.join(", "));
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "# partition_sizes unset: every multiple of partition_step_pct"
+                );
+            }
+        }
+        let _ = writeln!(
+            s,
+            "scaling = {}  # {}",
+            self.scaling,
+            if self.scaling {
+                "as few GPUs as suffice, from the last plan's count (gpulet Algorithm 2)"
+            } else {
+                "plan on every GPU"
+            }
+        );
+        if let Some(dir) = &self.interference_data {
+            let _ = writeln!(
+                s,
+                "interference_data = {}",
+                toml_string(&dir.to_string_lossy())
+            );
+        }
         if !self.slo_ms_per_model.is_empty() {
             let _ = writeln!(s, "\n[cluster.slo_ms_per_model]");
             for (m, v) in &self.slo_ms_per_model {
                 let _ = writeln!(s, "{m} = {v:?}");
+            }
+        }
+        if !self.util_names.is_empty() {
+            let _ = writeln!(
+                s,
+                "\n[cluster.util_names]  # other models: interference factor 1"
+            );
+            for (m, v) in &self.util_names {
+                let _ = writeln!(s, "{m} = {}", toml_string(v));
             }
         }
     }
@@ -177,6 +242,21 @@ pub(super) struct RawCluster {
     headroom: Option<Float>,
     batches: Option<Vec<Int>>,
     partition_step_pct: Option<Int>,
+    partition_sizes: Option<RawSizes>,
+    interference_data: Option<String>,
+    util_names: Option<BTreeMap<String, String>>,
+    scaling: Option<bool>,
+}
+
+/// `cluster.partition_sizes`: a name or a list of percentages.
+#[derive(Debug, Deserialize)]
+#[serde(
+    untagged,
+    expecting = "\"gpulet\" or a list of percentages such as [20, 40, 50, 60, 80, 100]"
+)]
+enum RawSizes {
+    Name(String),
+    List(Vec<Int>),
 }
 
 fn slo_ok(v: f64) -> bool {
@@ -224,12 +304,15 @@ impl Validator {
                 "greedy" => c.planner = PlannerKind::Greedy,
                 "sbp" => c.planner = PlannerKind::Sbp,
                 "gpulet" => c.planner = PlannerKind::Gpulet,
+                "gpulet+int" => c.planner = PlannerKind::GpuletInt,
                 _ => self.fail(
                     "cluster.planner",
                     toml_string(&p),
                     "is not a planner",
                     "use \"greedy\" (spatial partitions, one model each), \"sbp\" (whole \
-                     GPUs shared in time) or \"gpulet\" (gpulet's elastic partitioning, both)"
+                     GPUs shared in time), \"gpulet\" (gpulet's elastic partitioning, both) \
+                     or \"gpulet+int\" (the same with gpulet's interference model; needs \
+                     cluster.interference_data)"
                         .to_owned(),
                 ),
             }
@@ -358,6 +441,139 @@ impl Validator {
                 );
             }
         }
+        if let Some(sizes) = raw.partition_sizes {
+            c.partition_sizes = self.partition_sizes(sizes, c.partition_step_pct);
+        }
+        if let Some(v) = raw.scaling {
+            c.scaling = v;
+        }
+        self.interference_keys(
+            &mut c,
+            raw.interference_data,
+            raw.util_names.unwrap_or_default(),
+        );
         c
+    }
+
+    /// `cluster.partition_sizes`: `"gpulet"` or a list of percentages,
+    /// each a multiple of `step`, 100 among them.
+    fn partition_sizes(&mut self, raw: RawSizes, step: u32) -> Option<Vec<u32>> {
+        const KEY: &str = "cluster.partition_sizes";
+        let list = match raw {
+            RawSizes::Name(n) if n == "gpulet" => GPULET_SIZES_PCT
+                .iter()
+                .map(|&p| Int(i64::from(p)))
+                .collect(),
+            RawSizes::Name(n) => {
+                self.fail(
+                    KEY,
+                    toml_string(&n),
+                    "is not a set of partition sizes",
+                    "use \"gpulet\" (20, 40, 50, 60, 80 and 100 %) or a list of percentages \
+                     such as [25, 50, 75, 100]"
+                        .to_owned(),
+                );
+                return None;
+            }
+            RawSizes::List(l) => l,
+        };
+        let vals: Vec<i64> = list.iter().map(|i| i.0).collect();
+        let ok = !vals.is_empty()
+            && vals.iter().all(|&p| (1..=100).contains(&p))
+            && vals.windows(2).all(|w| w[0] < w[1]);
+        if !ok {
+            self.fail(
+                KEY,
+                format!("{vals:?}"),
+                "is not a list of partition sizes",
+                "list strictly ascending percentages from 1 to 100, e.g. [20, 40, 50, 60, 80, 100]"
+                    .to_owned(),
+            );
+            return None;
+        }
+        if vals.last() != Some(&100) {
+            self.fail(
+                KEY,
+                format!("{vals:?}"),
+                "does not list 100",
+                "add 100: a whole GPU is the fallback placement and the sbp planner's only size"
+                    .to_owned(),
+            );
+            return None;
+        }
+        if let Some(p) = vals.iter().find(|&&p| p % i64::from(step.max(1)) != 0) {
+            self.fail(
+                KEY,
+                format!("{vals:?}"),
+                "lists a size off the profiled grid",
+                format!(
+                    "{p} is not a multiple of cluster.partition_step_pct = {step}; use multiples \
+                     of it, or a step that divides every size (10 for gpulet's sizes)"
+                ),
+            );
+            return None;
+        }
+        Some(vals.iter().map(|&p| p as u32).collect())
+    }
+
+    /// `cluster.interference_data` and `cluster.util_names`: required by
+    /// and only for `gpulet+int`.
+    fn interference_keys(
+        &mut self,
+        c: &mut ClusterConfig,
+        dir: Option<String>,
+        names: BTreeMap<String, String>,
+    ) {
+        let int = c.planner == PlannerKind::GpuletInt;
+        match dir {
+            Some(d) if d.is_empty() => self.fail(
+                "cluster.interference_data",
+                "\"\"",
+                "is empty",
+                "name the folder holding gpulet's INT_MODEL_CONSTANT.CSV and UTIL.CSV, e.g. \
+                 \"/usr/share/sluice/gpulet/2080ti\""
+                    .to_owned(),
+            ),
+            Some(d) if !int => self.fail(
+                "cluster.interference_data",
+                toml_string(&d),
+                "is read only by the gpulet+int planner",
+                format!(
+                    "remove it, or set cluster.planner = \"gpulet+int\" (now {})",
+                    toml_string(c.planner.as_str())
+                ),
+            ),
+            Some(d) => c.interference_data = Some(PathBuf::from(d)),
+            None if int => self.fail(
+                "cluster.planner",
+                "\"gpulet+int\"",
+                "needs gpulet's interference data",
+                "set cluster.interference_data to the folder holding INT_MODEL_CONSTANT.CSV and \
+                 UTIL.CSV (gpulet's artifact, resource/<gpu>/), or use planner = \"gpulet\""
+                    .to_owned(),
+            ),
+            None => {}
+        }
+        for (m, bench) in names {
+            if !int {
+                self.fail(
+                    format!("cluster.util_names.{m}"),
+                    toml_string(&bench),
+                    "is read only by the gpulet+int planner",
+                    "remove [cluster.util_names], or set cluster.planner = \"gpulet+int\""
+                        .to_owned(),
+                );
+            } else if bench.is_empty() || bench.contains(',') {
+                self.fail(
+                    format!("cluster.util_names.{m}"),
+                    toml_string(&bench),
+                    "is not a bench name",
+                    "use the model's name in the first column of UTIL.CSV, e.g. \"resnet50\""
+                        .to_owned(),
+                );
+            } else {
+                c.util_names.insert(m, bench);
+            }
+        }
     }
 }

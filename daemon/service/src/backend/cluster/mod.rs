@@ -54,10 +54,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use shm_proto::{Priority, status};
-use sluice_backend::{Backend, Finished, GpuLayout, Job, Layout, ModelLoad, PartitionLayout};
+use sluice_backend::{
+    Backend, Finished, GpuLayout, Job, Layout, ModelLoad, PartitionLayout, PlanRecord, RECENT_PLANS,
+};
 use sluice_gpu::{DeviceProfile, Event};
 use sluice_model::ModelRegistry;
-use sluice_planner::{GpuSpec, LatencyTable, ModelSpec, Placement, Planner};
+use sluice_planner::{GpuSpec, LatencyTable, ModelSpec, PartitionSizes, Placement, Planner};
 use sluice_sched::{
     Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, untag,
 };
@@ -80,6 +82,12 @@ pub struct ClusterSetup {
     pub models: Vec<ServedModel>,
     /// Partition sizes are multiples of this many percent.
     pub partition_step_pct: u32,
+    /// When set, partition sizes are only these (`cluster.partition_sizes`).
+    pub sizes_pct: Option<PartitionSizes>,
+    /// Plan with gpulet's GPU scaling (Algorithm 2,
+    /// [`sluice_planner::plan_with_scaling`]): from the last plan's GPU
+    /// count up to every GPU, the first count that suffices.
+    pub scaling: bool,
     /// Re-plan period, ns (0: only when a rate moves).
     pub replan_ns: u64,
     /// Rate monitor window, ns.
@@ -166,6 +174,34 @@ pub enum ClusterError {
     /// The batch-scaled models could not form a registry.
     #[error("cannot build the batch-scaled models for the policies: {0}")]
     BatchedRegistry(String),
+    /// `gpulet+int` without `cluster.interference_data`.
+    #[error(
+        "the gpulet+int planner needs gpulet's interference data; set cluster.interference_data \
+         to the folder holding INT_MODEL_CONSTANT.CSV and UTIL.CSV"
+    )]
+    NoInterferenceData,
+    /// An interference file that cannot be read or parsed.
+    #[error("cluster.interference_data: {file}: {why}")]
+    InterferenceData {
+        /// The file.
+        file: String,
+        /// Why, with the line where there is one.
+        why: String,
+    },
+    /// A `cluster.util_names` entry for a model the cluster does not serve.
+    #[error(
+        "cluster.util_names.{model} names a model the cluster does not serve; the cluster serves \
+         {served}: fix the name or remove the entry"
+    )]
+    UtilName {
+        /// The key.
+        model: String,
+        /// The models served.
+        served: String,
+    },
+    /// `cluster.partition_sizes` refused by the planner crate.
+    #[error("cluster.partition_sizes: {0}")]
+    Sizes(String),
     /// A model's batch-scaled manifest was refused.
     #[error("cannot build model {model:?} at batch {batch}: {why}")]
     Batched {
@@ -273,6 +309,14 @@ pub struct ClusterBackend {
     /// The last 1024 switches' dispatcher time, ns (a ring).
     switch_ns: Vec<u64>,
     switches: u64,
+    /// GPUs the placement in force uses.
+    gpus_in_use: u32,
+    /// With `setup.scaling`, the GPU count the next plan starts from
+    /// (Algorithm 2's previous period): 1 before the first plan, then the
+    /// count the last plan used (every GPU after a fallback).
+    scale_from: u32,
+    /// The last [`RECENT_PLANS`] plans applied.
+    recent: VecDeque<PlanRecord>,
 }
 
 impl std::fmt::Debug for ClusterBackend {
@@ -404,6 +448,9 @@ impl ClusterBackend {
             layout_at: 0,
             switch_ns: Vec::with_capacity(1024),
             switches: 0,
+            gpus_in_use: setup.gpus.len() as u32,
+            scale_from: 1,
+            recent: VecDeque::with_capacity(RECENT_PLANS),
             setup,
         };
         // Until rates are seen: every GPU whole, serving every model.
@@ -592,16 +639,26 @@ impl ClusterBackend {
                 }
             })
             .collect();
+        let count = self.gpus.len() as u32;
         let gpus = GpuSpec {
-            count: self.gpus.len() as u32,
+            count,
             mem_mb: self.setup.gpu_mem_mb,
             partition_step_pct: self.setup.partition_step_pct,
-            sizes_pct: None,
+            sizes_pct: self.setup.sizes_pct,
         };
+        // Algorithm 2: from the count the last plan used, up to all.
+        let scaling = self
+            .setup
+            .scaling
+            .then(|| (self.scale_from.clamp(1, count), count));
         // Asked for: not again until this one is in.
         self.last_plan = now;
         self.replan_now = false;
-        if let Some(done) = self.planner.submit(PlanJob { specs, gpus }) {
+        if let Some(done) = self.planner.submit(PlanJob {
+            specs,
+            gpus,
+            scaling,
+        }) {
             self.finish_plan(done);
         }
     }
@@ -630,7 +687,24 @@ impl ClusterBackend {
         for (s, spec) in self.served.iter_mut().zip(&job.specs) {
             s.planned_rps = spec.rate_rps;
         }
+        let fallback = error.is_some();
         let switch_ns = self.apply(&placement);
+        self.gpus_in_use = placement
+            .gpus
+            .iter()
+            .take(self.gpus.len())
+            .filter(|g| g.partitions.iter().any(|p| !p.models.is_empty()))
+            .count() as u32;
+        self.scale_from = self.gpus_in_use;
+        if self.recent.len() == RECENT_PLANS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(PlanRecord {
+            at_ms: self.clock / MS,
+            gpus_in_use: self.gpus_in_use,
+            plan_ns,
+            fallback,
+        });
         self.publish_switch(error, plan_ns, switch_ns);
         // A model that arrived unserved while the plan was out.
         if self.served.iter().any(|s| s.serving == 0 && s.queued() > 0) {
@@ -993,6 +1067,7 @@ impl ClusterBackend {
             l.max_switch_ns = l.max_switch_ns.max(switch_ns);
             l.last_plan_ns = plan_ns;
             l.plan_error = error;
+            l.recent_plans = self.recent.iter().cloned().collect();
         }
         self.publish();
     }
@@ -1052,6 +1127,7 @@ impl ClusterBackend {
             .collect();
         if let Ok(mut l) = self.layout.lock() {
             l.planner = self.planner.name().to_owned();
+            l.gpus_in_use = self.gpus_in_use;
             l.gpus = gpus;
             l.models = models;
         }

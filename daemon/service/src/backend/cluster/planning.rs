@@ -10,12 +10,15 @@ use std::sync::mpsc::{Receiver, SyncSender, TryRecvError, sync_channel};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use sluice_planner::{GpuSpec, ModelSpec, Placement, PlanError, Planner};
+use sluice_planner::{GpuSpec, ModelSpec, Placement, PlanError, Planner, plan_with_scaling};
 
 /// One planner run's inputs.
 pub(super) struct PlanJob {
     pub(super) specs: Vec<ModelSpec>,
     pub(super) gpus: GpuSpec,
+    /// gpulet's GPU scaling (Algorithm 2): `(previous count, limit)`;
+    /// `None` plans on `gpus.count` GPUs.
+    pub(super) scaling: Option<(u32, u32)>,
 }
 
 /// One planner run's result, with its inputs and its wall time.
@@ -27,7 +30,12 @@ pub(super) struct PlanDone {
 
 fn run(planner: &dyn Planner, job: PlanJob) -> PlanDone {
     let t0 = Instant::now();
-    let result = planner.plan(&job.specs, &job.gpus);
+    let result = match job.scaling {
+        Some((prev, limit)) => {
+            plan_with_scaling(planner, &job.specs, &job.gpus, prev, limit).map(|(p, _)| p)
+        }
+        None => planner.plan(&job.specs, &job.gpus),
+    };
     PlanDone {
         job,
         result,

@@ -1,11 +1,17 @@
 //! `[cluster]` → [`ClusterBackend`]: each served model's `L(b, p)` measured
 //! on the GPU model of the cluster's profile ([`sluice_gpusim::lbp`]), its
-//! SLO and memory, and the planner.
+//! SLO and memory, and the planner (for `gpulet+int`, with gpulet's
+//! interference model read from `cluster.interference_data`).
 
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 
 use sluice_model::{Model, ModelRegistry};
-use sluice_planner::{GreedyBestFit, LatencyTable, Planner, Sbp};
+use sluice_planner::{
+    GpuletInt, GreedyBestFit, LatencyTable, LinearCoefficients, LinearInterference, PartitionSizes,
+    Planner, Sbp, parse_util_csv,
+};
 use sluice_sched::PolicyKind;
 
 use super::{ClusterBackend, ClusterError, ClusterSetup, ServedModel};
@@ -108,16 +114,102 @@ pub fn from_config(
     progress: impl FnMut(&str),
 ) -> Result<ClusterBackend, ClusterError> {
     let setup = cluster_setup(config, &models, progress)?;
-    ClusterBackend::new(setup, planner(config), models, now_ns)
+    let served: Vec<&str> = setup.models.iter().map(|m| m.name.as_str()).collect();
+    let planner = planner(config, &served)?;
+    ClusterBackend::new(setup, planner, models, now_ns)
 }
 
-/// The planner `cluster.planner` names.
-pub fn planner(config: &Config) -> Box<dyn Planner + Send> {
-    match config.cluster.planner {
+/// gpulet's interference coefficients, in `cluster.interference_data`.
+pub const COEFFS_FILE: &str = "INT_MODEL_CONSTANT.CSV";
+/// gpulet's per-model utilisations, in `cluster.interference_data`.
+pub const UTIL_FILE: &str = "UTIL.CSV";
+
+/// The planner `cluster.planner` names, for the models `served`. For
+/// `gpulet+int` it reads `cluster.interference_data`'s two files (once,
+/// here) and logs which served models have no utilisation row.
+pub fn planner(config: &Config, served: &[&str]) -> Result<Box<dyn Planner + Send>, ClusterError> {
+    Ok(match config.cluster.planner {
         PlannerKind::Greedy => Box::new(GreedyBestFit),
         PlannerKind::Sbp => Box::new(Sbp),
         PlannerKind::Gpulet => Box::new(sluice_planner::Gpulet),
+        PlannerKind::GpuletInt => {
+            let dir = config
+                .cluster
+                .interference_data
+                .as_deref()
+                .ok_or(ClusterError::NoInterferenceData)?;
+            let read = |name: &str| {
+                let path = dir.join(name);
+                std::fs::read_to_string(&path).map_err(|e| ClusterError::InterferenceData {
+                    file: path.display().to_string(),
+                    why: format!(
+                        "{e}; cluster.interference_data must name a folder holding {COEFFS_FILE} \
+                         and {UTIL_FILE} from gpulet's artifact (resource/<gpu>/)"
+                    ),
+                })
+            };
+            let (coeffs, util) = (read(COEFFS_FILE)?, read(UTIL_FILE)?);
+            let (model, unmapped) =
+                interference_from_text(dir, &coeffs, &util, &config.cluster.util_names, served)?;
+            if !unmapped.is_empty() {
+                tracing::info!(
+                    "cluster: gpulet+int: no cluster.util_names entry for {}; their interference \
+                     factor is 1 (they neither slow down nor slow others)",
+                    unmapped.join(", ")
+                );
+            }
+            Box::new(GpuletInt::new(model))
+        }
+    })
+}
+
+/// gpulet's linear interference model from the text of
+/// `INT_MODEL_CONSTANT.CSV` (`coeffs`) and `UTIL.CSV` (`util`) in `dir`
+/// (for messages only: nothing is read here), with each served model's
+/// utilisation table found under its bench name in `names`; also the
+/// served models without one, whose factor is 1. Refuses a bad file
+/// (naming it and, for `UTIL.CSV`, the line), a `names` entry for a
+/// model not served, and a bench name `UTIL.CSV` lacks.
+pub fn interference_from_text(
+    dir: &Path,
+    coeffs: &str,
+    util: &str,
+    names: &BTreeMap<String, String>,
+    served: &[&str],
+) -> Result<(LinearInterference, Vec<String>), ClusterError> {
+    let bad = |file: &str, why: String| ClusterError::InterferenceData {
+        file: dir.join(file).display().to_string(),
+        why,
+    };
+    let c = LinearCoefficients::parse_csv(coeffs).map_err(|e| bad(COEFFS_FILE, e.to_string()))?;
+    let tables = parse_util_csv(util).map_err(|e| bad(UTIL_FILE, e.to_string()))?;
+    let listed: Vec<String> = tables.keys().cloned().collect();
+    let mut model = LinearInterference::new(c);
+    for (m, bench) in names {
+        if !served.contains(&m.as_str()) {
+            return Err(ClusterError::UtilName {
+                model: m.clone(),
+                served: served.join(", "),
+            });
+        }
+        let Some(t) = tables.get(bench).cloned() else {
+            return Err(bad(
+                UTIL_FILE,
+                format!(
+                    "cluster.util_names.{m} = {bench:?}, but the file has no rows of that bench; \
+                     it lists {}",
+                    listed.join(", ")
+                ),
+            ));
+        };
+        model = model.with_util(m, t);
     }
+    let unmapped = served
+        .iter()
+        .filter(|m| !names.contains_key(**m))
+        .map(|m| (*m).to_owned())
+        .collect();
+    Ok((model, unmapped))
 }
 
 /// What `[cluster]` serves, with every model's table measured.
@@ -138,7 +230,17 @@ pub fn cluster_setup(
         })
         .collect::<Result<Vec<_>, _>>()?;
     let first = profiles.first().ok_or(ClusterError::NoGpus)?.clone();
-    let parts = partition_sizes(c.partition_step_pct);
+    // With `cluster.partition_sizes`, only those sizes are profiled.
+    let parts = c
+        .partition_sizes
+        .clone()
+        .unwrap_or_else(|| partition_sizes(c.partition_step_pct));
+    let sizes_pct = match &c.partition_sizes {
+        Some(list) => {
+            Some(PartitionSizes::new(list).map_err(|e| ClusterError::Sizes(e.to_string()))?)
+        }
+        None => None,
+    };
     let mut served = Vec::new();
     for (id, m) in models.iter() {
         let rows = match from_manifest(m, &first.name, &c.batches, &parts) {
@@ -187,6 +289,8 @@ pub fn cluster_setup(
         policy: partition_policy(config),
         models: served,
         partition_step_pct: c.partition_step_pct,
+        sizes_pct,
+        scaling: c.scaling,
         replan_ns: u64::from(c.replan_ms) * 1_000_000,
         rate_window_ns: u64::from(c.rate_window_ms) * 1_000_000,
         rate_change: c.rate_change,

@@ -2,7 +2,7 @@
 //! fallback, cancellation. Times are the GPU model's; nothing is timed on
 //! the wall clock except the switch cost, which is printed, not asserted.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use shm_proto::sim::expected_output;
 use sluice_planner::PlanError;
@@ -49,6 +49,8 @@ fn setup(models: &ModelRegistry, gpus: usize, replan_ms: u64) -> ClusterSetup {
         policy: PolicyKind::Seq,
         models: served,
         partition_step_pct: 25,
+        sizes_pct: None,
+        scaling: false,
         replan_ns: replan_ms * MS,
         rate_window_ns: 200 * MS,
         rate_change: 0.25,
@@ -114,6 +116,16 @@ fn run(
     reg: &ModelRegistry,
     arrivals: &[(u64, u32, u32)],
 ) -> (HashMap<u64, Vec<Finished>>, HashMap<u64, Job>) {
+    run_watching(b, reg, arrivals, |_, _| {})
+}
+
+/// [`run`], calling `watch(virtual ns, backend)` after every poll.
+fn run_watching(
+    b: &mut ClusterBackend,
+    reg: &ModelRegistry,
+    arrivals: &[(u64, u32, u32)],
+    mut watch: impl FnMut(u64, &ClusterBackend),
+) -> (HashMap<u64, Vec<Finished>>, HashMap<u64, Job>) {
     let mut sent = HashMap::new();
     let mut done: HashMap<u64, Vec<Finished>> = HashMap::new();
     let mut out = Vec::new();
@@ -129,6 +141,7 @@ fn run(
             next += 1;
         }
         b.poll(t, &mut out);
+        watch(t, b);
         for f in out.drain(..) {
             done.entry(f.request_id).or_default().push(f);
         }
@@ -374,4 +387,283 @@ fn the_gpulet_planner_serves_too() {
     let l = b.layout.lock().unwrap().clone();
     assert_eq!(l.planner, "gpulet");
     assert!(l.switches >= 1 && l.plan_error.is_none(), "{l:?}");
+}
+
+/// gpulet's 2080 Ti coefficients
+/// (`../shared/data/gpulet/2080ti/INT_MODEL_CONSTANT.CSV`, measured by the
+/// gpulet authors), as text: unit tests read no file.
+const COEFFS_2080TI: &str = "l2_util_m1,l2_util_m2,dram_util_m1,dram_util_m2,constant\n\
+    0.11290838746224496,0.7159598718755424,0.35486591956022895,0.0882038259888065,0.8953693917277343\n";
+
+/// Rows in `UTIL.CSV`'s format; the values are made up for the test
+/// (not gpulet's measurements).
+const UTIL_ROWS: &str = "bench,batch,avg_duration(ms),SM_util(%),l2_util(%),mem_util(%),achieved occupancy,theoretical occupancy\n\
+    mobilenet_v2,1,0.01,30,20,40,20,60,\n\
+    mobilenet_v2,8,0.02,60,40,70,30,60,\n\
+    resnet50,1,0.02,40,30,50,25,60,\n\
+    resnet50,8,0.05,80,60,80,35,60,\n";
+
+fn names(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+        .collect()
+}
+
+#[test]
+fn interference_data_maps_daemon_names_to_bench_rows_and_names_bad_files() {
+    let dir = std::path::Path::new("/d/2080ti");
+    let served = ["mobilenet", "resnet18"];
+    let (m, unmapped) = setup::interference_from_text(
+        dir,
+        COEFFS_2080TI,
+        UTIL_ROWS,
+        &names(&[("mobilenet", "mobilenet_v2")]),
+        &served,
+    )
+    .unwrap();
+    assert_eq!(unmapped, vec!["resnet18".to_owned()]);
+    assert_eq!(m.util.keys().collect::<Vec<_>>(), vec!["mobilenet"]);
+    // Unmapped: factor 1 both ways.
+    use sluice_planner::Interference;
+    assert_eq!(m.factor("mobilenet", 1, 50, "resnet18", 1, 50), 1.0);
+    assert_eq!(m.factor("resnet18", 1, 50, "mobilenet", 1, 50), 1.0);
+    // Both mapped (one bench row may serve two models): mobilenet at batch
+    // 1 on 50 % (l2 0.2, dram 0.4, halved) next to resnet18 at batch 8 on
+    // 50 % (l2 0.6, dram 0.8, halved).
+    let (m, unmapped) = setup::interference_from_text(
+        dir,
+        COEFFS_2080TI,
+        UTIL_ROWS,
+        &names(&[("mobilenet", "mobilenet_v2"), ("resnet18", "resnet50")]),
+        &served,
+    )
+    .unwrap();
+    assert!(unmapped.is_empty());
+    let c = [
+        0.11290838746224496,
+        0.7159598718755424,
+        0.35486591956022895,
+        0.0882038259888065,
+        0.8953693917277343,
+    ];
+    let want = c[0] * 0.1 + c[1] * 0.3 + c[2] * 0.2 + c[3] * 0.4 + c[4];
+    let got = m.factor("mobilenet", 1, 50, "resnet18", 8, 50);
+    assert!((got - want).abs() < 1e-12, "{got} vs {want}");
+
+    for (coeffs, util, map, want) in [
+        (
+            "a,b\n1,2\n",
+            UTIL_ROWS,
+            names(&[]),
+            "/d/2080ti/INT_MODEL_CONSTANT.CSV: interference coefficients: the header is `a,b`",
+        ),
+        (
+            COEFFS_2080TI,
+            "bench,batch,d,sm,l2,mem\nx,1,0.1,10,20,30\nx,2,0.1,10,20,oops\n",
+            names(&[]),
+            "/d/2080ti/UTIL.CSV: utilisation line 3: mem_util `oops`",
+        ),
+        (
+            COEFFS_2080TI,
+            UTIL_ROWS,
+            names(&[("resnet18", "resnet18")]),
+            "cluster.util_names.resnet18 = \"resnet18\", but the file has no rows of that bench; \
+             it lists mobilenet_v2, resnet50",
+        ),
+        (
+            COEFFS_2080TI,
+            UTIL_ROWS,
+            names(&[("vgg16", "vgg16")]),
+            "cluster.util_names.vgg16 names a model the cluster does not serve; the cluster \
+             serves mobilenet, resnet18",
+        ),
+    ] {
+        let e = setup::interference_from_text(dir, coeffs, util, &map, &served)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(want), "{e}\nwant {want}");
+    }
+}
+
+#[test]
+fn start_up_names_a_missing_interference_file() {
+    let mut config = crate::config::Config::default();
+    config.cluster.gpus = vec!["mi50".into()];
+    config.cluster.planner = crate::config::PlannerKind::GpuletInt;
+    config.cluster.interference_data = Some("/nonexistent/sluice-test/gpulet".into());
+    let e = setup::planner(&config, &["resnet18"])
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("/nonexistent/sluice-test/gpulet/INT_MODEL_CONSTANT.CSV")
+            && e.contains("must name a folder holding INT_MODEL_CONSTANT.CSV and UTIL.CSV"),
+        "{e}"
+    );
+    config.cluster.interference_data = None;
+    let e = setup::planner(&config, &["resnet18"])
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("set cluster.interference_data"), "{e}");
+}
+
+#[test]
+fn the_gpulet_int_planner_serves_on_gpulet_sizes() {
+    let reg = registry();
+    let (intf, _) = setup::interference_from_text(
+        std::path::Path::new("test"),
+        COEFFS_2080TI,
+        UTIL_ROWS,
+        &names(&[("mobilenet", "mobilenet_v2"), ("resnet18", "resnet50")]),
+        &["mobilenet", "resnet18"],
+    )
+    .unwrap();
+    let mut s = setup(&reg, 2, 50);
+    // 25 % steps: only 25, 50 and 100 may be used.
+    s.sizes_pct = Some(sluice_planner::PartitionSizes::new(&[25, 50, 100]).unwrap());
+    let mut b = ClusterBackend::new(
+        s,
+        Box::new(sluice_planner::GpuletInt::new(intf)),
+        Arc::clone(&reg),
+        0,
+    )
+    .unwrap();
+    let mut sizes = std::collections::BTreeSet::new();
+    let arrivals = steady(&reg, 400, 2_000_000);
+    let (done, sent) = run_watching(&mut b, &reg, &arrivals, |_, b| {
+        for p in b.parts.iter().flatten().filter(|p| !p.draining) {
+            sizes.insert(p.size_pct);
+        }
+    });
+    assert_each_once_ok(&reg, &done, &sent);
+    let l = b.layout.lock().unwrap().clone();
+    assert_eq!(l.planner, "gpulet+int");
+    assert!(l.switches >= 2 && l.plan_error.is_none(), "{l:?}");
+    assert!(
+        sizes.iter().all(|s| [25, 50, 100].contains(s)),
+        "a size outside the list: {sizes:?}"
+    );
+}
+
+/// Needs `ceil(total rate / 300)` GPUs and spreads every model over every
+/// GPU it is given, whole: it never leaves a GPU idle by itself, so only
+/// GPU scaling keeps its count down.
+struct Spread;
+
+impl Planner for Spread {
+    fn name(&self) -> &'static str {
+        "spread (test)"
+    }
+    fn plan(&self, models: &[ModelSpec], gpus: &GpuSpec) -> Result<Placement, PlanError> {
+        let total: f64 = models.iter().map(|m| m.rate_rps).sum();
+        let needed = (total / 300.0).ceil().max(1.0) as u64;
+        if needed > u64::from(gpus.count) {
+            return Err(PlanError::NotSchedulable {
+                planner: "spread",
+                needed,
+                available: gpus.count,
+            });
+        }
+        let part = sluice_planner::PartitionPlan {
+            size_pct: 100,
+            duty_cycle_ms: 0.0,
+            models: models
+                .iter()
+                .map(|m| sluice_planner::Assignment {
+                    model: m.name.clone(),
+                    batch: 8,
+                    share_rps: m.rate_rps / f64::from(gpus.count),
+                })
+                .collect(),
+        };
+        Ok(Placement {
+            gpus: (0..gpus.count)
+                .map(|_| sluice_planner::GpuPlan {
+                    partitions: vec![part.clone()],
+                })
+                .collect(),
+        })
+    }
+}
+
+/// `per_model_rps` of each model for `ms`, from `start_ns`, both models
+/// interleaved, 4 clients.
+fn phase(start_ns: u64, per_model_rps: u64, ms: u64) -> Vec<(u64, u32, u32)> {
+    let gap = 1_000_000_000 / (2 * per_model_rps);
+    (0..ms * MS / gap)
+        .map(|i| (start_ns + i * gap, (i % 2) as u32, (i % 4) as u32))
+        .collect()
+}
+
+/// Low, high, low: 100, 500 and 100 requests/s of each model, `ms` each.
+fn rise_and_fall(ms: u64) -> Vec<(u64, u32, u32)> {
+    let mut a = phase(0, 100, ms);
+    a.extend(phase(ms * MS, 500, ms));
+    a.extend(phase(2 * ms * MS, 100, ms));
+    a
+}
+
+#[test]
+fn gpu_scaling_grows_with_the_rate_and_shrinks_when_it_falls() {
+    let reg = registry();
+    let mut s = setup(&reg, 4, 50);
+    s.scaling = true;
+    let mut b =
+        ClusterBackend::new(s, Box::new(sluice_planner::Gpulet), Arc::clone(&reg), 0).unwrap();
+    // GPUs in use by phase, from the first plan on.
+    let mut seen: [Vec<u32>; 3] = Default::default();
+    let mut history = Vec::new();
+    let (done, sent) = run_watching(&mut b, &reg, &rise_and_fall(500), |t, b| {
+        if b.switches > 0 {
+            seen[((t / (500 * MS)) as usize).min(2)].push(b.gpus_in_use);
+        }
+        let l = b.layout.lock().unwrap();
+        if l.recent_plans.last() != history.last() {
+            history.extend(l.recent_plans.last().cloned());
+        }
+    });
+    assert_each_once_ok(&reg, &done, &sent);
+    let max = |v: &[u32]| v.iter().copied().max().unwrap_or(0);
+    let last = |v: &[u32]| v.last().copied().unwrap_or(0);
+    let summary: Vec<(u64, u32)> = history.iter().map(|p| (p.at_ms, p.gpus_in_use)).collect();
+    assert_eq!(max(&seen[0]), 1, "low rate: one GPU suffices: {summary:?}");
+    assert!(max(&seen[1]) >= 2, "high rate: more GPUs: {summary:?}");
+    assert_eq!(last(&seen[2]), 1, "low again: back to one: {summary:?}");
+    let l = b.layout.lock().unwrap().clone();
+    assert!(
+        history.iter().all(|p| !p.fallback) && l.plan_error.is_none(),
+        "{summary:?} {l:?}"
+    );
+    assert!(l.recent_plans.len() <= sluice_backend::RECENT_PLANS);
+    assert_eq!(l.gpus_in_use, 1, "{l:?}");
+    // Idle GPUs show no partition.
+    assert!(l.gpus[1..].iter().all(|g| g.partitions.is_empty()), "{l:?}");
+}
+
+#[test]
+fn without_scaling_a_planner_gets_every_gpu_and_with_it_the_last_count() {
+    let reg = registry();
+    for scaling in [false, true] {
+        let mut s = setup(&reg, 3, 50);
+        s.scaling = scaling;
+        let mut b = ClusterBackend::new(s, Box::new(Spread), Arc::clone(&reg), 0).unwrap();
+        let mut counts = Vec::new();
+        let (done, sent) = run_watching(&mut b, &reg, &rise_and_fall(300), |_, b| {
+            if b.switches > 0 && counts.last() != Some(&b.gpus_in_use) {
+                counts.push(b.gpus_in_use);
+            }
+        });
+        assert_each_once_ok(&reg, &done, &sent);
+        if scaling {
+            // From one GPU, growing only when the plan needs more; Spread
+            // never gives one back (Algorithm 2 starts from the count in use).
+            assert_eq!(counts.first(), Some(&1), "{counts:?}");
+            assert!(counts.windows(2).all(|w| w[0] < w[1]), "{counts:?}");
+            assert!(counts.len() >= 2, "{counts:?}");
+        } else {
+            assert_eq!(counts, vec![3], "every plan on every GPU");
+        }
+    }
 }
