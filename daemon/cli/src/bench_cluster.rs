@@ -289,6 +289,83 @@ impl TableInfo {
     }
 }
 
+/// The built-in device profile `name`, or an error listing the known ones.
+pub fn device_profile(name: &str) -> Result<DeviceProfile, ClusterError> {
+    DeviceProfile::builtin(name).map_err(|_| {
+        ClusterError::Device(
+            name.to_string(),
+            DeviceProfile::builtin_names()
+                .collect::<Vec<_>>()
+                .join(", "),
+        )
+    })
+}
+
+/// The gpulet authors' data `interference` names, from `dir` (the folder
+/// with `2080ti/` and `3080/`); `None` for [`Interference::None`].
+pub fn load_gpulet(
+    interference: Interference,
+    dir: Option<&std::path::Path>,
+) -> Result<Option<GpuletData>, ClusterError> {
+    let Some(g) = interference.gpu() else {
+        return Ok(None);
+    };
+    let which = format!("gpulet-{g}");
+    let dir = dir.ok_or_else(|| ClusterError::GpuletData {
+        which: which.clone(),
+        message: "no gpulet data folder".into(),
+    })?;
+    GpuletData::load(&dir.join(g))
+        .map(Some)
+        .map_err(|message| ClusterError::GpuletData { which, message })
+}
+
+/// Every `(device, manifest)` table the scenarios need, measured once each
+/// ([`measure_table`]); `device_of` picks a scenario's profile, `on_tables`
+/// gets `(done, total)`. Models must have been checked against `reg`.
+pub fn measure_tables(
+    scenarios: &[Scenario],
+    device_of: &dyn Fn(&Scenario) -> String,
+    reg: &ModelRegistry,
+    on_tables: &mut dyn FnMut(usize, usize),
+) -> Result<HashMap<(String, String), TableInfo>, ClusterError> {
+    let mut need: Vec<(String, String)> = Vec::new();
+    for sc in scenarios {
+        for m in &sc.models {
+            let k = (device_of(sc), m.model.clone());
+            if !need.contains(&k) {
+                need.push(k);
+            }
+        }
+    }
+    let mut profiles: HashMap<String, DeviceProfile> = HashMap::new();
+    let mut tables = HashMap::new();
+    on_tables(0, need.len());
+    for (i, (d, m)) in need.iter().enumerate() {
+        if !profiles.contains_key(d) {
+            profiles.insert(d.clone(), device_profile(d)?);
+        }
+        let (_, model) = reg.lookup(m).expect("models checked by the caller");
+        tables.insert((d.clone(), m.clone()), measure_table(&profiles[d], model)?);
+        on_tables(i + 1, need.len());
+    }
+    Ok(tables)
+}
+
+/// The largest batch a slot's latency list must reach under `batching`
+/// (deadline batching may take up to the tables' largest batch; planned:
+/// 0, the planned batch alone).
+pub fn batch_cap(tables: &[&TableInfo], batching: Batching) -> u32 {
+    match batching {
+        Batching::Planned => 0,
+        Batching::Deadline => tables
+            .iter()
+            .filter_map(|t| t.table.batches().last().copied())
+            .max()
+            .unwrap_or(0),
+    }
+}
+
 /// Measures `model`'s `L(b, p)` on `profile` (batches 1…32, partitions
 /// 10…100 %) and lifts it to its monotone envelope: along the partition
 /// axis each entry is at most the one on the next smaller partition, then
@@ -500,6 +577,40 @@ pub struct ClusterReport {
     pub wall_s: f64,
     /// Per scenario × planner.
     pub scenarios: Vec<ScenarioResult>,
+    /// gpulet Fig. 13's rows (issue 14's JSON shape), when the search ran
+    /// with [`PassRule::Served`]: the SLO-preserved maximum per scenario
+    /// and planner.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fig13: Option<Vec<Fig13Row>>,
+    /// gpulet Fig. 14's rows, when the search ran with
+    /// [`PassRule::Planned`]: the violations served at the largest rate the
+    /// planner accepts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fig14: Option<Vec<Fig14Row>>,
+}
+
+/// One row of gpulet Fig. 13.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fig13Row {
+    /// Scenario.
+    pub scenario: String,
+    /// Planner.
+    pub planner: String,
+    /// SLO-preserved max throughput, rps.
+    pub max_rps: f64,
+}
+
+/// One row of gpulet Fig. 14.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Fig14Row {
+    /// Scenario.
+    pub scenario: String,
+    /// Planner.
+    pub planner: String,
+    /// The largest rate the planner calls schedulable, rps.
+    pub rate_rps: f64,
+    /// Violations served there.
+    pub violation_rate: f64,
 }
 
 /// The SLO of each of `sc`'s models, ms, by the rule of the module docs.
@@ -634,16 +745,7 @@ fn probe(
         .map(|(i, m)| (m.name.as_str(), i))
         .collect();
     let intf = interference_factors(&placement, p.interference.as_ref());
-    // Deadline batching may take up to the tables' largest batch.
-    let most = match opts.batching {
-        Batching::Planned => 0,
-        Batching::Deadline => p
-            .tables
-            .iter()
-            .filter_map(|t| t.table.batches().last().copied())
-            .max()
-            .unwrap_or(0),
-    };
+    let most = batch_cap(&p.tables, opts.batching);
     let parts = sim_partitions(&p.tables, &placement, &intf, most, &index);
     let models: Vec<SimModel> = sc
         .models
@@ -883,60 +985,13 @@ pub fn run(
         sc.check_models(reg)?;
     }
     let device_of = |sc: &Scenario| opts.device.clone().unwrap_or_else(|| sc.device.clone());
-    let mut profiles: HashMap<String, DeviceProfile> = HashMap::new();
-    for sc in scenarios {
-        let d = device_of(sc);
-        if let std::collections::hash_map::Entry::Vacant(e) = profiles.entry(d.clone()) {
-            let prof = DeviceProfile::builtin(&d).map_err(|_| {
-                ClusterError::Device(
-                    d.clone(),
-                    DeviceProfile::builtin_names()
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                )
-            })?;
-            e.insert(prof);
-        }
-    }
-    let gpulet = match opts.interference.gpu() {
-        None => None,
-        Some(g) => {
-            let which = format!("gpulet-{g}");
-            let dir = opts
-                .gpulet_data
-                .as_ref()
-                .ok_or_else(|| ClusterError::GpuletData {
-                    which: which.clone(),
-                    message: "no gpulet data folder".into(),
-                })?;
-            Some(
-                GpuletData::load(&dir.join(g))
-                    .map_err(|message| ClusterError::GpuletData { which, message })?,
-            )
-        }
-    };
-    // Tables: once per (device, manifest).
-    let mut need: Vec<(String, String)> = Vec::new();
-    for sc in scenarios {
-        for m in &sc.models {
-            let k = (device_of(sc), m.model.clone());
-            if !need.contains(&k) {
-                need.push(k);
-            }
-        }
-    }
+    let gpulet = load_gpulet(opts.interference, opts.gpulet_data.as_deref())?;
     let t_tables = Instant::now();
-    let mut tables: HashMap<(String, String), TableInfo> = HashMap::new();
-    on_tables(0, need.len());
-    for (i, (d, m)) in need.iter().enumerate() {
-        let (_, model) = reg.lookup(m).expect("checked above");
-        tables.insert((d.clone(), m.clone()), measure_table(&profiles[d], model)?);
-        on_tables(i + 1, need.len());
-    }
+    let tables = measure_tables(scenarios, &device_of, reg, &mut on_tables)?;
     let tables_wall_s = t_tables.elapsed().as_secs_f64();
-    let mut tables_adjusted: Vec<(String, usize)> = need
+    let mut tables_adjusted: Vec<(String, usize)> = tables
         .iter()
-        .map(|k| (format!("{}@{}", k.1, k.0), tables[k].adjusted))
+        .map(|(k, t)| (format!("{}@{}", k.1, k.0), t.adjusted))
         .filter(|(_, a)| *a > 0)
         .collect();
     tables_adjusted.sort();
@@ -1007,6 +1062,27 @@ pub fn run(
         tables_wall_s,
         tables_adjusted,
         wall_s: t_all.elapsed().as_secs_f64(),
+        fig13: (opts.search && opts.pass == PassRule::Served).then(|| {
+            results
+                .iter()
+                .map(|r| Fig13Row {
+                    scenario: r.name.clone(),
+                    planner: r.planner.clone(),
+                    max_rps: r.max_rps.unwrap_or(0.0),
+                })
+                .collect()
+        }),
+        fig14: (opts.search && opts.pass == PassRule::Planned).then(|| {
+            results
+                .iter()
+                .map(|r| Fig14Row {
+                    scenario: r.name.clone(),
+                    planner: r.planner.clone(),
+                    rate_rps: r.max_rps.unwrap_or(0.0),
+                    violation_rate: r.violation_rate,
+                })
+                .collect()
+        }),
         scenarios: results,
     })
 }
@@ -1512,6 +1588,12 @@ mem_mb = 100
             assert!(s["max_rps"].as_f64().unwrap() > 0.0, "{s}");
         }
         assert_eq!(v["scenarios"][1]["planner"], "greedy");
+        // Issue 14's Fig. 13 shape; no Fig. 14 rows without --pass planned.
+        for k in ["scenario", "planner", "max_rps"] {
+            assert!(!v["fig13"][1][k].is_null(), "{k}");
+        }
+        assert_eq!(v["fig13"][1]["max_rps"], v["scenarios"][1]["max_rps"]);
+        assert!(v.get("fig14").is_none());
         assert!(table(&r).contains("SIMULATED"));
         assert!(table(&r).contains("simulated on device profile mi50"));
     }

@@ -31,13 +31,12 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use serde::Serialize;
-use sluice_gpu::DeviceProfile;
 use sluice_model::ModelRegistry;
 use sluice_planner::{GpuSpec, ModelSpec, PartitionSizes, Placement};
 
 use crate::bench_cluster::{
-    ClusterError, GpuletData, Interference, TableInfo, interference_factors, linear_interference,
-    measure_table, scaled, sim_partitions, slos,
+    ClusterError, Interference, TableInfo, batch_cap, interference_factors, linear_interference,
+    load_gpulet, measure_tables, scaled, sim_partitions, slos,
 };
 use crate::bench_cluster_scenario::{PlannerKind, Scenario};
 use crate::bench_cluster_sim::{Batching, Rounds, Routing, SimModel, SimOptions, simulate};
@@ -181,6 +180,9 @@ pub struct TraceReport {
     pub interference_note: String,
     /// Per period length.
     pub runs: Vec<TraceRun>,
+    /// gpulet Fig. 15 in issue 14's JSON shape: the first period's run
+    /// (`period_s`, `windows`; the default's first period is gpulet's 20 s).
+    pub fig15: Option<TraceRun>,
 }
 
 /// Runs `sc` under the trace once per period length.
@@ -191,42 +193,23 @@ pub fn run(
     mut on_progress: impl FnMut(usize, usize),
 ) -> Result<TraceReport, ClusterError> {
     sc.check_models(reg)?;
-    let profile = DeviceProfile::builtin(&sc.device).map_err(|_| {
-        ClusterError::Device(
-            sc.device.clone(),
-            DeviceProfile::builtin_names()
-                .collect::<Vec<_>>()
-                .join(", "),
-        )
-    })?;
-    let gpulet = match opts.interference.gpu() {
-        None => None,
-        Some(g) => {
-            let which = format!("gpulet-{g}");
-            let dir = opts
-                .gpulet_data
-                .as_ref()
-                .ok_or_else(|| ClusterError::GpuletData {
-                    which: which.clone(),
-                    message: "no gpulet data folder".into(),
-                })?;
-            Some(
-                GpuletData::load(&dir.join(g))
-                    .map_err(|message| ClusterError::GpuletData { which, message })?,
-            )
-        }
-    };
+    let gpulet = load_gpulet(opts.interference, opts.gpulet_data.as_deref())?;
     let intf = gpulet.as_ref().map(|g| linear_interference(g, sc));
     let planner = opts
         .planner
         .planner(intf.clone())
         .ok_or_else(|| ClusterError::NeedsInterference(opts.planner.as_str().into()))?;
-    let owned: Vec<TableInfo> = sc
+    let measured = measure_tables(
+        std::slice::from_ref(sc),
+        &|sc: &Scenario| sc.device.clone(),
+        reg,
+        &mut |_, _| {},
+    )?;
+    let tables: Vec<&TableInfo> = sc
         .models
         .iter()
-        .map(|m| measure_table(&profile, reg.lookup(&m.model).expect("checked").1))
-        .collect::<Result<_, _>>()?;
-    let tables: Vec<&TableInfo> = owned.iter().collect();
+        .map(|m| &measured[&(sc.device.clone(), m.model.clone())])
+        .collect();
     let slo_ms = slos(sc, &tables);
     let planner_tables: Vec<_> = tables
         .iter()
@@ -238,14 +221,7 @@ pub fn run(
         .enumerate()
         .map(|(i, m)| (m.name.as_str(), i))
         .collect();
-    let most = match opts.batching {
-        Batching::Planned => 0,
-        Batching::Deadline => tables
-            .iter()
-            .filter_map(|t| t.table.batches().last().copied())
-            .max()
-            .unwrap_or(0),
-    };
+    let most = batch_cap(&tables, opts.batching);
     let gpus = GpuSpec {
         count: opts.gpu_limit,
         mem_mb: sc.gpu_mem_mb,
@@ -448,6 +424,7 @@ pub fn run(
             "2 x L(32, 100%) of the model's manifest on the device profile (bench cluster's rule)"
                 .into(),
         interference_note: opts.interference.describe(),
+        fig15: runs.first().cloned(),
         runs,
     })
 }
@@ -556,5 +533,15 @@ mod tests {
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["simulated"], true);
         assert!(v["runs"][0]["windows"][0]["partition_sum"].is_number());
+        for k in [
+            "t_s",
+            "gpus",
+            "partition_sum",
+            "violation_rate",
+            "throughput_rps",
+        ] {
+            assert!(v["fig15"]["windows"][0][k].is_number(), "{k}");
+        }
+        assert_eq!(v["fig15"]["period_s"], 20.0);
     }
 }

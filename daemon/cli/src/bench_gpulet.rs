@@ -34,13 +34,12 @@
 //! Schedulability need not be monotone in the factor, so the two can
 //! differ; both are reported.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use sluice_gpu::DeviceProfile;
 use sluice_model::ModelRegistry;
 use sluice_planner::{
     GpuPlan, GpuSpec, GpuletInt, GreedyBestFit, Ideal, LatencyTable, LinearInterference, ModelSpec,
@@ -853,37 +852,8 @@ pub fn run(
         sc.check_models(reg)?;
     }
     let device_of = |sc: &Scenario| opts.device.clone().unwrap_or_else(|| sc.device.clone());
-    // Tables: once per (device, manifest).
-    let mut need: Vec<(String, String)> = Vec::new();
-    for sc in &scenarios {
-        for m in &sc.models {
-            let k = (device_of(sc), m.model.clone());
-            if !need.contains(&k) {
-                need.push(k);
-            }
-        }
-    }
     let t_tables = Instant::now();
-    let mut profiles: HashMap<String, DeviceProfile> = HashMap::new();
-    let mut tables: HashMap<(String, String), TableInfo> = HashMap::new();
-    on_tables(0, need.len());
-    for (i, (d, m)) in need.iter().enumerate() {
-        if !profiles.contains_key(d) {
-            let prof = DeviceProfile::builtin(d).map_err(|_| {
-                ClusterError::Device(
-                    d.clone(),
-                    DeviceProfile::builtin_names()
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                )
-            })?;
-            profiles.insert(d.clone(), prof);
-        }
-        let (_, model) = reg.lookup(m).expect("checked above");
-        let t = crate::bench_cluster::measure_table(&profiles[d], model)?;
-        tables.insert((d.clone(), m.clone()), t);
-        on_tables(i + 1, need.len());
-    }
+    let tables = crate::bench_cluster::measure_tables(&scenarios, &device_of, reg, &mut on_tables)?;
     let tables_wall_s = t_tables.elapsed().as_secs_f64();
     let prepare = |sc: &Scenario| {
         let d = device_of(sc);
@@ -1389,7 +1359,7 @@ mem_mb = 1220
         // r / (its best throughput per percent of a GPU) percent, and the
         // two GPUs have 200 %. Interference only slows models down.
         let reg = ModelRegistry::builtin();
-        let prof = DeviceProfile::builtin("mi50").unwrap();
+        let prof = crate::bench_cluster::device_profile("mi50").unwrap();
         let mut inv_tpp = 0.0;
         let mut tables = Vec::new();
         for m in ["mobilenet", "densenet"] {
