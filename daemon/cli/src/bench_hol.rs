@@ -139,6 +139,7 @@ pub fn registry() -> ModelRegistry {
         total_time_us: KERNEL_US * KERNELS_PER_JOB as f64,
         kernels: (0..KERNELS_PER_JOB).map(kernel).collect(),
         lbp: Vec::new(),
+        splits: Vec::new(),
     };
     ModelRegistry::from_manifests([("builtin:hol_job".to_owned(), manifest)])
         .unwrap_or_else(|e| panic!("the HOL model is valid by construction: {e}"))

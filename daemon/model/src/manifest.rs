@@ -158,6 +158,8 @@ struct RawManifest {
     kernels: Vec<RawKernel>,
     #[serde(default)]
     lbp: Vec<LbpTable>,
+    #[serde(default)]
+    splits: Vec<ModelSplit>,
 }
 
 impl RawManifest {
@@ -197,6 +199,7 @@ impl RawManifest {
             total_time_us: self.total_time_us,
             kernels,
             lbp: self.lbp,
+            splits: self.splits,
         };
         (manifest, memory)
     }
@@ -224,6 +227,72 @@ pub struct Manifest {
     /// --out FILE`), one per device; the multi-GPU planners read them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lbp: Vec<LbpTable>,
+    /// Block splits for block-level preemption (SPLIT, `sluice split MODEL
+    /// --out FILE`), one per device profile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub splits: Vec<ModelSplit>,
+}
+
+/// A model cut into blocks at kernel boundaries: SPLIT's evenly sized
+/// blocks (ICPP'23 §3.3), found for one device profile. A policy that
+/// preempts at block boundaries runs the kernels of one block back to back
+/// and may switch requests only between blocks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSplit {
+    /// Device profile name the block times were taken on.
+    pub device: String,
+    /// Index of the first kernel of blocks 2..=m, ascending, each in
+    /// `1..kernels.len()`; empty means one block (unsplit).
+    pub cuts: Vec<u32>,
+    /// Each block's time on that device, µs, boundary cost included
+    /// (`cuts.len() + 1` entries).
+    pub block_time_us: Vec<f64>,
+    /// How the split was found and how a boundary is costed, in words.
+    pub rule: String,
+}
+
+impl ModelSplit {
+    /// Checks the cut points against a model of `kernels` kernels.
+    pub fn check(&self, kernels: usize) -> Result<(), String> {
+        if self.device.is_empty() {
+            return Err("a split without a device name".into());
+        }
+        let ascending = self.cuts.windows(2).all(|w| w[0] < w[1]);
+        let inside = self.cuts.iter().all(|&c| c >= 1 && (c as usize) < kernels);
+        if !ascending || !inside {
+            return Err(format!(
+                "split for {}: cuts {:?} must be ascending kernel indices in 1..{kernels}",
+                self.device, self.cuts
+            ));
+        }
+        let times_ok = self.block_time_us.len() == self.cuts.len() + 1
+            && self
+                .block_time_us
+                .iter()
+                .all(|t| t.is_finite() && *t >= 0.0);
+        if !times_ok {
+            return Err(format!(
+                "split for {}: block_time_us must be {} non-negative numbers",
+                self.device,
+                self.cuts.len() + 1
+            ));
+        }
+        Ok(())
+    }
+
+    /// The block boundaries as kernel ranges: `[0, c1), [c1, c2), …,
+    /// [c_last, kernels)`.
+    pub fn blocks(&self, kernels: usize) -> Vec<std::ops::Range<usize>> {
+        let mut starts = vec![0usize];
+        starts.extend(self.cuts.iter().map(|&c| c as usize));
+        let mut out = Vec::with_capacity(starts.len());
+        for (i, &s) in starts.iter().enumerate() {
+            let e = starts.get(i + 1).copied().unwrap_or(kernels);
+            out.push(s..e);
+        }
+        out
+    }
 }
 
 /// A model's latency at batch `b` on `p` % of a device's compute units,
@@ -368,6 +437,13 @@ impl Manifest {
                 model: model.clone(),
                 why,
             })?;
+        }
+        for sp in &self.splits {
+            sp.check(self.kernels.len())
+                .map_err(|why| ManifestError::BadSplit {
+                    model: model.clone(),
+                    why,
+                })?;
         }
         for (index, k) in self.kernels.iter().enumerate() {
             let at = || (model.clone(), index, k.name.clone());
@@ -550,6 +626,14 @@ fn us_to_ns(us: f64) -> u64 {
 /// A manifest that parsed but breaks a rule of `docs/models.md`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ManifestError {
+    /// A `splits` entry whose cuts or block times do not fit the model.
+    #[error("model `{model}`: {why}; re-run `sluice split {model} --out FILE`")]
+    BadSplit {
+        /// Model name.
+        model: String,
+        /// What is wrong.
+        why: String,
+    },
     /// An `lbp` table of the wrong shape or with bad values.
     #[error(
         "model `{model}`: {why}; re-run `sluice profile --device <profile> {model} --out FILE`"

@@ -2318,6 +2318,7 @@ mod tests {
                 total_time_us: total,
                 kernels,
                 lbp: Vec::new(),
+                splits: Vec::new(),
             };
             (format!("test:{name}"), m)
         });
