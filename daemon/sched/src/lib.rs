@@ -13,7 +13,9 @@
 //! results compare like for like; on hardware a real backend. The policies
 //! are the ones of issue 3: `seq`, `streams`, `rt-only`, `wait-preempt`,
 //! `reef`, `paella`, and Paella's own baselines `paella-sjf` and
-//! `paella-rr` (see [`PolicyKind`]); each lives in its own module (the
+//! `paella-rr`, and those of issue 15: `split` (SPLIT's block-level
+//! preemption, [`split`]) and its baselines `prema` ([`prema`]) and `rt-a`
+//! ([`rt_a`]) (see [`PolicyKind`]); each lives in its own module (Paella's
 //! baselines in `paella`).
 //!
 //! Kernel tags encode the task and the kernel's index in its model
@@ -30,9 +32,12 @@
 //! ([`workload::RunResult::failed`]). On the GPU model nothing fails.
 
 pub mod paella;
+pub mod prema;
 pub mod reef;
+pub mod rt_a;
 pub mod rt_only;
 pub mod seq;
+pub mod split;
 pub mod streams;
 pub mod wait_preempt;
 pub mod workload;
@@ -164,11 +169,20 @@ pub enum PolicyKind {
     /// Paella's dispatcher with round-robin queueing, kernel by kernel
     /// (Paella §7 baseline Paella-RR).
     PaellaRr,
+    /// SPLIT: one request at a time, preemptible at the block boundaries
+    /// of split models, queue ordered by response ratio (ICPP'23).
+    Split,
+    /// PREMA: token-gated shortest-remaining-first, preemptive at kernel
+    /// boundaries (HPCA'20; SPLIT §5.3 baseline).
+    Prema,
+    /// RT-A: every request on its own stream, all at once (ICCAD'21;
+    /// SPLIT §5.3 baseline, without its operator alignment).
+    RtA,
 }
 
 impl PolicyKind {
     /// Every policy, in the order reports list them.
-    pub const ALL: [Self; 8] = [
+    pub const ALL: [Self; 11] = [
         Self::RtOnly,
         Self::Seq,
         Self::Streams,
@@ -177,6 +191,9 @@ impl PolicyKind {
         Self::Paella,
         Self::PaellaSjf,
         Self::PaellaRr,
+        Self::Split,
+        Self::Prema,
+        Self::RtA,
     ];
 
     /// The name as the config and the CLI spell it.
@@ -190,6 +207,9 @@ impl PolicyKind {
             Self::Paella => "paella",
             Self::PaellaSjf => "paella-sjf",
             Self::PaellaRr => "paella-rr",
+            Self::Split => "split",
+            Self::Prema => "prema",
+            Self::RtA => "rt-a",
         }
     }
 
@@ -243,6 +263,15 @@ pub fn make_policy(kind: PolicyKind, models: &Arc<ModelRegistry>) -> Option<Box<
             models,
             paella::PaellaConfig::round_robin(),
         ))),
+        PolicyKind::Split => Some(Box::new(split::SplitPolicy::new(
+            models,
+            split::SplitConfig::from_manifests(models),
+        ))),
+        PolicyKind::Prema => Some(Box::new(prema::Prema::new(
+            models,
+            prema::PremaConfig::default(),
+        ))),
+        PolicyKind::RtA => Some(Box::new(rt_a::RtA::new())),
     }
 }
 
