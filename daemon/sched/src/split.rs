@@ -615,24 +615,23 @@ mod tests {
     fn elastic_splitting_runs_a_split_model_whole_when_the_queue_is_long() {
         let models = Arc::new(ModelRegistry::builtin());
         let (vgg, cuts) = vgg_thirds(&models);
-        let (r18, _) = models.lookup("resnet18").unwrap();
+        let (mob, _) = models.lookup("mobilenet").unwrap();
         let first_block: u64 = models.get(vgg).unwrap().manifest.kernels[..cuts[0] as usize]
             .iter()
             .map(|k| k.kernel_time_ns())
             .sum();
-        let r18_total = models.get(r18).unwrap().total_time_ns;
-        // A resnet18 request runs first; two vgg19 requests queue behind it,
-        // so when the first vgg19 starts the queue holds two requests of
-        // vgg19. A second resnet18 request arrives during that vgg19's
-        // first block (vgg19 starts about when the first resnet18 ends,
-        // one resnet18 time after 0).
-        let late = 2 * r18_total + first_block / 4;
-        assert!(late < r18_total + first_block * 3 / 4, "{late} {first_block}");
+        let mob_total = models.get(mob).unwrap().total_time_ns;
+        // A mobilenet request runs first (0.9 ms); two vgg19 requests
+        // (4.4 ms, first block about 1.5 ms) queue behind it, so when the
+        // first vgg19 starts, about when mobilenet ends, the queue holds
+        // two requests of vgg19. A second mobilenet request arrives half a
+        // block later, during that vgg19's first block.
+        let late = mob_total + first_block / 2;
         let w = Workload {
             clients: vec![
                 ClientSpec {
                     priority: Priority::BestEffort,
-                    model: r18,
+                    model: mob,
                     arrival: Arrival::Trace(vec![0, late]),
                 },
                 ClientSpec {
@@ -668,10 +667,16 @@ mod tests {
         // Two vgg19 requests queued, more than 1 of one model: the first
         // runs whole and the late request waits for it.
         let (s, passed) = run_with(d.0, 1, true);
-        assert!(!passed && s.elastic_runs == 1 && s.preemptions == 0, "{s:?}");
+        assert!(
+            !passed && s.elastic_runs == 1 && s.preemptions == 0,
+            "{s:?}"
+        );
         // Two requests queued, more than 1: the same.
         let (s, passed) = run_with(1, d.1, true);
-        assert!(!passed && s.elastic_runs == 1 && s.preemptions == 0, "{s:?}");
+        assert!(
+            !passed && s.elastic_runs == 1 && s.preemptions == 0,
+            "{s:?}"
+        );
         // Elasticity off: split whatever the queue.
         let (s, passed) = run_with(1, 1, false);
         assert!(passed && s.elastic_runs == 0 && s.preemptions == 1, "{s:?}");
