@@ -79,3 +79,21 @@ fn paella_serves_real_clients() {
     let _w = sluice_tests::watchdog("paella_serves_real_clients", 90);
     run_with(PolicyKind::Paella);
 }
+
+#[test]
+fn split_serves_real_clients() {
+    let _w = sluice_tests::watchdog("split_serves_real_clients", 90);
+    run_with(PolicyKind::Split);
+}
+
+#[test]
+fn prema_serves_real_clients() {
+    let _w = sluice_tests::watchdog("prema_serves_real_clients", 90);
+    run_with(PolicyKind::Prema);
+}
+
+#[test]
+fn rt_a_serves_real_clients() {
+    let _w = sluice_tests::watchdog("rt_a_serves_real_clients", 90);
+    run_with(PolicyKind::RtA);
+}

@@ -72,6 +72,25 @@ impl std::fmt::Debug for ModeledBackend {
     }
 }
 
+/// Logs which models `split` runs in blocks (the first `splits` entry of
+/// each manifest) and which it runs whole.
+fn log_splits(models: &ModelRegistry) {
+    let mut unsplit = Vec::new();
+    for (_, m) in models.iter() {
+        match m.manifest.splits.first() {
+            Some(s) if !s.cuts.is_empty() => tracing::info!(
+                model = m.name(),
+                blocks = s.cuts.len() + 1,
+                cuts = ?s.cuts,
+                device = %s.device,
+                "split: model runs in blocks"
+            ),
+            _ => unsplit.push(m.name().to_owned()),
+        }
+    }
+    tracing::info!(models = ?unsplit, "split: models without a split run whole");
+}
+
 impl ModeledBackend {
     /// A device of `profile` scheduled by `kind`, starting at `now_ns`.
     pub fn new(
@@ -85,6 +104,9 @@ impl ModeledBackend {
         }
         let policy =
             sluice_sched::make_policy(kind, &models).ok_or(ModeledError::NoPolicy(kind))?;
+        if kind == PolicyKind::Split {
+            log_splits(&models);
+        }
         Ok(Self {
             name: format!("modeled {} GPU, policy {kind}", profile.name),
             gpu: GpuSim::new(profile),
