@@ -422,6 +422,9 @@ pub struct DaemonOpts {
     pub control: ControlOpts,
     /// `[cluster]` (`None`: one device).
     pub cluster: Option<ClusterOpts>,
+    /// `models.dir` (`None`: the models built into the binary). On the
+    /// simulated GPU the directory's manifests replace the built-in ones.
+    pub models_dir: Option<PathBuf>,
 }
 
 /// `[cluster]` in [`DaemonOpts`]: simulated GPUs, batches 1, 2, 4, 8,
@@ -474,6 +477,7 @@ impl Default for DaemonOpts {
             on_device_per_client: 1,
             control: ControlOpts::default(),
             cluster: None,
+            models_dir: None,
         }
     }
 }
@@ -523,6 +527,9 @@ impl DaemonProc {
             ),
             ("on_device", opts.on_device_per_client.to_string()),
         ];
+        if let Some(dir) = &opts.models_dir {
+            args.push(("models_dir", dir.display().to_string()));
+        }
         if let Some(c) = &opts.cluster {
             args.push(("cluster_gpus", c.gpus.to_owned()));
             args.push(("cluster_models", c.models.to_owned()));
@@ -747,7 +754,9 @@ pub enum ClientMode {
     /// Runs `count` requests, at most `depth` in flight, checks every
     /// output against `shm_proto::sim::expected_output`, reports and exits.
     /// Reports `client_id`, `ok`, `bad`, `rt`, `be`, `backpressure`,
-    /// `problem` (first failure, if any), `done=1`.
+    /// `problem` (first failure, if any), the last completion's
+    /// `received_ns`, `started_ns` and `finished_ns` (`CLOCK_MONOTONIC`, as
+    /// the daemon stamped them; absent when nothing completed), `done=1`.
     Echo,
     /// Submits until the client library pushes back (or `count` when not
     /// 0), reports `client_id`, `submitted` and `ready=1`, then sleeps until
@@ -1046,6 +1055,7 @@ fn daemon_role(a: &Args, stop: &libc::sigset_t) -> i32 {
     config.clients.max_in_flight_per_client = Some(a.num("max_in_flight", 0)).filter(|&n| n > 0);
     config.clients.on_device_per_client = a.num("on_device", 1);
     config.device.time_scale = a.num("time_scale", 1.0);
+    config.models.dir = a.get("models_dir").map(PathBuf::from);
     let churn_ms: u32 = a.num("cluster_churn_ms", 0);
     if let Some(gpus) = a.get("cluster_gpus") {
         let c = &mut config.cluster;
@@ -1221,6 +1231,11 @@ fn client_role(a: &Args) -> i32 {
             report("rt", r.rt);
             report("be", r.be);
             report("backpressure", r.backpressure);
+            if let Some((received, started, finished)) = r.last_times {
+                report("received_ns", received);
+                report("started_ns", started);
+                report("finished_ns", finished);
+            }
             if let Some(p) = &r.problem {
                 report("problem", p);
             }
@@ -1383,6 +1398,8 @@ pub struct RunStats {
     pub backpressure: u64,
     /// The first thing that went wrong.
     pub problem: Option<String>,
+    /// The last completion's `(received_ns, started_ns, finished_ns)`.
+    pub last_times: Option<(u64, u64, u64)>,
 }
 
 /// Runs `spec.count` requests with up to `spec.depth` in flight, each in its
@@ -1445,6 +1462,7 @@ pub fn run_requests(c: &mut Client, model: &ModelInfo, spec: &RunSpec) -> RunSta
         };
         match c.wait_timeout(t, Some(secs(30))) {
             Ok(done) => {
+                st.last_times = Some((done.received_ns, done.started_ns, done.finished_ns));
                 let (_, out) = slot_spans(model, slot);
                 let data = test_input(spec.seed, i, model.input_bytes as usize);
                 match check_completion(c, model, &done, &data, out) {
