@@ -2,6 +2,11 @@
 //! (`device.scheduler`): real client processes, real-time and best-effort
 //! requests mixed, every output checked, everything reclaimed. Policies
 //! this build does not have yet are skipped with a note.
+//!
+//! `split` also gets the test of its point (issue 15): a short request from
+//! one client process, arriving while another process's long request runs,
+//! finishes first because it passes at a block boundary; `seq`, and `split`
+//! with the long model unsplit, finish it last on the same workload.
 
 use std::sync::Arc;
 
