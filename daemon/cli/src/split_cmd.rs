@@ -385,14 +385,12 @@ pub fn write_into_manifest(
     let shown = path.display().to_string();
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            ModelRegistry::builtin_json(&r.model)
-                .ok_or_else(|| SplitWriteError::NoBase {
-                    path: shown.clone(),
-                    model: r.model.clone(),
-                })?
-                .to_owned()
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => ModelRegistry::builtin_json(&r.model)
+            .ok_or_else(|| SplitWriteError::NoBase {
+                path: shown.clone(),
+                model: r.model.clone(),
+            })?
+            .to_owned(),
         Err(e) => {
             return Err(SplitWriteError::Read {
                 path: shown,

@@ -255,7 +255,15 @@ mod tests {
         let a = run(&g, 4, &p).expect("ga");
         let b = run(&g, 4, &p).expect("ga");
         assert_eq!(a, b);
-        let c = run(&g, 4, &GaParams { seed: 99, ..p.clone() }).expect("ga");
+        let c = run(
+            &g,
+            4,
+            &GaParams {
+                seed: 99,
+                ..p.clone()
+            },
+        )
+        .expect("ga");
         assert_eq!(c.best.cuts.len(), 3);
         // History never gets worse (elitism).
         assert!(a.history.windows(2).all(|w| w[1] >= w[0]));

@@ -421,7 +421,10 @@ mod tests {
         // With a bandwidth, early cuts cost more (SPLIT §2.4), via size.
         let n = g.boundaries.len();
         let early: u64 = g.boundaries[..n / 4].iter().map(|b| b.crossing_bytes).sum();
-        let late: u64 = g.boundaries[3 * n / 4..].iter().map(|b| b.crossing_bytes).sum();
+        let late: u64 = g.boundaries[3 * n / 4..]
+            .iter()
+            .map(|b| b.crossing_bytes)
+            .sum();
         assert!(early > late, "{early} vs {late}");
         let g = g.with_dram_bandwidth(1.0e6).expect("bw");
         assert!(g.boundaries[0].cost_us > g.cost.drain_us);

@@ -263,7 +263,11 @@ pub fn pick(candidates: &[Candidate]) -> usize {
 }
 
 /// An evaluation as a manifest `splits` entry for the graph's device.
-pub fn to_model_split(graph: &OperatorGraph, e: &Evaluation, how: &str) -> sluice_model::ModelSplit {
+pub fn to_model_split(
+    graph: &OperatorGraph,
+    e: &Evaluation,
+    how: &str,
+) -> sluice_model::ModelSplit {
     sluice_model::ModelSplit {
         device: graph.device.clone(),
         cuts: e.cuts.clone(),
@@ -325,7 +329,12 @@ mod tests {
         assert_eq!(c.blocks, 4);
         // Cuts dearer than what they save: stay whole.
         let g = toy_graph(&[10.0; 12], 1000.0);
-        assert_eq!(choose_blocks(&g, 4, &GaParams::default()).expect("c").blocks, 1);
+        assert_eq!(
+            choose_blocks(&g, 4, &GaParams::default())
+                .expect("c")
+                .blocks,
+            1
+        );
         assert!(choose_blocks(&g, 0, &GaParams::default()).is_err());
     }
 
