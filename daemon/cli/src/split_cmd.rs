@@ -120,7 +120,7 @@ pub enum SplitCmdError {
         device: String,
         /// Why.
         #[source]
-        source: sluice_gpu::ProfileError,
+        source: Box<sluice_gpu::ProfileError>,
     },
     /// The graph could not be built.
     #[error("cannot build the operator graph")]
@@ -146,7 +146,7 @@ pub fn run(args: &SplitArgs) -> Result<(SplitReport, OperatorGraph), SplitCmdErr
     };
     let profile = DeviceProfile::builtin(&args.device).map_err(|source| SplitCmdError::Device {
         device: args.device.clone(),
-        source,
+        source: Box::new(source),
     })?;
     let graph = OperatorGraph::new(model, &profile).map_err(SplitCmdError::Graph)?;
     let params = GaParams {
