@@ -26,6 +26,8 @@
 //!   layers against the CPU reference; measured manifests);
 //! - [`profile_sim`]: `sluice profile --device <profile>`, a model's
 //!   latency per batch and partition size on the GPU model;
+//! - [`split_cmd`]: `sluice split MODEL`, SPLIT's evenly sized blocks
+//!   (the GA and the exhaustive optimum of `sluice-split`);
 //! - [`roles`]: the client processes the benchmarks and the demo start;
 //! - [`status`]: `sluice status`, every page of the daemon's status;
 //! - [`svg`]: the plots the benchmarks draw.
@@ -53,6 +55,7 @@ pub mod gpulet_data;
 pub mod ipc_floor;
 pub mod profile_sim;
 pub mod roles;
+pub mod split_cmd;
 pub mod status;
 pub mod svg;
 
