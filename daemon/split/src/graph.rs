@@ -59,7 +59,7 @@
 
 use serde::Serialize;
 use sluice_gpu::DeviceProfile;
-use sluice_model::{KernelMemory, Model};
+use sluice_model::{KernelMemory, Manifest, Model};
 
 /// One operator: a kernel of the model, in launch order.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -155,10 +155,20 @@ impl OperatorGraph {
     /// The graph of `model` on `profile`, without the size term (the
     /// profiles have no memory bandwidth; see the module docs).
     pub fn new(model: &Model, profile: &DeviceProfile) -> Result<Self, GraphError> {
-        let kernels = &model.manifest.kernels;
+        Self::from_parts(&model.manifest, &model.memory, profile)
+    }
+
+    /// [`OperatorGraph::new`] from a manifest and its per-kernel memory
+    /// fields (empty when the model has none: every crossing is then 0).
+    pub fn from_parts(
+        manifest: &Manifest,
+        memory: &[KernelMemory],
+        profile: &DeviceProfile,
+    ) -> Result<Self, GraphError> {
+        let kernels = &manifest.kernels;
         if kernels.is_empty() {
             return Err(GraphError::Empty {
-                model: model.name().to_owned(),
+                model: manifest.name.clone(),
             });
         }
         let q = &profile.queues;
@@ -171,9 +181,9 @@ impl OperatorGraph {
                 time_us: k.kernel_time_us + launch_us,
             })
             .collect();
-        let has_memory = model.memory.len() == kernels.len();
+        let has_memory = memory.len() == kernels.len();
         let crossing = if has_memory {
-            crossing_bytes(&model.memory)
+            crossing_bytes(memory)
         } else {
             vec![0; kernels.len()]
         };
@@ -191,7 +201,7 @@ impl OperatorGraph {
             prefix.push(prefix[prefix.len() - 1] + op.time_us);
         }
         let mut g = Self {
-            model: model.name().to_owned(),
+            model: manifest.name.clone(),
             device: profile.name.clone(),
             ops,
             boundaries: (1..kernels.len())
