@@ -634,6 +634,9 @@ pub fn parse_policy(name: &str) -> Result<PolicyKind, String> {
     })
 }
 
+/// What one run gave: every request's sample, or why it could not run.
+type RunOutcome = Result<Vec<Sample>, String>;
+
 /// One run: a scenario under a policy.
 struct Point {
     scenario: usize,
@@ -853,7 +856,7 @@ pub fn run_with_progress(
     }
     let total = points.len();
     let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, Result<Vec<Sample>, String>)>> = Mutex::new(Vec::new());
+    let results: Mutex<Vec<(usize, RunOutcome)>> = Mutex::new(Vec::new());
     let progress = Mutex::new(progress);
     std::thread::scope(|s| {
         for _ in 0..opts.jobs.clamp(1, total.max(1)) {
