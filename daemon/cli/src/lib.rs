@@ -20,6 +20,9 @@
 //!   ([`bench_cluster_sim`]) with latencies from the GPU model;
 //! - [`bench_gpulet`]: gpulet's planner-level figures (Fig. 5/16, 17, 6):
 //!   schedulable scenarios and max schedulable rates, no serving;
+//! - [`bench_split`]: SPLIT's evaluation (ICPP'23 §5: Table 3, Fig. 6
+//!   and 7) on a Jetson-Nano-like GPU model, the splitter given by the
+//!   caller;
 //! - [`bench_sim`]: what the GPU model itself costs to run, per simulated
 //!   second, as clients grow;
 //! - [`cuda_models`]: `sluice check|profile --device cuda` (the models' real
@@ -48,6 +51,7 @@ pub mod bench_paella;
 pub mod bench_preempt;
 pub mod bench_preempt_device;
 pub mod bench_sim;
+pub mod bench_split;
 pub mod cuda_models;
 pub mod demo;
 pub mod disb;

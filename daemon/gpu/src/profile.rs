@@ -28,6 +28,11 @@ const BUILTIN: &[(&str, &str, &str)] = &[
         include_str!("../profiles/gv100.toml"),
     ),
     ("h100", "h100.toml", include_str!("../profiles/h100.toml")),
+    (
+        "jetson-nano",
+        "jetson-nano.toml",
+        include_str!("../profiles/jetson-nano.toml"),
+    ),
 ];
 
 /// GPU vendor; decides nothing in the model, but names the kill mechanism
@@ -209,7 +214,7 @@ pub enum ProfileError {
         fix: &'static str,
     },
     /// No shipped profile has this name.
-    #[error("no built-in device profile `{name}`; use one of mi50, gv100, h100")]
+    #[error("no built-in device profile `{name}`; use one of mi50, gv100, h100, jetson-nano")]
     Unknown {
         /// The name asked for.
         name: String,
@@ -237,7 +242,7 @@ impl DeviceProfile {
         Self::parse(&path.display().to_string(), &text)
     }
 
-    /// A shipped profile by name: `mi50`, `gv100` or `h100`.
+    /// A shipped profile by name: `mi50`, `gv100`, `h100` or `jetson-nano`.
     pub fn builtin(name: &str) -> Result<Self, ProfileError> {
         let (_, file, text) =
             BUILTIN
@@ -444,6 +449,9 @@ mod tests {
         assert_eq!(DeviceProfile::gv100().compute_units, 80);
         assert_eq!(DeviceProfile::h100().compute_units, 132);
         assert_eq!(DeviceProfile::h100().vendor, Vendor::Nvidia);
+        let nano = DeviceProfile::builtin("jetson-nano").expect("jetson-nano parses");
+        assert_eq!(nano.compute_units, 1);
+        assert_eq!(nano.vendor, Vendor::Nvidia);
     }
 
     #[test]

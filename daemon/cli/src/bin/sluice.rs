@@ -411,6 +411,50 @@ enum Bench {
         #[arg(long)]
         json: bool,
     },
+    /// SPLIT's evaluation (ICPP'23 §5: Table 3, Fig. 6 and Fig. 7) on the
+    /// simulated GPU (default profile jetson-nano, SPLIT's testbed): the
+    /// five models of Table 1 scaled to its latencies, the six Poisson
+    /// scenarios of Table 2 (1000 requests each), the violation rate
+    /// against α = 2..20, latency jitter per model, and the splitter's
+    /// block splits of ResNet-50 and VGG-19 (docs/split-eval.md).
+    Split {
+        /// Device profile of the simulated GPU.
+        #[arg(long, default_value = "jetson-nano", value_parser = parse_device)]
+        device: String,
+        /// Policies to run (list; default split,seq,prema,rt-a; seq is the
+        /// Clockwork baseline).
+        #[arg(long, value_delimiter = ',')]
+        policies: Vec<String>,
+        /// Mean inter-arrival times of the scenarios, ms (default
+        /// 160,150,140,130,120,110: SPLIT Table 2).
+        #[arg(long, value_delimiter = ',')]
+        scenarios: Vec<f64>,
+        /// Requests per scenario.
+        #[arg(long, default_value_t = 1000)]
+        requests: usize,
+        /// How requests get models: per-model (one Poisson stream of mean
+        /// λ per model) or shared (one stream, uniform model draw).
+        #[arg(long, default_value = "per-model")]
+        mix: String,
+        /// Clients per model; a model's requests go to them in turn.
+        #[arg(long, default_value_t = 4)]
+        clients_per_model: u32,
+        /// Seed of the arrival times and model choices.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Worker threads (default: the number of CPUs).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+        jobs: Option<u64>,
+        /// Write split-fig6.svg and split-fig7.svg into this directory.
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
+        /// Print one JSON object instead of tables.
+        #[arg(long)]
+        json: bool,
+        /// Print Markdown tables (the default output).
+        #[arg(long, conflicts_with = "json")]
+        markdown: bool,
+    },
     /// gpulet's interference study (§3.4, §4.4) on the GPU model: pairs of
     /// models side by side in two partitions of one simulated GPU (pairs of
     /// inception, resnet50, mobilenet, vgg19, resnet18 × batches × splits),
@@ -764,6 +808,49 @@ enum Mode {
 
 fn exe() -> Result<PathBuf, String> {
     std::env::current_exe().map_err(|e| format!("cannot find the sluice executable: {e}"))
+}
+
+/// The splitter `sluice bench split` cuts the long models with: SPLIT's
+/// genetic algorithm (`sluice-split`, seed 1), for a given `m` or with
+/// `m` chosen by its rule ([`sluice_split::CHOICE_RULE`]).
+struct GaSplitter;
+
+impl sluice_cli::bench_split::Splitter for GaSplitter {
+    fn split(
+        &self,
+        model: &sluice_model::Manifest,
+        profile: &sluice_gpu::DeviceProfile,
+        blocks: Option<u32>,
+    ) -> Result<sluice_cli::bench_split::SplitChoice, String> {
+        let graph = sluice_split::OperatorGraph::from_parts(model, &[], profile)
+            .map_err(|e| e.to_string())?;
+        let params = sluice_split::GaParams::default();
+        let ga = match blocks {
+            Some(m) => sluice_split::ga::run(&graph, m as usize, &params),
+            None => sluice_split::choose_blocks(&graph, 4, &params).and_then(|c| {
+                let chosen = c
+                    .candidates
+                    .into_iter()
+                    .find(|k| k.ga.best.blocks() == c.blocks)
+                    .map(|k| k.ga);
+                chosen.ok_or(sluice_split::SplitError::BadMaxBlocks(0))
+            }),
+        }
+        .map_err(|e| e.to_string())?;
+        Ok(sluice_cli::bench_split::SplitChoice {
+            split: sluice_split::to_model_split(
+                &graph,
+                &ga.best,
+                "SPLIT genetic algorithm (sluice-split, seed default)",
+            ),
+            generations: ga.converged_at as u32,
+        })
+    }
+}
+
+/// The splitter `sluice bench split` cuts the long models with.
+fn split_splitter() -> Result<Box<dyn sluice_cli::bench_split::Splitter>, String> {
+    Ok(Box::new(GaSplitter))
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -1362,6 +1449,76 @@ fn main() -> ExitCode {
             json,
             out,
         ),
+        Cmd::Bench {
+            which:
+                Bench::Split {
+                    device,
+                    policies,
+                    scenarios,
+                    requests,
+                    mix,
+                    clients_per_model,
+                    seed,
+                    jobs,
+                    plot,
+                    json,
+                    markdown: _,
+                },
+        } => {
+            use sluice_cli::bench_split as bs;
+            let d = bs::SplitBenchOptions::default();
+            let mix = match bs::Mix::from_name(&mix) {
+                Ok(m) => m,
+                Err(e) => return fail(e),
+            };
+            let opts = bs::SplitBenchOptions {
+                device,
+                scenarios_ms: if scenarios.is_empty() {
+                    d.scenarios_ms.clone()
+                } else {
+                    scenarios
+                },
+                requests,
+                policies: if policies.is_empty() {
+                    d.policies.clone()
+                } else {
+                    policies
+                },
+                mix,
+                clients_per_model,
+                seed,
+                jobs: jobs.map_or(d.jobs, |j| usize::try_from(j).unwrap_or(1)),
+            };
+            let splitter = match split_splitter() {
+                Ok(s) => s,
+                Err(e) => return fail(e),
+            };
+            let mut progress = bs::stderr_progress();
+            let r = match bs::run_with_progress(&opts, splitter.as_ref(), &mut progress) {
+                Ok(r) => r,
+                Err(e) => return fail(e),
+            };
+            if let Some(dir) = plot {
+                if let Err(e) = std::fs::create_dir_all(&dir) {
+                    return fail(format!(
+                        "cannot create the plot directory {}: {e}",
+                        dir.display()
+                    ));
+                }
+                for (name, svg) in bs::plots(&r) {
+                    let path = dir.join(name);
+                    if let Err(e) = std::fs::write(&path, svg) {
+                        return fail(format!("cannot write the plot to {}: {e}", path.display()));
+                    }
+                }
+            }
+            if json {
+                print_json(&r)
+            } else {
+                print!("{}", bs::markdown(&r));
+                ExitCode::SUCCESS
+            }
+        }
         Cmd::Kernels { which } => kernels_cmd(which),
         Cmd::Check {
             model,
