@@ -56,8 +56,6 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use shm_proto::Priority;
 
@@ -264,20 +262,9 @@ pub struct Sustained {
     pub policies: Vec<String>,
 }
 
-/// Progress of a run.
-#[derive(Debug, Clone, Copy)]
-pub struct Progress {
-    /// Runs done.
-    pub done: usize,
-    /// Runs in all.
-    pub total: usize,
-}
+pub use crate::runs::Progress;
 
-/// A uniform sample in (0, 1) from a splitmix64 stream.
-fn unit(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    ((shm_proto::sim::splitmix64(*state) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-}
+use crate::runs::unit;
 
 /// `n` lognormal inter-arrival gaps of mean `mean_ns` and shape `sigma`
 /// (`mu = ln(mean) - sigma^2 / 2`), by Box-Muller, as arrival times from 0
@@ -567,38 +554,21 @@ pub fn run(
     }
     // The longest runs (highest load) first, so the workers finish together.
     points.sort_by(|a, b| b.load_rps.total_cmp(&a.load_rps));
-    let total = points.len();
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, Outcome)>> = Mutex::new(Vec::new());
-    let progress = Mutex::new(progress);
-    std::thread::scope(|s| {
-        for _ in 0..opts.jobs.clamp(1, total.max(1)) {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(pt) = points.get(i) else { return };
-                    let n = if pt.fig == 11 { mix.len() } else { 2 };
-                    let o = run_point(&profile, &models, pt, n, until);
-                    let done = {
-                        let mut r = results.lock().unwrap_or_else(|e| e.into_inner());
-                        r.push((i, o));
-                        r.len()
-                    };
-                    let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
-                    (*p)(Progress { done, total });
-                }
-            });
-        }
-    });
-    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
-    results.sort_by_key(|(i, _)| *i);
+    let results = crate::runs::run_all(
+        &points,
+        opts.jobs,
+        |pt| {
+            let n = if pt.fig == 11 { mix.len() } else { 2 };
+            run_point(&profile, &models, pt, n, until)
+        },
+        progress,
+    );
     let mut fig11 = Vec::new();
     let mut fig12 = Vec::new();
     // (sigma, policy, load, throughput) of Fig. 12, for the goals.
     let mut thr12 = Vec::new();
     let mut sustained: Vec<Sustained> = Vec::new();
-    for (i, o) in results {
-        let pt = &points[i];
+    for (pt, o) in points.iter().zip(results) {
         let at = match sustained
             .iter()
             .position(|x| x.fig == pt.fig && x.sigma == pt.sigma && x.load_rps == pt.load_rps)
@@ -896,18 +866,7 @@ pub fn table(r: &PaellaBenchResult) -> String {
 
 /// A progress line on stderr.
 pub fn stderr_progress() -> impl FnMut(Progress) + Send {
-    let start = std::time::Instant::now();
-    move |p: Progress| {
-        eprint!(
-            "\rbench paella: {}/{} runs ({:.1} s)",
-            p.done,
-            p.total,
-            start.elapsed().as_secs_f64()
-        );
-        if p.done == p.total {
-            eprintln!();
-        }
-    }
+    crate::runs::stderr_progress("bench paella")
 }
 
 #[cfg(test)]

@@ -28,8 +28,6 @@
 
 use std::fmt::Write as _;
 use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use shm_proto::Priority;
 
@@ -365,36 +363,14 @@ pub struct SplitReport {
     pub wall_s: f64,
 }
 
-/// Progress of a run.
-#[derive(Debug, Clone, Copy)]
-pub struct Progress {
-    /// Runs done.
-    pub done: usize,
-    /// Runs in all.
-    pub total: usize,
-}
+pub use crate::runs::Progress;
 
 /// A progress line on stderr.
 pub fn stderr_progress() -> impl FnMut(Progress) + Send {
-    let start = std::time::Instant::now();
-    move |p: Progress| {
-        eprint!(
-            "\rbench split: {}/{} runs ({:.1} s)",
-            p.done,
-            p.total,
-            start.elapsed().as_secs_f64()
-        );
-        if p.done == p.total {
-            eprintln!();
-        }
-    }
+    crate::runs::stderr_progress("bench split")
 }
 
-/// A uniform sample in (0, 1) from a splitmix64 stream.
-fn unit(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    ((shm_proto::sim::splitmix64(*state) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-}
+use crate::runs::unit;
 
 /// `n` Poisson arrivals (exponential gaps of mean `mean_ns`) from 0.
 fn poisson(mean_ns: f64, n: usize, rng: &mut u64) -> Vec<Ns> {
@@ -634,9 +610,6 @@ pub fn parse_policy(name: &str) -> Result<PolicyKind, String> {
     })
 }
 
-/// What one run gave: every request's sample, or why it could not run.
-type RunOutcome = Result<Vec<Sample>, String>;
-
 /// One run: a scenario under a policy.
 struct Point {
     scenario: usize,
@@ -854,45 +827,28 @@ pub fn run_with_progress(
             points.push(Point { scenario, policy });
         }
     }
-    let total = points.len();
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<(usize, RunOutcome)>> = Mutex::new(Vec::new());
-    let progress = Mutex::new(progress);
-    std::thread::scope(|s| {
-        for _ in 0..opts.jobs.clamp(1, total.max(1)) {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(pt) = points.get(i) else { return };
-                    let rq = &reqs[pt.scenario];
-                    let work: Ns = rq.iter().map(|r| ext_ns[r.1]).sum();
-                    let o = run_point(
-                        &profile,
-                        &models,
-                        &ids,
-                        kinds[pt.policy],
-                        rq,
-                        opts.clients_per_model,
-                        work,
-                    );
-                    let done = {
-                        let mut r = results.lock().unwrap_or_else(|e| e.into_inner());
-                        r.push((i, o));
-                        r.len()
-                    };
-                    let mut p = progress.lock().unwrap_or_else(|e| e.into_inner());
-                    (*p)(Progress { done, total });
-                }
-            });
-        }
-    });
-    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
-    results.sort_by_key(|(i, _)| *i);
+    let results = crate::runs::run_all(
+        &points,
+        opts.jobs,
+        |pt| {
+            let rq = &reqs[pt.scenario];
+            let work: Ns = rq.iter().map(|r| ext_ns[r.1]).sum();
+            run_point(
+                &profile,
+                &models,
+                &ids,
+                kinds[pt.policy],
+                rq,
+                opts.clients_per_model,
+                work,
+            )
+        },
+        progress,
+    );
     let mut violation = Vec::new();
     let mut jitter = Vec::new();
     let mut unfinished = Vec::new();
-    for (i, o) in results {
-        let pt = &points[i];
+    for (pt, o) in points.iter().zip(results) {
         let samples = o?;
         let scenario = scen[pt.scenario].scenario.clone();
         let policy = kinds[pt.policy].as_str().to_owned();

@@ -59,6 +59,7 @@ pub mod gpulet_data;
 pub mod ipc_floor;
 pub mod profile_sim;
 pub mod roles;
+pub mod runs;
 pub mod split_cmd;
 pub mod status;
 pub mod svg;

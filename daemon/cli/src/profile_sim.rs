@@ -90,14 +90,16 @@ pub fn profile(
     })
 }
 
-/// Why the profile could not be written into a manifest.
+/// Why an entry (a profile, a split) could not be written into a manifest.
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
     /// The file is there but unreadable or not JSON.
-    #[error("cannot read the manifest {path} to add the profile to: {why}")]
+    #[error("cannot read the manifest {path} to add its `{key}` entry to: {why}")]
     Read {
         /// The file.
         path: String,
+        /// The list the entry goes into.
+        key: &'static str,
         /// Why.
         why: String,
     },
@@ -110,7 +112,7 @@ pub enum WriteError {
         model: String,
     },
     /// The result would not load back.
-    #[error("the manifest with the profile added does not validate: {0}")]
+    #[error("the manifest with the entry added does not validate: {0}")]
     Invalid(String),
     /// Writing failed.
     #[error("cannot write {path}: {why}")]
@@ -167,46 +169,65 @@ pub fn lbp_table(r: &LbpReport) -> sluice_model::LbpTable {
 /// as it is when it exists, else the built-in manifest of the model.
 /// Everything else in the file is kept as it was.
 pub fn write_into_manifest(r: &LbpReport, path: &std::path::Path) -> Result<(), WriteError> {
+    let entry =
+        serde_json::to_value(lbp_table(r)).map_err(|e| WriteError::Invalid(e.to_string()))?;
+    write_device_entry(&r.model, path, "lbp", &r.device, entry)
+}
+
+/// Puts `entry` into the list `key` (`lbp`, `splits`) of the manifest of
+/// `model` at `path`, replacing the list's entry for the same `device`:
+/// the file as it is when it exists, else the built-in manifest of the
+/// model. Everything else in the file is kept; the result is validated by
+/// parsing it back before it is written.
+pub fn write_device_entry(
+    model: &str,
+    path: &std::path::Path,
+    key: &'static str,
+    device: &str,
+    entry: serde_json::Value,
+) -> Result<(), WriteError> {
     let shown = path.display().to_string();
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            sluice_model::ModelRegistry::builtin_json(&r.model)
+            sluice_model::ModelRegistry::builtin_json(model)
                 .ok_or_else(|| WriteError::NoBase {
                     path: shown.clone(),
-                    model: r.model.clone(),
+                    model: model.to_owned(),
                 })?
                 .to_owned()
         }
         Err(e) => {
             return Err(WriteError::Read {
                 path: shown,
+                key,
                 why: e.to_string(),
             });
         }
     };
     let mut v: serde_json::Value = serde_json::from_str(&text).map_err(|e| WriteError::Read {
         path: shown.clone(),
+        key,
         why: e.to_string(),
     })?;
-    let entry =
-        serde_json::to_value(lbp_table(r)).map_err(|e| WriteError::Invalid(e.to_string()))?;
     let Some(obj) = v.as_object_mut() else {
         return Err(WriteError::Read {
             path: shown,
+            key,
             why: "not a JSON object".into(),
         });
     };
     let list = obj
-        .entry("lbp")
+        .entry(key)
         .or_insert_with(|| serde_json::Value::Array(Vec::new()));
     let Some(list) = list.as_array_mut() else {
         return Err(WriteError::Read {
             path: shown,
-            why: "its \"lbp\" is not a list".into(),
+            key,
+            why: format!("its \"{key}\" is not a list"),
         });
     };
-    list.retain(|t| t.get("device").and_then(|d| d.as_str()) != Some(r.device.as_str()));
+    list.retain(|t| t.get("device").and_then(|d| d.as_str()) != Some(device));
     list.push(entry);
     let out = serde_json::to_string_pretty(&v).map_err(|e| WriteError::Invalid(e.to_string()))?;
     sluice_model::Manifest::parse(&shown, &out).map_err(|e| WriteError::Invalid(e.to_string()))?;

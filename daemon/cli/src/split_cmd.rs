@@ -317,39 +317,15 @@ pub fn table(r: &SplitReport) -> String {
 /// Writing the split into a manifest failed.
 #[derive(Debug, thiserror::Error)]
 pub enum SplitWriteError {
-    /// The file is there but unreadable or not JSON.
-    #[error("cannot read the manifest {path} to add the split to: {why}")]
-    Read {
-        /// The file.
-        path: String,
-        /// Why.
-        why: String,
-    },
-    /// No such file and no built-in manifest to start from.
-    #[error("{path} does not exist and there is no built-in manifest of {model} to start from")]
-    NoBase {
-        /// The file.
-        path: String,
-        /// The model.
-        model: String,
-    },
     /// The report has no row of the chosen `m`.
     #[error("no split of {blocks} blocks in the report; run with --blocks {blocks}")]
     NoRow {
         /// The chosen `m`.
         blocks: usize,
     },
-    /// The result would not load back.
-    #[error("the manifest with the split added does not validate: {0}")]
-    Invalid(String),
-    /// Writing failed.
-    #[error("cannot write {path}: {why}")]
-    Write {
-        /// The file.
-        path: String,
-        /// Why.
-        why: String,
-    },
+    /// Reading, validating or writing the manifest failed.
+    #[error(transparent)]
+    Manifest(#[from] crate::profile_sim::WriteError),
 }
 
 /// The split of the chosen `m` as a manifest entry: the exhaustive optimum
@@ -382,55 +358,51 @@ pub fn write_into_manifest(
     graph: &OperatorGraph,
     path: &Path,
 ) -> Result<(), SplitWriteError> {
-    let shown = path.display().to_string();
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => ModelRegistry::builtin_json(&r.model)
-            .ok_or_else(|| SplitWriteError::NoBase {
-                path: shown.clone(),
-                model: r.model.clone(),
-            })?
-            .to_owned(),
-        Err(e) => {
-            return Err(SplitWriteError::Read {
-                path: shown,
-                why: e.to_string(),
-            });
-        }
-    };
-    let mut v: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| SplitWriteError::Read {
-            path: shown.clone(),
-            why: e.to_string(),
-        })?;
     let split = chosen_split(r, graph)?;
-    let entry =
-        serde_json::to_value(&split).map_err(|e| SplitWriteError::Invalid(e.to_string()))?;
-    let Some(obj) = v.as_object_mut() else {
-        return Err(SplitWriteError::Read {
-            path: shown,
-            why: "not a JSON object".into(),
-        });
-    };
-    let list = obj
-        .entry("splits")
-        .or_insert_with(|| serde_json::Value::Array(Vec::new()));
-    let Some(list) = list.as_array_mut() else {
-        return Err(SplitWriteError::Read {
-            path: shown,
-            why: "its \"splits\" is not a list".into(),
-        });
-    };
-    list.retain(|t| t.get("device").and_then(|d| d.as_str()) != Some(split.device.as_str()));
-    list.push(entry);
-    let out =
-        serde_json::to_string_pretty(&v).map_err(|e| SplitWriteError::Invalid(e.to_string()))?;
-    sluice_model::Manifest::parse(&shown, &out)
-        .map_err(|e| SplitWriteError::Invalid(e.to_string()))?;
-    std::fs::write(path, out + "\n").map_err(|e| SplitWriteError::Write {
-        path: shown,
-        why: e.to_string(),
-    })
+    let entry = serde_json::to_value(&split)
+        .map_err(|e| crate::profile_sim::WriteError::Invalid(e.to_string()))?;
+    crate::profile_sim::write_device_entry(&r.model, path, "splits", &split.device, entry)?;
+    Ok(())
+}
+
+/// The splitter `sluice bench split` cuts the long models with: SPLIT's
+/// genetic algorithm (`sluice-split`, seed 1), for a given `m` or with
+/// `m` chosen by its rule ([`sluice_split::CHOICE_RULE`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct GaSplitter;
+
+impl crate::bench_split::Splitter for GaSplitter {
+    fn split(
+        &self,
+        model: &sluice_model::Manifest,
+        profile: &sluice_gpu::DeviceProfile,
+        blocks: Option<u32>,
+    ) -> Result<crate::bench_split::SplitChoice, String> {
+        let graph = sluice_split::OperatorGraph::from_parts(model, &[], profile)
+            .map_err(|e| e.to_string())?;
+        let params = sluice_split::GaParams::default();
+        let ga = match blocks {
+            Some(m) => sluice_split::ga::run(&graph, m as usize, &params),
+            None => sluice_split::choose_blocks(&graph, 4, &params).and_then(|c| {
+                let chosen = c
+                    .candidates
+                    .into_iter()
+                    .find(|k| k.ga.best.blocks() == c.blocks)
+                    .map(|k| k.ga);
+                // `choose_blocks` picks its m among its candidates.
+                chosen.ok_or(sluice_split::SplitError::BadMaxBlocks(c.blocks))
+            }),
+        }
+        .map_err(|e| e.to_string())?;
+        Ok(crate::bench_split::SplitChoice {
+            split: sluice_split::to_model_split(
+                &graph,
+                &ga.best,
+                "SPLIT genetic algorithm (sluice-split, default parameters and seed)",
+            ),
+            generations: ga.converged_at as u32,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -34,9 +34,9 @@
 
 use std::sync::Arc;
 
-use super::rt_only::{kernel_count, launch_kernels, stream_in};
-use super::{Ctx, Policy, Task, TaskDone, TaskId, untag};
-use sluice_gpu::{Event, Ns, Outcome, StreamId};
+use super::rt_only::{Completed, completed, kernel_count, launch_kernels, stream_in};
+use super::{Ctx, Policy, Task, TaskDone, TaskId};
+use sluice_gpu::{Event, Ns, StreamId};
 use sluice_model::ModelRegistry;
 
 /// PREMA's constants (module docs).
@@ -231,20 +231,13 @@ impl Policy for Prema {
     }
 
     fn on_event(&mut self, cx: &mut Ctx<'_>, ev: &Event) {
-        let Event::KernelFinished {
-            t,
-            stream,
-            kernel,
-            outcome: Outcome::Completed,
-            ..
-        } = ev
-        else {
+        let Some(Completed { t, stream, id, k }) = completed(ev) else {
             return;
         };
-        let (Some(ours), Some((id, k, launched))) = (self.stream, self.running) else {
+        let (Some(ours), Some((run_id, run_k, launched))) = (self.stream, self.running) else {
             return;
         };
-        if *stream != ours || untag(kernel.tag) != (id, k) {
+        if stream != ours || (id, k) != (run_id, run_k) {
             return;
         }
         self.running = None;
@@ -254,7 +247,7 @@ impl Policy for Prema {
             r.ran_ns += t.saturating_sub(launched);
             if r.next >= kernel_count(cx.models, r.task.model) {
                 let task = self.reqs.remove(i).task;
-                cx.done.push(TaskDone { task, finished: *t });
+                cx.done.push(TaskDone { task, finished: t });
             }
         }
         self.dispatch(cx);

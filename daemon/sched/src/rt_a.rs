@@ -17,10 +17,10 @@
 //! them. What SPLIT's comparison stresses, all requests running
 //! concurrently on separate streams, is what this policy does.
 
-use super::rt_only::launch_task;
-use super::{Ctx, Policy, Task, TaskDone, untag};
+use super::rt_only::{Completed, completed, launch_task};
+use super::{Ctx, Policy, Task, TaskDone};
 use crate::rt_only::kernel_count;
-use sluice_gpu::{Event, Outcome, StreamId};
+use sluice_gpu::{Event, StreamId};
 
 /// All requests at once, one stream each.
 #[derive(Debug, Default)]
@@ -67,21 +67,13 @@ impl Policy for RtA {
     }
 
     fn on_event(&mut self, cx: &mut Ctx<'_>, ev: &Event) {
-        let Event::KernelFinished {
-            t,
-            stream,
-            kernel,
-            outcome: Outcome::Completed,
-            ..
-        } = ev
-        else {
+        let Some(Completed { t, stream, id, k }) = completed(ev) else {
             return;
         };
-        let (id, k) = untag(kernel.tag);
         let Some(i) = self
             .inflight
             .iter()
-            .position(|(task, s)| task.id == id && s == stream)
+            .position(|(task, s)| task.id == id && *s == stream)
         else {
             return;
         };
@@ -89,7 +81,7 @@ impl Policy for RtA {
         if k + 1 == kernel_count(cx.models, task.model) {
             let (task, s) = self.inflight.swap_remove(i);
             self.free.push(s);
-            cx.done.push(TaskDone { task, finished: *t });
+            cx.done.push(TaskDone { task, finished: t });
         }
     }
 }
@@ -101,9 +93,9 @@ mod tests {
     use shm_proto::Priority;
 
     use super::*;
-    use crate::Policy;
     use crate::streams::Streams;
     use crate::workload::{Arrival, ClientSpec, Workload, run};
+    use crate::{Policy, untag};
     use sluice_gpu::{DeviceProfile, Ns};
     use sluice_model::ModelRegistry;
 

@@ -86,15 +86,24 @@ pub(super) fn launch_task(cx: &mut Ctx<'_>, stream: StreamId, task: Task) -> boo
 /// If `ev` is the completion of a task's last kernel on `stream`, the task
 /// id and the completion time. Stream order makes the last kernel's
 /// completion the task's.
-pub(super) fn last_kernel_done(
-    models: &ModelRegistry,
-    ev: &Event,
-    stream: StreamId,
-    front: Option<&Task>,
-) -> Option<(Task, u64)> {
+/// A kernel that ran to completion, as [`completed`] reads it from an event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Completed {
+    /// When it finished.
+    pub t: u64,
+    /// Its stream.
+    pub stream: StreamId,
+    /// Its task ([`untag`] of its tag).
+    pub id: crate::TaskId,
+    /// Its index in the task's model.
+    pub k: usize,
+}
+
+/// The kernel `ev` reports as run to completion, if it is such an event.
+pub(super) fn completed(ev: &Event) -> Option<Completed> {
     let Event::KernelFinished {
         t,
-        stream: s,
+        stream,
         kernel,
         outcome: Outcome::Completed,
         ..
@@ -102,10 +111,25 @@ pub(super) fn last_kernel_done(
     else {
         return None;
     };
-    let task = front?;
     let (id, k) = untag(kernel.tag);
-    (*s == stream && id == task.id && k + 1 == kernel_count(models, task.model))
-        .then_some((*task, *t))
+    Some(Completed {
+        t: *t,
+        stream: *stream,
+        id,
+        k,
+    })
+}
+
+pub(super) fn last_kernel_done(
+    models: &ModelRegistry,
+    ev: &Event,
+    stream: StreamId,
+    front: Option<&Task>,
+) -> Option<(Task, u64)> {
+    let c = completed(ev)?;
+    let task = front?;
+    (c.stream == stream && c.id == task.id && c.k + 1 == kernel_count(models, task.model))
+        .then_some((*task, c.t))
 }
 
 /// Real-time tasks alone, FIFO, on one stream.

@@ -80,9 +80,9 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use super::rt_only::{kernel_count, launch_kernels, stream_in};
-use super::{Ctx, Policy, Task, TaskDone, TaskId, untag};
-use sluice_gpu::{Event, Ns, Outcome, StreamId};
+use super::rt_only::{Completed, completed, kernel_count, launch_kernels, stream_in};
+use super::{Ctx, Policy, Task, TaskDone, TaskId};
+use sluice_gpu::{Event, Ns, StreamId};
 use sluice_model::ModelRegistry;
 
 /// The block structure [`SplitPolicy`] uses, and its elasticity.
@@ -435,21 +435,13 @@ impl Policy for SplitPolicy {
     }
 
     fn on_event(&mut self, cx: &mut Ctx<'_>, ev: &Event) {
-        let Event::KernelFinished {
-            t,
-            stream,
-            kernel,
-            outcome: Outcome::Completed,
-            ..
-        } = ev
-        else {
+        let Some(Completed { t, stream, id, k }) = completed(ev) else {
             return;
         };
         let (Some(ours), Some(run)) = (self.stream, self.running) else {
             return;
         };
-        let (id, k) = untag(kernel.tag);
-        if *stream != ours || id != run.id || k + 1 != run.end {
+        if stream != ours || id != run.id || k + 1 != run.end {
             return;
         }
         self.running = None;
@@ -459,9 +451,9 @@ impl Policy for SplitPolicy {
         let r = &self.queue[i];
         if r.next_block >= self.block_count(r.task.model) {
             let task = self.queue.remove(i).task;
-            cx.done.push(TaskDone { task, finished: *t });
+            cx.done.push(TaskDone { task, finished: t });
         } else {
-            self.reevaluate(*t);
+            self.reevaluate(t);
         }
         self.start_next(cx);
     }

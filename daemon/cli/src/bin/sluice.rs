@@ -810,47 +810,9 @@ fn exe() -> Result<PathBuf, String> {
     std::env::current_exe().map_err(|e| format!("cannot find the sluice executable: {e}"))
 }
 
-/// The splitter `sluice bench split` cuts the long models with: SPLIT's
-/// genetic algorithm (`sluice-split`, seed 1), for a given `m` or with
-/// `m` chosen by its rule ([`sluice_split::CHOICE_RULE`]).
-struct GaSplitter;
-
-impl sluice_cli::bench_split::Splitter for GaSplitter {
-    fn split(
-        &self,
-        model: &sluice_model::Manifest,
-        profile: &sluice_gpu::DeviceProfile,
-        blocks: Option<u32>,
-    ) -> Result<sluice_cli::bench_split::SplitChoice, String> {
-        let graph = sluice_split::OperatorGraph::from_parts(model, &[], profile)
-            .map_err(|e| e.to_string())?;
-        let params = sluice_split::GaParams::default();
-        let ga = match blocks {
-            Some(m) => sluice_split::ga::run(&graph, m as usize, &params),
-            None => sluice_split::choose_blocks(&graph, 4, &params).and_then(|c| {
-                let chosen = c
-                    .candidates
-                    .into_iter()
-                    .find(|k| k.ga.best.blocks() == c.blocks)
-                    .map(|k| k.ga);
-                chosen.ok_or(sluice_split::SplitError::BadMaxBlocks(0))
-            }),
-        }
-        .map_err(|e| e.to_string())?;
-        Ok(sluice_cli::bench_split::SplitChoice {
-            split: sluice_split::to_model_split(
-                &graph,
-                &ga.best,
-                "SPLIT genetic algorithm (sluice-split, seed default)",
-            ),
-            generations: ga.converged_at as u32,
-        })
-    }
-}
-
 /// The splitter `sluice bench split` cuts the long models with.
 fn split_splitter() -> Result<Box<dyn sluice_cli::bench_split::Splitter>, String> {
-    Ok(Box::new(GaSplitter))
+    Ok(Box::new(sluice_cli::split_cmd::GaSplitter))
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
