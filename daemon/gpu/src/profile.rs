@@ -28,6 +28,7 @@ const BUILTIN: &[(&str, &str, &str)] = &[
         include_str!("../profiles/gv100.toml"),
     ),
     ("h100", "h100.toml", include_str!("../profiles/h100.toml")),
+    ("a100", "a100.toml", include_str!("../profiles/a100.toml")),
     (
         "jetson-nano",
         "jetson-nano.toml",
@@ -214,7 +215,7 @@ pub enum ProfileError {
         fix: &'static str,
     },
     /// No shipped profile has this name.
-    #[error("no built-in device profile `{name}`; use one of mi50, gv100, h100, jetson-nano")]
+    #[error("no built-in device profile `{name}`; use one of mi50, gv100, h100, a100, jetson-nano")]
     Unknown {
         /// The name asked for.
         name: String,
@@ -242,7 +243,7 @@ impl DeviceProfile {
         Self::parse(&path.display().to_string(), &text)
     }
 
-    /// A shipped profile by name: `mi50`, `gv100`, `h100` or `jetson-nano`.
+    /// A shipped profile by name: `mi50`, `gv100`, `h100`, `a100` or `jetson-nano`.
     pub fn builtin(name: &str) -> Result<Self, ProfileError> {
         let (_, file, text) =
             BUILTIN
@@ -569,7 +570,7 @@ mod tests {
         let e = DeviceProfile::load(&missing).unwrap_err().to_string();
         assert!(e.contains("nope.toml"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
-        let e = DeviceProfile::builtin("a100").unwrap_err().to_string();
-        assert!(e.contains("a100") && e.contains("mi50"), "{e}");
+        let e = DeviceProfile::builtin("a800").unwrap_err().to_string();
+        assert!(e.contains("a800") && e.contains("mi50"), "{e}");
     }
 }

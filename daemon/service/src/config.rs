@@ -2161,7 +2161,7 @@ mod tests {
         let e = invalid("[device]\nscheduler = \"rt-only\"");
         assert_eq!(e.key, "device.scheduler");
         assert!(e.to_string().contains("\"reef\""), "{e}");
-        let e = invalid("[device]\nprofile = \"a100\"");
+        let e = invalid("[device]\nprofile = \"a800\"");
         assert_eq!(e.key, "device.profile");
         assert!(e.to_string().contains("\"mi50\""), "{e}");
     }

@@ -753,11 +753,11 @@ mod tests {
         assert!(std::error::Error::source(&e).is_some());
         let mut c = Config::default();
         c.device.scheduler = Scheduler::Policy(sluice_sched::PolicyKind::Reef);
-        c.device.profile = "a100".to_owned();
+        c.device.profile = "a800".to_owned();
         let e = device_err(&c, &models);
         assert!(
             e.to_string()
-                .starts_with("cannot load the GPU model profile device.profile = \"a100\""),
+                .starts_with("cannot load the GPU model profile device.profile = \"a800\""),
             "{e}"
         );
         c.device.profile = "h100".to_owned();

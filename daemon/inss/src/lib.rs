@@ -1,0 +1,12 @@
+//! # sluice-inss
+//!
+//! InSS (Han et al., "InSS: An Intelligent Scheduling Orchestrator for
+//! Multi-GPU Inference with Spatio-Temporal Sharing";
+//! `../shared/papers/inss-multi-gpu-spatio-temporal.txt`) on sluice:
+//!
+//! - [`types`]: what the latency model, the scheduler and the baselines
+//!   share ([`ExecModel`], [`CoRunner`]).
+
+pub mod types;
+
+pub use types::{CoRunner, ExecModel, sms_of_pct};

@@ -1,0 +1,3 @@
+//! # sluice-rl
+//!
+//! Reinforcement-learning agents for sluice's learned planners (InSS).
