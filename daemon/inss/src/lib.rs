@@ -5,8 +5,19 @@
 //! `../shared/papers/inss-multi-gpu-spatio-temporal.txt`) on sluice:
 //!
 //! - [`types`]: what the latency model, the scheduler and the baselines
-//!   share ([`ExecModel`], [`CoRunner`]).
+//!   share ([`ExecModel`], [`CoRunner`]);
+//! - [`workload`]: instances, and a [`Decision`] of GPU, share and batch
+//!   per instance, with InSS's fragment measure;
+//! - [`env`]: the MDP (§3.3, §5) the agents are trained in, on the latency
+//!   model, with Eq. 3 and Eq. 2;
+//! - [`baselines`]: GSLICE and iGniter as InSS describes them, and
+//!   gpulet's inputs.
 
+pub mod baselines;
+pub mod env;
 pub mod types;
+pub mod workload;
 
+pub use env::{Env, EnvConfig, StepOutcome};
 pub use types::{CoRunner, ExecModel, sms_of_pct};
+pub use workload::{Decision, Instance, Slot};
