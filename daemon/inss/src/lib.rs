@@ -10,11 +10,13 @@
 //!   per instance, with InSS's fragment measure;
 //! - [`env`]: the MDP (§3.3, §5) the agents are trained in, on the latency
 //!   model, with Eq. 3 and Eq. 2;
+//! - [`features`]: the agents' observations and actions (§5.1, §5.2);
 //! - [`baselines`]: GSLICE and iGniter as InSS describes them, and
 //!   gpulet's inputs.
 
 pub mod baselines;
 pub mod env;
+pub mod features;
 pub mod types;
 pub mod workload;
 
