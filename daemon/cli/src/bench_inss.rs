@@ -1,0 +1,666 @@
+//! `sluice train inss` and `sluice bench inss`: InSS's experiments (§6) on
+//! the simulated cluster. **Simulated**: every latency comes from the GPU
+//! model on the `a100` device profile (108 SMs; `docs/inss.md`).
+//!
+//! **Setup** ([`setup`]): the eight models of §6.1 ([`crate::inss_model::MODELS`]),
+//! ten instances (ResNet50 and VGG16 twice: the two models whose latency
+//! the paper plots in Fig. 13–14; it does not say which two it doubled).
+//! The latency model ([`sluice_inss::latency::LatencyModel`]) is fitted on
+//! its 16 profile points and co-run observations per model
+//! ([`crate::inss_model::fit_model`]): the agents and the planners plan
+//! with it. Serving ([`GpuModelExec`]) reads the GPU model itself, at the
+//! exact batch and SM count, measured on demand and cached.
+//!
+//! **SLO rule** (the one `sluice bench cluster` uses for gpulet): SLO =
+//! 2 × L(32, 100 %) of the model on the device profile; the paper's SLOs
+//! (§6.1: [10, 35, 65, 10, 15, 30, 15, 80] ms on an A100 with PyTorch
+//! builds) are kept beside them for reference. **Rates**: an instance's
+//! *base rate* is what it serves on 40 % of a GPU (ten instances on four
+//! GPUs) at the largest batch with `2 L ≤ SLO`; training draws rates in
+//! `[0.2, 1.0] × 1.5 ×` base, evaluations scale every base rate by one
+//! load factor.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use serde::Serialize;
+use sluice_gpu::DeviceProfile;
+use sluice_gpusim::lbp::run_point;
+use sluice_inss::latency::{LatencyModel, MemoryUse};
+use sluice_inss::{CoRunner, ExecModel, Instance, sms_of_pct};
+use sluice_model::{Model, ModelRegistry};
+
+use crate::bench_cluster_sim::{
+    Batching, Rounds, Routing, SimModel, SimOptions, SimPartition, SimSlot, simulate,
+};
+
+/// The paper's SLOs (§6.1), ms, in [`crate::inss_model::MODELS`] order.
+pub const PAPER_SLO_MS: [f64; 8] = [10.0, 35.0, 65.0, 10.0, 15.0, 30.0, 15.0, 80.0];
+
+/// Models served twice (indices into [`crate::inss_model::MODELS`]):
+/// ResNet50 and VGG16.
+pub const DOUBLED: [usize; 2] = [1, 2];
+
+/// Share of a GPU an instance's base rate is measured on, percent.
+pub const BASE_SHARE_PCT: u32 = 40;
+
+/// Training rates reach this multiple of the base rate.
+pub const TRAIN_RATE_HEADROOM: f64 = 1.5;
+
+/// Why the setup or a run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum InssBenchError {
+    /// Unknown device profile.
+    #[error("unknown device profile {0:?}; use one of {1}")]
+    Device(String, String),
+    /// A model is missing from the registry.
+    #[error("model manifest {0:?} is not built in; it should be (daemon/model/manifests)")]
+    Model(String),
+    /// The latency model could not be fitted.
+    #[error("cannot fit the InSS latency model")]
+    Fit(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// A planner or the simulator failed.
+    #[error("{0}")]
+    Run(String),
+}
+
+/// Serving truth: the GPU model's latency of one request of a model at a
+/// batch on the lowest `sms` SMs, measured on demand and cached. The GPU
+/// model's partitions do not slow each other (docs/performance.md,
+/// "Interference between partitions": 0.0 % median, 0.10 % largest over
+/// 500 points), so co-runners are not simulated here: a co-located batch
+/// takes its alone time.
+#[derive(Debug)]
+pub struct GpuModelExec {
+    profile: DeviceProfile,
+    models: Vec<Model>,
+    names: Vec<String>,
+    memory: Vec<MemoryUse>,
+    gpu_mem_mb: f64,
+    cache: Mutex<HashMap<(usize, u32, u32), (f64, f64)>>,
+}
+
+impl GpuModelExec {
+    /// The truth for `models` (manifest names) on `profile`.
+    pub fn new(
+        profile: DeviceProfile,
+        reg: &ModelRegistry,
+        models: &[&str],
+        gpu_mem_mb: f64,
+    ) -> Result<Self, InssBenchError> {
+        let mut ms = Vec::new();
+        let mut memory = Vec::new();
+        for &name in models {
+            let (_, m) = reg
+                .lookup(name)
+                .ok_or_else(|| InssBenchError::Model(name.into()))?;
+            memory.push(crate::inss_model::memory_of(m).unwrap_or_default());
+            ms.push(m.clone());
+        }
+        Ok(Self {
+            profile,
+            models: ms,
+            names: models.iter().map(|s| (*s).to_owned()).collect(),
+            memory,
+            gpu_mem_mb,
+            cache: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// (latency ms, mean bandwidth demand) of one point.
+    fn point(&self, model: usize, batch: u32, sms: u32) -> (f64, f64) {
+        let key = (model, batch, sms);
+        if let Some(v) = self.cache.lock().expect("cache lock").get(&key) {
+            return *v;
+        }
+        let v = match run_point(&self.profile, &self.models[model], batch, sms.max(1)) {
+            Ok((ns, bw, _)) => (ns as f64 / 1e6, bw),
+            Err(_) => (f64::INFINITY, 0.0),
+        };
+        self.cache.lock().expect("cache lock").insert(key, v);
+        v
+    }
+
+    /// Points measured so far.
+    pub fn measured(&self) -> usize {
+        self.cache.lock().expect("cache lock").len()
+    }
+}
+
+impl ExecModel for GpuModelExec {
+    fn gpu_sms(&self) -> u32 {
+        self.profile.compute_units
+    }
+    fn gpu_mem_mb(&self) -> f64 {
+        self.gpu_mem_mb
+    }
+    fn model_count(&self) -> usize {
+        self.models.len()
+    }
+    fn model_name(&self, model: usize) -> &str {
+        &self.names[model]
+    }
+    fn exec_ms(&self, model: usize, batch: u32, sms: u32, _others: &[CoRunner]) -> f64 {
+        self.point(model, batch, sms).0
+    }
+    fn mem_mb(&self, model: usize, batch: u32) -> f64 {
+        self.memory[model].at(batch)
+    }
+    fn util(&self, model: usize, batch: u32, sms: u32) -> (f64, f64) {
+        (0.0, self.point(model, batch, sms).1)
+    }
+}
+
+/// Everything the experiments share.
+#[derive(Debug)]
+pub struct InssSetup {
+    /// Device profile name.
+    pub device: String,
+    /// Serving truth.
+    pub truth: GpuModelExec,
+    /// The fitted latency model (what the agents and planners see).
+    pub latency: LatencyModel,
+    /// The ten instances.
+    pub instances: Vec<Instance>,
+    /// The paper's SLO of each instance's model, ms.
+    pub paper_slo_ms: Vec<f64>,
+    /// Base rate of each instance, requests/s.
+    pub base_rps: Vec<f64>,
+}
+
+/// The largest rate `exec` serves for `model` on `pct` % within `slo_ms`
+/// (largest batch with `2 L ≤ SLO`, run back to back).
+pub fn capacity_rps(exec: &dyn ExecModel, model: usize, pct: u32, slo_ms: f64) -> f64 {
+    let sms = sms_of_pct(pct, exec.gpu_sms());
+    (1..=32)
+        .map(|b| (b, exec.exec_ms(model, b, sms, &[])))
+        .filter(|&(_, t)| 2.0 * t <= slo_ms)
+        .map(|(b, t)| f64::from(b) / t * 1e3)
+        .fold(0.0, f64::max)
+}
+
+/// Builds the setup on `device`; `progress(done, total)` follows the
+/// latency model's profiling.
+pub fn setup(
+    device: &str,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<InssSetup, InssBenchError> {
+    let profile = DeviceProfile::builtin(device).map_err(|_| {
+        InssBenchError::Device(
+            device.into(),
+            DeviceProfile::builtin_names().collect::<Vec<_>>().join(", "),
+        )
+    })?;
+    let reg = ModelRegistry::builtin();
+    let names: Vec<&str> = crate::inss_model::MODELS.iter().map(|m| m.0).collect();
+    let truth = GpuModelExec::new(
+        profile.clone(),
+        &reg,
+        &names,
+        crate::inss_model::A100_MEM_MB,
+    )?;
+    let latency = crate::inss_model::fit_model(&profile, &reg, progress)
+        .map_err(|e| InssBenchError::Fit(Box::new(e)))?;
+    let c = truth.gpu_sms();
+    let mut instances = Vec::new();
+    let mut paper = Vec::new();
+    let mut base = Vec::new();
+    let order: Vec<(usize, usize)> = (0..names.len())
+        .map(|m| (m, 1))
+        .chain(DOUBLED.iter().map(|&m| (m, 2)))
+        .collect();
+    for (m, copy) in order {
+        let slo = 2.0 * truth.exec_ms(m, 32, c, &[]);
+        let b = capacity_rps(&truth, m, BASE_SHARE_PCT, slo);
+        instances.push(Instance {
+            name: if copy == 1 {
+                names[m].to_owned()
+            } else {
+                format!("{}#{copy}", names[m])
+            },
+            model: m,
+            slo_ms: slo,
+            max_rate_rps: TRAIN_RATE_HEADROOM * b,
+        });
+        paper.push(PAPER_SLO_MS[m]);
+        base.push(b);
+    }
+    Ok(InssSetup {
+        device: device.into(),
+        truth,
+        latency,
+        instances,
+        paper_slo_ms: paper,
+        base_rps: base,
+    })
+}
+
+/// One serving run's outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Served {
+    /// Requests completed within their SLO, per second.
+    pub goodput_rps: f64,
+    /// Late over arrived.
+    pub violation: f64,
+    /// Dropped or never served over arrived.
+    pub drop: f64,
+}
+
+impl Served {
+    /// Late, dropped or unserved over arrived.
+    pub fn total_violation(&self) -> f64 {
+        self.violation + self.drop
+    }
+}
+
+/// Serves `placement` (instances named as in `instances`) at `rates` for
+/// `duration_s` virtual seconds on `truth`.
+pub fn serve(
+    truth: &dyn ExecModel,
+    instances: &[Instance],
+    rates: &[f64],
+    placement: &sluice_planner::Placement,
+    duration_s: f64,
+    seed: u64,
+) -> Result<Served, InssBenchError> {
+    let index: HashMap<&str, usize> = instances
+        .iter()
+        .enumerate()
+        .map(|(i, inst)| (inst.name.as_str(), i))
+        .collect();
+    let c = truth.gpu_sms();
+    let parts: Vec<SimPartition> = placement
+        .partitions()
+        .map(|(g, p)| SimPartition {
+            gpu: g,
+            size_pct: p.size_pct,
+            duty_cycle_ms: p.duty_cycle_ms,
+            slots: p
+                .models
+                .iter()
+                .map(|a| {
+                    let i = index[a.model.as_str()];
+                    let sms = sms_of_pct(p.size_pct, c);
+                    SimSlot {
+                        model: i,
+                        batch: a.batch,
+                        share_rps: a.share_rps,
+                        latency_ms: (1..=a.batch.max(1))
+                            .map(|n| truth.exec_ms(instances[i].model, n, sms, &[]))
+                            .collect(),
+                    }
+                })
+                .collect(),
+        })
+        .collect();
+    let models: Vec<SimModel> = instances
+        .iter()
+        .zip(rates)
+        .map(|(inst, &r)| SimModel {
+            name: inst.name.clone(),
+            slo_ms: inst.slo_ms,
+            rate: vec![(0.0, r)],
+        })
+        .collect();
+    let opts = SimOptions {
+        duration_s,
+        seed,
+        routing: Routing::Random,
+        rounds: Rounds::WorkConserving,
+        batching: Batching::Planned,
+    };
+    let r = simulate(&models, &parts, &opts).map_err(|e| InssBenchError::Run(e.to_string()))?;
+    let arrived: u64 = r.models.iter().map(|m| m.arrived).sum();
+    let violated: u64 = r.models.iter().map(|m| m.violated).sum();
+    let lost: u64 = r.models.iter().map(|m| m.dropped + m.unserved).sum();
+    let n = arrived.max(1) as f64;
+    Ok(Served {
+        goodput_rps: (arrived - violated) as f64 / duration_s,
+        violation: (violated - lost) as f64 / n,
+        drop: lost as f64 / n,
+    })
+}
+
+/// The planners compared (§6.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum PlannerKind {
+    /// InSS's two-stage agents on the latency model.
+    Inss,
+    /// InSS trained and planning without interference.
+    InssNi,
+    /// gpulet (two gpulets per GPU, `sluice_planner::Gpulet`).
+    Gpulet,
+    /// GSLICE.
+    Gslice,
+    /// iGniter.
+    Igniter,
+}
+
+impl PlannerKind {
+    /// Every planner, in report order.
+    pub const ALL: [PlannerKind; 5] = [
+        PlannerKind::Inss,
+        PlannerKind::InssNi,
+        PlannerKind::Gpulet,
+        PlannerKind::Gslice,
+        PlannerKind::Igniter,
+    ];
+
+    /// Its report name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PlannerKind::Inss => "inss",
+            PlannerKind::InssNi => "inss-ni",
+            PlannerKind::Gpulet => "gpulet",
+            PlannerKind::Gslice => "gslice",
+            PlannerKind::Igniter => "igniter",
+        }
+    }
+}
+
+/// GPUs per InSS group: §5.1 groups GPUs by four, models spread evenly,
+/// each group deciding on its own; the agents are trained on one group.
+pub const GROUP_GPUS: usize = 4;
+
+/// Trained agents: InSS's, and optionally InSS-ni's.
+#[derive(Debug)]
+pub struct Agents {
+    /// Trained on the latency model.
+    pub inss: sluice_inss::ts::TwoStage,
+    /// Trained on the latency model without interference.
+    pub inss_ni: Option<sluice_inss::ts::TwoStage>,
+}
+
+/// One planner's plan: the placement, how long deciding took, and its
+/// fragments and GPUs in use.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// Placement over all GPUs.
+    pub placement: sluice_planner::Placement,
+    /// Wall ms the planner took.
+    pub decision_ms: f64,
+    /// InSS §2.4 fragments: unused percent on GPUs in use, summed.
+    pub fragment_pct: u32,
+    /// GPUs in use.
+    pub gpus_used: usize,
+    /// Percent of the GPUs in use held by partitions, summed.
+    pub used_pct: u32,
+}
+
+fn plan_of_placement(p: sluice_planner::Placement, decision_ms: f64) -> Plan {
+    let mut used = 0;
+    let mut frag = 0;
+    let mut gpus = 0;
+    for g in &p.gpus {
+        let u: u32 = g.partitions.iter().map(|x| x.size_pct).sum();
+        if g.partitions.iter().any(|x| !x.models.is_empty()) {
+            gpus += 1;
+            used += u;
+            frag += 100u32.saturating_sub(u);
+        }
+    }
+    Plan {
+        placement: p,
+        decision_ms,
+        fragment_pct: frag,
+        gpus_used: gpus,
+        used_pct: used,
+    }
+}
+
+/// Plans `instances` at `rates` on `gpus` GPUs with `kind`. InSS decides
+/// per group of [`GROUP_GPUS`] GPUs, the group's instances being every
+/// `groups`-th instance.
+pub fn plan(
+    kind: PlannerKind,
+    latency: &LatencyModel,
+    agents: Option<&Agents>,
+    instances: &[Instance],
+    rates: &[f64],
+    gpus: usize,
+    seed: u64,
+) -> Result<Plan, InssBenchError> {
+    let started = std::time::Instant::now();
+    let placement = match kind {
+        PlannerKind::Inss | PlannerKind::InssNi => {
+            let ts = match (kind, agents) {
+                (PlannerKind::Inss, Some(a)) => &a.inss,
+                (PlannerKind::InssNi, Some(Agents { inss_ni: Some(t), .. })) => t,
+                _ => {
+                    return Err(InssBenchError::Run(format!(
+                        "{} needs trained agents: run `sluice train inss{} --out DIR` and pass --agents{} DIR",
+                        kind.name(),
+                        if kind == PlannerKind::InssNi { " --no-interference" } else { "" },
+                        if kind == PlannerKind::InssNi { "-ni" } else { "" },
+                    )));
+                }
+            };
+            let exec: &dyn ExecModel = latency;
+            let ni;
+            let exec = if kind == PlannerKind::InssNi {
+                ni = latency.without_interference();
+                &ni as &dyn ExecModel
+            } else {
+                exec
+            };
+            let groups = gpus.div_ceil(GROUP_GPUS).max(1);
+            let mut placement = sluice_planner::Placement {
+                gpus: vec![Default::default(); gpus],
+            };
+            let mut rng = sluice_rl::Rng::seed_from_u64(seed);
+            for g in 0..groups {
+                let members: Vec<usize> = (g..instances.len()).step_by(groups).collect();
+                let group: Vec<Instance> = members.iter().map(|&i| instances[i].clone()).collect();
+                let group_rates: Vec<f64> = members.iter().map(|&i| rates[i]).collect();
+                let mut cfg = *ts.env_config();
+                cfg.gpus = GROUP_GPUS.min(gpus - g * GROUP_GPUS);
+                if cfg.gpus != ts.env_config().gpus {
+                    return Err(InssBenchError::Run(format!(
+                        "the agents place on {} GPUs, and {gpus} GPUs leave a group of {}; use a multiple of {}",
+                        ts.env_config().gpus,
+                        cfg.gpus,
+                        ts.env_config().gpus
+                    )));
+                }
+                let mut env = sluice_inss::Env::new(cfg, group.clone(), seed);
+                env.reset_with_rates(&group_rates);
+                let empty = sluice_inss::Decision {
+                    slots: vec![None; group.len()],
+                };
+                let (d, _) = ts
+                    .decide(&env, exec, &empty, false, &mut rng)
+                    .map_err(|e| InssBenchError::Run(format!("{}: {e}", kind.name())))?;
+                let p = d.to_placement(&group, &group_rates, cfg.gpus);
+                for (k, gp) in p.gpus.into_iter().enumerate() {
+                    placement.gpus[g * GROUP_GPUS + k] = gp;
+                }
+            }
+            placement
+        }
+        PlannerKind::Gpulet => {
+            use sluice_planner::Planner;
+            let specs = sluice_inss::baselines::gpulet_specs(latency, instances, rates)
+                .map_err(|e| InssBenchError::Run(format!("gpulet tables: {e}")))?;
+            let spec = sluice_planner::GpuSpec::new(gpus as u32, latency.gpu_mem_mb() as u64, 10)
+                .with_sizes(sluice_planner::PartitionSizes::gpulet());
+            sluice_planner::Gpulet
+                .plan(&specs, &spec)
+                .map_err(|e| InssBenchError::Run(format!("gpulet: {e}")))?
+        }
+        PlannerKind::Gslice => sluice_inss::baselines::gslice(latency, instances, rates, gpus)
+            .to_placement(instances, rates, gpus),
+        PlannerKind::Igniter => sluice_inss::baselines::igniter(latency, instances, rates, gpus)
+            .to_placement(instances, rates, gpus),
+    };
+    Ok(plan_of_placement(
+        placement,
+        started.elapsed().as_secs_f64() * 1e3,
+    ))
+}
+
+/// What `sluice bench inss` runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InssBenchOptions {
+    /// GPU counts (multiples of [`GROUP_GPUS`]); default 4 and 64.
+    pub gpus: Vec<usize>,
+    /// Planners.
+    pub planners: Vec<PlannerKind>,
+    /// Virtual seconds of arrivals per serving run.
+    pub duration_s: f64,
+    /// Bisection steps of the load search.
+    pub search_steps: u32,
+    /// Seed of arrivals and routing.
+    pub seed: u64,
+}
+
+impl Default for InssBenchOptions {
+    fn default() -> Self {
+        Self {
+            gpus: vec![4, 64],
+            planners: PlannerKind::ALL.to_vec(),
+            duration_s: 20.0,
+            search_steps: 5,
+            seed: 1,
+        }
+    }
+}
+
+/// One planner on one cluster at its SLO-preserved maximum load.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ThroughputRow {
+    /// GPUs.
+    pub gpus: usize,
+    /// Planner.
+    pub planner: &'static str,
+    /// The largest load factor (× every base rate) served with at most 1 %
+    /// of requests late, dropped or unserved.
+    pub load_factor: f64,
+    /// Requests served within their SLO per second at that load.
+    pub throughput_rps: f64,
+    /// Late over arrived.
+    pub violation: f64,
+    /// Dropped or unserved over arrived.
+    pub drop: f64,
+    /// Fragments, percent of a GPU (InSS §2.4).
+    pub fragment: u32,
+    /// GPUs in use.
+    pub gpus_used: usize,
+    /// Percent of the GPUs in use held by partitions, summed.
+    pub used_pct: u32,
+    /// Wall ms of one planning call at that load (this VM).
+    pub decision_ms: f64,
+    /// Why no load passed, if none did.
+    pub note: Option<String>,
+}
+
+/// The instances of a `gpus`-GPU cluster: the setup's ten per group of
+/// [`GROUP_GPUS`], renamed `name@g` beyond the first group, with their
+/// base rates.
+pub fn cluster_instances(s: &InssSetup, gpus: usize) -> (Vec<Instance>, Vec<f64>) {
+    let groups = gpus.div_ceil(GROUP_GPUS).max(1);
+    let mut inst = Vec::new();
+    let mut base = Vec::new();
+    // Interleaved so that instance i belongs to group i % groups.
+    for (i, x) in s.instances.iter().enumerate() {
+        for g in 0..groups {
+            let mut y = x.clone();
+            if g > 0 {
+                y.name = format!("{}@{g}", x.name);
+            }
+            inst.push(y);
+            base.push(s.base_rps[i]);
+        }
+    }
+    (inst, base)
+}
+
+/// The SLO-preserved maximum load of `kind` on `gpus` GPUs.
+pub fn max_load(
+    s: &InssSetup,
+    agents: Option<&Agents>,
+    kind: PlannerKind,
+    gpus: usize,
+    opts: &InssBenchOptions,
+) -> Result<ThroughputRow, InssBenchError> {
+    let (inst, base) = cluster_instances(s, gpus);
+    let try_at = |f: f64| -> Result<Option<(Served, Plan)>, InssBenchError> {
+        let rates: Vec<f64> = base.iter().map(|r| r * f).collect();
+        let p = match plan(kind, &s.latency, agents, &inst, &rates, gpus, opts.seed) {
+            Ok(p) => p,
+            Err(InssBenchError::Run(m)) if kind == PlannerKind::Gpulet => {
+                // gpulet refuses loads it cannot place: not served.
+                let _ = m;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        let served = serve(&s.truth, &inst, &rates, &p.placement, opts.duration_s, opts.seed)?;
+        Ok((served.total_violation() <= crate::bench_cluster::MAX_VIOLATION_RATE)
+            .then_some((served, p)))
+    };
+    let mut best: Option<(f64, Served, Plan)> = None;
+    let (mut lo, mut hi) = (0.0f64, f64::INFINITY);
+    let mut f = 1.0;
+    for _ in 0..12 {
+        match try_at(f)? {
+            Some((sv, p)) => {
+                lo = f;
+                best = Some((f, sv, p));
+                if hi.is_finite() {
+                    break;
+                }
+                f *= 2.0;
+            }
+            None => {
+                hi = f;
+                if lo > 0.0 {
+                    break;
+                }
+                f /= 2.0;
+            }
+        }
+    }
+    if lo > 0.0 && hi.is_finite() {
+        for _ in 0..opts.search_steps {
+            let mid = 0.5 * (lo + hi);
+            match try_at(mid)? {
+                Some((sv, p)) => {
+                    lo = mid;
+                    best = Some((mid, sv, p));
+                }
+                None => hi = mid,
+            }
+        }
+    }
+    Ok(match best {
+        Some((f, sv, p)) => ThroughputRow {
+            gpus,
+            planner: kind.name(),
+            load_factor: f,
+            throughput_rps: sv.goodput_rps,
+            violation: sv.violation,
+            drop: sv.drop,
+            fragment: p.fragment_pct,
+            gpus_used: p.gpus_used,
+            used_pct: p.used_pct,
+            decision_ms: p.decision_ms,
+            note: None,
+        },
+        None => ThroughputRow {
+            gpus,
+            planner: kind.name(),
+            load_factor: 0.0,
+            throughput_rps: 0.0,
+            violation: f64::NAN,
+            drop: f64::NAN,
+            fragment: 0,
+            gpus_used: 0,
+            used_pct: 0,
+            decision_ms: f64::NAN,
+            note: Some(format!(
+                "no load factor down to {f} kept violations within 1 %"
+            )),
+        },
+    })
+}

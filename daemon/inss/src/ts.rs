@@ -1,0 +1,561 @@
+//! TS, InSS's two-stage intelligent scheduler (§5, Algorithm 1): a
+//! SAC-Discrete agent places each instance on a GPU (global stage), then a
+//! TD3 agent chooses, per GPU, each of its instances' share and batch
+//! (local stage). Both are trained together in [`Env`] on the latency
+//! model.
+//!
+//! **One network per stage.** §5.1 trains "an actor network for each
+//! model"; here one SACD actor (and its critics) serves every instance,
+//! told apart by the model one-hot in its observation, and one TD3 agent
+//! serves every GPU (the GPUs are alike and their local problems
+//! independent, §5.2). Each step gives the global agent one transition per
+//! instance and the local agent one per GPU in use, so both see more data
+//! per episode than per-model networks would; an update per agent per step
+//! follows Algorithm 1 lines 17–25.
+//!
+//! **Checkpoints** (`sluice train inss --out DIR`): `DIR/inss.json` (format
+//! `sluice-inss/1`: the instances, models, environment, seed, episodes
+//! trained and the per-episode training record), `DIR/sacd/` and
+//! `DIR/td3/` (`sluice-rl` checkpoints: safetensors weights and a JSON
+//! sidecar). [`TwoStage::load`] checks the models and dimensions against
+//! what the caller serves and names any mismatch.
+
+use std::path::Path;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use sluice_rl::{
+    Action, Head, Rng, Sacd, SacdConfig, SacdHyper, Td3, Td3Config, Td3Hyper, Transition,
+};
+
+use crate::env::{Env, EnvConfig, StepOutcome};
+use crate::features::{
+    GlobalStage, apply_local, global_dim, local_action_dim, local_dim, local_observe,
+};
+use crate::types::ExecModel;
+use crate::workload::{Decision, Instance};
+
+/// Checkpoint format name.
+pub const FORMAT: &str = "sluice-inss/1";
+
+/// Why training, deciding or a checkpoint failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TsError {
+    /// An agent could not be built.
+    #[error("cannot build the {stage} agent")]
+    Build {
+        /// `"global (SACD)"` or `"local (TD3)"`.
+        stage: &'static str,
+        /// Why.
+        #[source]
+        source: sluice_rl::BuildError,
+    },
+    /// An agent could not act.
+    #[error("the {stage} agent could not act")]
+    Act {
+        /// Which.
+        stage: &'static str,
+        /// Why.
+        #[source]
+        source: sluice_rl::ActError,
+    },
+    /// An update failed (non-finite loss).
+    #[error("the {stage} agent's update failed in episode {episode}")]
+    Update {
+        /// Which.
+        stage: &'static str,
+        /// Episode.
+        episode: usize,
+        /// Why.
+        #[source]
+        source: sluice_rl::UpdateError,
+    },
+    /// Replay push or sample failed.
+    #[error("replay buffer of the {stage} agent: {message}")]
+    Replay {
+        /// Which.
+        stage: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+    /// A checkpoint could not be written.
+    #[error("cannot write the checkpoint in {dir}: {message}")]
+    Save {
+        /// Directory.
+        dir: String,
+        /// Why.
+        message: String,
+    },
+    /// A checkpoint could not be read or does not fit.
+    #[error("cannot load the InSS agents from {dir}: {message}")]
+    Load {
+        /// Directory.
+        dir: String,
+        /// Why, naming the mismatch.
+        message: String,
+    },
+    /// No GPU can take an instance (every GPU full or out of memory).
+    #[error(
+        "instance {instance:?} fits no GPU: all {gpus} GPUs have {slots} instances or no memory left; add GPUs or raise max_slots"
+    )]
+    NoSafeGpu {
+        /// The instance.
+        instance: String,
+        /// GPUs.
+        gpus: usize,
+        /// Slots per GPU.
+        slots: usize,
+    },
+}
+
+/// Training parameters: Table 2 by default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainConfig {
+    /// The environment.
+    pub env: EnvConfig,
+    /// Episodes (Table 2: E = 1600).
+    pub episodes: usize,
+    /// Hidden layers of every network (Table 2: two of 256).
+    pub hidden: Vec<usize>,
+    /// The global stage's hyperparameters (Table 2 defaults).
+    pub sacd: SacdHyper,
+    /// The local stage's (Table 2 defaults).
+    pub td3: Td3Hyper,
+    /// Seed of the weights, exploration, replay sampling and the
+    /// environment.
+    pub seed: u64,
+}
+
+impl Default for TrainConfig {
+    fn default() -> Self {
+        Self {
+            env: EnvConfig::default(),
+            episodes: 1600,
+            hidden: sluice_rl::DEFAULT_HIDDEN.to_vec(),
+            sacd: SacdHyper::default(),
+            td3: Td3Hyper::default(),
+            seed: 1,
+        }
+    }
+}
+
+/// One training episode's record (Fig. 8–9).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EpisodeRecord {
+    /// Episode, from 1.
+    pub episode: usize,
+    /// Mean per-step Eq. 2 reward (sum over instances).
+    pub reward: f64,
+    /// Mean served throughput, requests/s.
+    pub throughput: f64,
+    /// Violations (dropped or late) over arrivals.
+    pub violation: f64,
+    /// The SACD temperature at the episode's end.
+    pub alpha: f64,
+    /// Wall seconds the episode took.
+    pub wall_s: f64,
+}
+
+/// What one decision saw and did, for replay.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Trace {
+    /// Per instance: global observation, mask, chosen GPU.
+    pub global: Vec<(Vec<f32>, Vec<bool>, usize)>,
+    /// Per GPU: local observation, mask, action, members.
+    pub local: Vec<(Vec<f32>, Vec<bool>, Vec<f32>, Vec<usize>)>,
+}
+
+/// The two agents.
+#[derive(Debug)]
+pub struct TwoStage {
+    sacd: Sacd,
+    td3: Td3,
+    models: usize,
+    env: EnvConfig,
+}
+
+/// The JSON sidecar of a checkpoint.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Sidecar {
+    format: String,
+    models: Vec<String>,
+    instances: Vec<(String, usize, f64, f64)>,
+    gpus: usize,
+    max_slots: usize,
+    max_batch: u32,
+    step_s: f64,
+    steps: usize,
+    omega: f64,
+    rate_low: f64,
+    rate_high: f64,
+    rate_walk: f64,
+    seed: u64,
+    episodes: usize,
+    hidden: Vec<usize>,
+    training: Vec<EpisodeRecord>,
+}
+
+impl TwoStage {
+    /// Fresh agents for `models` models on `env`'s GPUs and slots.
+    pub fn new(
+        models: usize,
+        env: EnvConfig,
+        hidden: &[usize],
+        sacd: SacdHyper,
+        td3: Td3Hyper,
+        seed: u64,
+    ) -> Result<Self, TsError> {
+        let mut sc = SacdConfig::new(global_dim(models, env.gpus), env.gpus);
+        sc.hidden = hidden.to_vec();
+        sc.hyper = sacd;
+        let head = Head::SoftmaxThenSigmoid {
+            softmax: env.max_slots,
+        };
+        let mut tc = Td3Config::new(
+            local_dim(models, env.max_slots),
+            local_action_dim(env.max_slots),
+            head,
+        );
+        tc.hidden = hidden.to_vec();
+        tc.hyper = td3;
+        Ok(Self {
+            sacd: Sacd::new(sc, seed).map_err(|source| TsError::Build {
+                stage: "global (SACD)",
+                source,
+            })?,
+            td3: Td3::new(tc, seed.wrapping_add(1)).map_err(|source| TsError::Build {
+                stage: "local (TD3)",
+                source,
+            })?,
+            models,
+            env,
+        })
+    }
+
+    /// The environment parameters the agents were built for.
+    pub fn env_config(&self) -> &EnvConfig {
+        &self.env
+    }
+
+    /// A digest of both agents' weights (equal runs give equal digests).
+    pub fn digest(&self) -> u64 {
+        self.sacd.weights_digest() ^ self.td3.weights_digest().rotate_left(1)
+    }
+
+    /// Algorithm 1 lines 6–14: places every instance in order with SACD
+    /// (masked to its safe GPUs), then sets each GPU's shares and batches
+    /// with TD3. `explore` samples SACD's policy and adds TD3's noise;
+    /// otherwise both act greedily.
+    pub fn decide(
+        &self,
+        env: &Env,
+        exec: &dyn ExecModel,
+        prev: &Decision,
+        explore: bool,
+        rng: &mut Rng,
+    ) -> Result<(Decision, Trace), TsError> {
+        let n = env.instances().len();
+        let gpus = env.config().gpus;
+        let mut stage = GlobalStage::new(env, exec, prev);
+        let mut global = Vec::with_capacity(n);
+        for i in 0..n {
+            let s = stage.observe(i);
+            let mask = stage.mask(i);
+            if !mask.iter().any(|&m| m) {
+                return Err(TsError::NoSafeGpu {
+                    instance: env.instances()[i].name.clone(),
+                    gpus,
+                    slots: env.config().max_slots,
+                });
+            }
+            let k = self
+                .sacd
+                .act(&s, Some(&mask), explore, rng)
+                .map_err(|source| TsError::Act {
+                    stage: "global (SACD)",
+                    source,
+                })?;
+            stage.place(i, k);
+            global.push((s, mask, k));
+        }
+        let mut d = Decision {
+            slots: vec![None; n],
+        };
+        let mut local = Vec::with_capacity(gpus);
+        for k in 0..gpus {
+            let members = stage.on_gpu(k);
+            let mem: f64 = members
+                .iter()
+                .map(|&i| exec.mem_mb(env.instances()[i].model, crate::features::REFERENCE_BATCH))
+                .sum();
+            let (s, mask) = local_observe(env, exec, &members, mem);
+            if members.is_empty() {
+                local.push((s, mask, Vec::new(), members));
+                continue;
+            }
+            let a = self
+                .td3
+                .act(&s, Some(&mask), explore, rng)
+                .map_err(|source| TsError::Act {
+                    stage: "local (TD3)",
+                    source,
+                })?;
+            apply_local(&mut d, k, &members, &a, env.config().max_batch);
+            local.push((s, mask, a, members));
+        }
+        Ok((d, Trace { global, local }))
+    }
+
+    /// Saves both agents and the sidecar into `dir`.
+    pub fn save(
+        &self,
+        dir: &Path,
+        exec: &dyn ExecModel,
+        instances: &[Instance],
+        seed: u64,
+        training: &[EpisodeRecord],
+    ) -> Result<(), TsError> {
+        let err = |message: String| TsError::Save {
+            dir: dir.display().to_string(),
+            message,
+        };
+        std::fs::create_dir_all(dir).map_err(|e| err(e.to_string()))?;
+        self.sacd
+            .save(&dir.join("sacd"))
+            .map_err(|e| err(format!("global (SACD) agent: {e}")))?;
+        self.td3
+            .save(&dir.join("td3"))
+            .map_err(|e| err(format!("local (TD3) agent: {e}")))?;
+        let e = &self.env;
+        let side = Sidecar {
+            format: FORMAT.into(),
+            models: (0..exec.model_count())
+                .map(|m| exec.model_name(m).to_owned())
+                .collect(),
+            instances: instances
+                .iter()
+                .map(|i| (i.name.clone(), i.model, i.slo_ms, i.max_rate_rps))
+                .collect(),
+            gpus: e.gpus,
+            max_slots: e.max_slots,
+            max_batch: e.max_batch,
+            step_s: e.step_s,
+            steps: e.steps,
+            omega: e.omega,
+            rate_low: e.rate_low,
+            rate_high: e.rate_high,
+            rate_walk: e.rate_walk,
+            seed,
+            episodes: training.len(),
+            hidden: self.sacd.config().hidden.clone(),
+            training: training.to_vec(),
+        };
+        let json = serde_json::to_string_pretty(&side).map_err(|e| err(e.to_string()))?;
+        std::fs::write(dir.join("inss.json"), json).map_err(|e| err(e.to_string()))
+    }
+
+    /// Loads agents saved by [`TwoStage::save`] for `exec`'s models;
+    /// returns them with the saved instances and training record.
+    pub fn load(
+        dir: &Path,
+        exec: &dyn ExecModel,
+    ) -> Result<(Self, Vec<Instance>, Vec<EpisodeRecord>), TsError> {
+        let err = |message: String| TsError::Load {
+            dir: dir.display().to_string(),
+            message,
+        };
+        let text = std::fs::read_to_string(dir.join("inss.json"))
+            .map_err(|e| err(format!("inss.json: {e}; train agents with `sluice train inss --out {}`", dir.display())))?;
+        let side: Sidecar =
+            serde_json::from_str(&text).map_err(|e| err(format!("inss.json: {e}")))?;
+        if side.format != FORMAT {
+            return Err(err(format!(
+                "inss.json has format {:?}, this build reads {FORMAT:?}",
+                side.format
+            )));
+        }
+        let models: Vec<String> = (0..exec.model_count())
+            .map(|m| exec.model_name(m).to_owned())
+            .collect();
+        if side.models != models {
+            return Err(err(format!(
+                "the agents were trained for models {:?}, this latency model has {:?}; retrain",
+                side.models, models
+            )));
+        }
+        let env = EnvConfig {
+            gpus: side.gpus,
+            max_slots: side.max_slots,
+            step_s: side.step_s,
+            steps: side.steps,
+            omega: side.omega,
+            max_batch: side.max_batch,
+            rate_low: side.rate_low,
+            rate_high: side.rate_high,
+            rate_walk: side.rate_walk,
+        };
+        let m = models.len();
+        let sacd = Sacd::load(&dir.join("sacd"), global_dim(m, env.gpus), env.gpus)
+            .map_err(|e| err(format!("global (SACD) agent: {e}")))?;
+        let head = Head::SoftmaxThenSigmoid {
+            softmax: env.max_slots,
+        };
+        let td3 = Td3::load(
+            &dir.join("td3"),
+            local_dim(m, env.max_slots),
+            local_action_dim(env.max_slots),
+            head,
+        )
+        .map_err(|e| err(format!("local (TD3) agent: {e}")))?;
+        let instances = side
+            .instances
+            .iter()
+            .map(|(name, model, slo, rate)| Instance {
+                name: name.clone(),
+                model: *model,
+                slo_ms: *slo,
+                max_rate_rps: *rate,
+            })
+            .collect();
+        Ok((
+            Self {
+                sacd,
+                td3,
+                models: m,
+                env,
+            },
+            instances,
+            side.training,
+        ))
+    }
+
+    /// The number of models the agents know.
+    pub fn models(&self) -> usize {
+        self.models
+    }
+}
+
+/// Algorithm 1: trains both agents for `cfg.episodes` episodes of
+/// `cfg.env.steps` steps on `exec` serving `instances`; `on_episode` gets
+/// each episode's record as it ends.
+pub fn train(
+    exec: &dyn ExecModel,
+    instances: &[Instance],
+    cfg: &TrainConfig,
+    on_episode: &mut dyn FnMut(&EpisodeRecord),
+) -> Result<(TwoStage, Vec<EpisodeRecord>), TsError> {
+    let mut ts = TwoStage::new(
+        exec.model_count(),
+        cfg.env,
+        &cfg.hidden,
+        cfg.sacd.clone(),
+        cfg.td3.clone(),
+        cfg.seed,
+    )?;
+    let mut rng = Rng::seed_from_u64(cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5EED);
+    let mut env = Env::new(cfg.env, instances.to_vec(), cfg.seed ^ 0xE4F1);
+    let replay = |e: String, stage| TsError::Replay { stage, message: e };
+    let mut gbuf = ts
+        .sacd
+        .replay_buffer()
+        .map_err(|source| TsError::Build {
+            stage: "global (SACD)",
+            source,
+        })?;
+    let mut lbuf = ts.td3.replay_buffer().map_err(|source| TsError::Build {
+        stage: "local (TD3)",
+        source,
+    })?;
+    let mut records = Vec::with_capacity(cfg.episodes);
+    for episode in 1..=cfg.episodes {
+        let started = Instant::now();
+        env.reset();
+        let empty = Decision {
+            slots: vec![None; instances.len()],
+        };
+        let (mut d, mut trace) = ts.decide(&env, exec, &empty, true, &mut rng)?;
+        let (mut reward, mut served, mut arrived, mut violated) = (0.0, 0u64, 0u64, 0.0);
+        for t in 0..cfg.env.steps {
+            let out: Vec<StepOutcome> = env.step(&d, exec);
+            let r = env.rewards(&out);
+            let done = t + 1 == cfg.env.steps;
+            let (d2, trace2) = ts.decide(&env, exec, &d, true, &mut rng)?;
+            for (i, (s, mask, a)) in trace.global.iter().enumerate() {
+                let (s2, mask2, _) = &trace2.global[i];
+                gbuf.push(Transition {
+                    state: s.clone(),
+                    action: Action::Discrete(*a),
+                    reward: r[i] as f32,
+                    next_state: s2.clone(),
+                    done,
+                    mask: Some(mask.clone()),
+                    next_mask: Some(mask2.clone()),
+                })
+                .map_err(|e| replay(e.to_string(), "global (SACD)"))?;
+            }
+            for (k, (s, mask, a, members)) in trace.local.iter().enumerate() {
+                if members.is_empty() {
+                    continue;
+                }
+                let (s2, mask2, _, _) = &trace2.local[k];
+                let rk: f64 = members.iter().map(|&i| r[i]).sum();
+                // A GPU that empties in the next step has no share to
+                // mask: its next state is stored as allowing every share.
+                lbuf.push(Transition {
+                    state: s.clone(),
+                    action: Action::Continuous(a.clone()),
+                    reward: rk as f32,
+                    next_state: s2.clone(),
+                    done,
+                    mask: Some(mask.clone()),
+                    next_mask: mask2.iter().any(|&m| m).then(|| mask2.clone()),
+                })
+                .map_err(|e| replay(e.to_string(), "local (TD3)"))?;
+            }
+            if gbuf.len() >= cfg.sacd.batch_size {
+                let b = gbuf
+                    .sample(cfg.sacd.batch_size, &mut rng)
+                    .map_err(|e| replay(e.to_string(), "global (SACD)"))?;
+                ts.sacd.update(&b).map_err(|source| TsError::Update {
+                    stage: "global (SACD)",
+                    episode,
+                    source,
+                })?;
+            }
+            if lbuf.len() >= cfg.td3.batch_size {
+                let b = lbuf
+                    .sample(cfg.td3.batch_size, &mut rng)
+                    .map_err(|e| replay(e.to_string(), "local (TD3)"))?;
+                ts.td3.update(&b).map_err(|source| TsError::Update {
+                    stage: "local (TD3)",
+                    episode,
+                    source,
+                })?;
+            }
+            reward += r.iter().sum::<f64>();
+            for o in &out {
+                served += o.served;
+                arrived += o.arrived;
+                violated += o.violation() * o.arrived.max(o.served) as f64;
+            }
+            d = d2;
+            trace = trace2;
+        }
+        let steps = cfg.env.steps.max(1) as f64;
+        let rec = EpisodeRecord {
+            episode,
+            reward: reward / steps,
+            throughput: served as f64 / (steps * cfg.env.step_s),
+            violation: if arrived == 0 {
+                0.0
+            } else {
+                violated / arrived as f64
+            },
+            alpha: ts.sacd.alpha(),
+            wall_s: started.elapsed().as_secs_f64(),
+        };
+        on_episode(&rec);
+        records.push(rec);
+    }
+    Ok((ts, records))
+}
