@@ -7,6 +7,8 @@
 //! - [`types`]: what the latency model, the scheduler and the baselines
 //!   share ([`ExecModel`], [`CoRunner`]).
 
+pub mod latency;
 pub mod types;
 
+pub use latency::{LatencyModel, task_latency_ms};
 pub use types::{CoRunner, ExecModel, sms_of_pct};
