@@ -56,6 +56,7 @@ pub mod cuda_models;
 pub mod demo;
 pub mod disb;
 pub mod gpulet_data;
+pub mod inss_model;
 pub mod ipc_floor;
 pub mod profile_sim;
 pub mod roles;

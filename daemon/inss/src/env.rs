@@ -35,6 +35,7 @@
 
 use std::collections::VecDeque;
 
+use crate::latency::task_latency_ms;
 use crate::types::ExecModel;
 use crate::workload::{Decision, Instance};
 
@@ -145,23 +146,6 @@ impl StepOutcome {
         } else {
             ((self.dropped + self.late) as f64 / n as f64).min(1.0)
         }
-    }
-}
-
-/// Eq. 3: the latency (ms) of a task that finds `w` tasks queued including
-/// itself, `exec_ms` left of the running batch, batch latency `t_inf_ms`,
-/// batch size `b`, arrival rate `rate_rps`.
-pub fn eq3_ms(w: u64, exec_ms: f64, t_inf_ms: f64, b: u32, rate_rps: f64) -> f64 {
-    let b64 = u64::from(b.max(1));
-    if w >= b64 {
-        exec_ms + w.div_ceil(b64) as f64 * t_inf_ms
-    } else {
-        let wait_ms = if rate_rps > 0.0 {
-            (b64 - w) as f64 / rate_rps * 1e3
-        } else {
-            f64::INFINITY
-        };
-        exec_ms.max(wait_ms) + t_inf_ms
     }
 }
 
@@ -287,7 +271,7 @@ impl Env {
                 };
                 let w = q.tasks.len() as u64 + 1;
                 let exec_ms = (q.busy_until - t).max(0.0) * 1e3;
-                if eq3_ms(w, exec_ms, ts * 1e3, b, rate) > self.instances[i].slo_ms {
+                if task_latency_ms(w as f64, exec_ms, ts * 1e3, b, rate / 1e3) > self.instances[i].slo_ms {
                     o.dropped += 1;
                 } else {
                     q.tasks.push_back(t);
@@ -396,17 +380,6 @@ mod tests {
         let mut e = Env::new(cfg, inst, 7);
         e.reset();
         e
-    }
-
-    #[test]
-    fn eq3_branches() {
-        // Enough queued: rest of the running batch + ⌈w/b⌉ batches.
-        assert_eq!(eq3_ms(8, 2.0, 5.0, 4, 100.0), 2.0 + 2.0 * 5.0);
-        assert_eq!(eq3_ms(9, 2.0, 5.0, 4, 100.0), 2.0 + 3.0 * 5.0);
-        // Too few: wait for (b − w) more at λ, or the running batch.
-        assert_eq!(eq3_ms(1, 2.0, 5.0, 4, 100.0), 30.0 + 5.0);
-        assert_eq!(eq3_ms(3, 20.0, 5.0, 4, 100.0), 20.0 + 5.0);
-        assert!(eq3_ms(1, 0.0, 5.0, 4, 0.0).is_infinite());
     }
 
     #[test]

@@ -11,15 +11,23 @@
 //! - [`env`]: the MDP (§3.3, §5) the agents are trained in, on the latency
 //!   model, with Eq. 3 and Eq. 2;
 //! - [`features`]: the agents' observations and actions (§5.1, §5.2);
+//! - [`latency`]: the interference-aware latency model (§4): PCIe lines,
+//!   locally weighted regression of the compute time, utilisation lines,
+//!   interference coefficients, Eq. 3;
+//! - [`ts`]: the two-stage scheduler (§5, Algorithm 1): training,
+//!   deciding, checkpoints;
 //! - [`baselines`]: GSLICE and iGniter as InSS describes them, and
 //!   gpulet's inputs.
 
 pub mod baselines;
 pub mod env;
 pub mod features;
+pub mod latency;
+// pub mod ts; (after the sluice-rl merge)
 pub mod types;
 pub mod workload;
 
 pub use env::{Env, EnvConfig, StepOutcome};
+pub use latency::{LatencyModel, task_latency_ms};
 pub use types::{CoRunner, ExecModel, sms_of_pct};
 pub use workload::{Decision, Instance, Slot};
