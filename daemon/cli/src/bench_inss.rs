@@ -7,7 +7,7 @@
 //! the paper plots in Fig. 13–14; it does not say which two it doubled).
 //! The latency model ([`sluice_inss::latency::LatencyModel`]) is fitted on
 //! its 16 profile points and co-run observations per model
-//! ([`crate::inss_model::fit_model`]): the agents and the planners plan
+//! ([`crate::inss_model::run`]): the agents and the planners plan
 //! with it. Serving ([`GpuModelExec`]) reads the GPU model itself, at the
 //! exact batch and SM count, measured on demand and cached.
 //!
@@ -94,7 +94,10 @@ impl GpuModelExec {
             let (_, m) = reg
                 .lookup(name)
                 .ok_or_else(|| InssBenchError::Model(name.into()))?;
-            memory.push(crate::inss_model::memory_of(m).unwrap_or_default());
+            memory.push(crate::inss_model::memory_of(m).unwrap_or(MemoryUse {
+                fixed_mb: 0.0,
+                per_batch_mb: 0.0,
+            }));
             ms.push(m.clone());
         }
         Ok(Self {
@@ -160,6 +163,8 @@ pub struct InssSetup {
     pub truth: GpuModelExec,
     /// The fitted latency model (what the agents and planners see).
     pub latency: LatencyModel,
+    /// Its profiling and validation (Tables 3–4).
+    pub model_report: crate::inss_model::InssModelReport,
     /// The ten instances.
     pub instances: Vec<Instance>,
     /// The paper's SLO of each instance's model, ms.
@@ -192,15 +197,20 @@ pub fn setup(
         )
     })?;
     let reg = ModelRegistry::builtin();
-    let names: Vec<&str> = crate::inss_model::MODELS.iter().map(|m| m.0).collect();
+    let names: Vec<&str> = crate::inss_model::MODELS.iter().map(|m| m.1).collect();
     let truth = GpuModelExec::new(
         profile.clone(),
         &reg,
         &names,
         crate::inss_model::A100_MEM_MB,
     )?;
-    let latency = crate::inss_model::fit_model(&profile, &reg, progress)
-        .map_err(|e| InssBenchError::Fit(Box::new(e)))?;
+    let opts = crate::inss_model::InssModelOptions {
+        device: device.into(),
+        ..Default::default()
+    };
+    let model_report =
+        crate::inss_model::run(&opts, progress).map_err(|e| InssBenchError::Fit(Box::new(e)))?;
+    let latency = model_report.latency_model.clone();
     let c = truth.gpu_sms();
     let mut instances = Vec::new();
     let mut paper = Vec::new();
@@ -229,6 +239,7 @@ pub fn setup(
         device: device.into(),
         truth,
         latency,
+        model_report,
         instances,
         paper_slo_ms: paper,
         base_rps: base,

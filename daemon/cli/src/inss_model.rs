@@ -15,16 +15,23 @@
 //! MobileNet v1 and not v2 (1280 channels) — so MobileNet v1 as far as the
 //! data shows.
 //!
-//! **Profile** (the paper's 16 configurations): every model alone at shares
-//! [`SHARES_PCT`] {10, 25, 50, 100} % × batches [`BATCHES`] {1, 4, 16, 32},
+//! **Profile**: every model alone on a grid of shares × batches. By default
+//! the *dense* grid, [`DENSE_SHARES_PCT`] {10, 15, 25, 35, 45, 55, 70, 85,
+//! 100} % × [`DENSE_BATCHES`] {1, 2, 3, 6, 12, 24, 32} (63 points): the GPU
+//! model's latency is a step function of the SMs (whole waves of blocks),
+//! which the paper's 16 points under-sample (largest validation error
+//! 22.5 % on them against 10.1 % on the dense grid, docs/inss.md), and a
+//! point costs milliseconds on a GPU sluice owns. The paper's 16
+//! configurations: [`SHARES_PCT`] {10, 25, 50, 100} % × [`BATCHES`]
+//! {1, 4, 16, 32}.
 //! SMs = [`sms_of_pct`] (MPS rounds down: 10, 27, 54, 108 on the `a100`
 //! profile), one request on a fresh simulated device
 //! ([`sluice_gpusim::lbp::run_point`]). Per point: `compute_ms` = the GPU
 //! model's latency; `dram_util` = its mean memory-bandwidth demand (share of
 //! the device's); `l2_util` = 0, because the GPU model has no L2 cache;
 //! `upload_ms` = `feedback_ms` = 0, because it has no host–device copy (the
-//! PCIe lines are fitted, to zero). Every validation cell below is off this
-//! grid: its measured model is at 20, 30 or 60 % or at batch 8.
+//! PCIe lines are fitted, to zero). Every validation cell below is off either
+//! grid in share or batch (a test checks it).
 //!
 //! **Memory** `m(b)` from the manifest's declared byte ranges, at batch 1:
 //! bytes only ever read (and not the input) are weights; the input and the
@@ -166,7 +173,20 @@ pub struct InssModelOptions {
     pub gpu_mem_mb: f64,
     /// Simulations run at a time.
     pub jobs: usize,
+    /// Profile shares, percent: [`DENSE_SHARES_PCT`] by default,
+    /// [`SHARES_PCT`] for the paper's four.
+    pub shares_pct: Vec<u32>,
+    /// Profile batches: [`DENSE_BATCHES`] by default, [`BATCHES`] for the
+    /// paper's four.
+    pub batches: Vec<u32>,
 }
+
+/// The dense profile grid's shares: nine, none a validation share except
+/// 10 % (whose validation cells are at batch 8, off the batch axis).
+pub const DENSE_SHARES_PCT: [u32; 9] = [10, 15, 25, 35, 45, 55, 70, 85, 100];
+/// The dense profile grid's batches: seven, none a validation batch except
+/// 1 (whose validation cells are at 20 %, off the share axis).
+pub const DENSE_BATCHES: [u32; 7] = [1, 2, 3, 6, 12, 24, 32];
 
 impl Default for InssModelOptions {
     fn default() -> Self {
@@ -176,6 +196,8 @@ impl Default for InssModelOptions {
             requests: 3,
             gpu_mem_mb: A100_MEM_MB,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            shares_pct: DENSE_SHARES_PCT.to_vec(),
+            batches: DENSE_BATCHES.to_vec(),
         }
     }
 }
@@ -618,8 +640,8 @@ pub fn run(
     };
     let mut profile_jobs = Vec::new();
     for i in 0..n {
-        for &b in &BATCHES {
-            for &p in &SHARES_PCT {
+        for &b in &opts.batches {
+            for &p in &opts.shares_pct {
                 profile_jobs.push((i, b, p, job_of(Job(vec![(i, b, sms(p))]))));
             }
         }
@@ -631,7 +653,8 @@ pub fn run(
             for k in 1..=set + 1 {
                 pl.push(((i + k) % n, ob, sms(CORUN_SHARE_PCT)));
             }
-            corun_jobs.push((i, set as u32 + 1, pl.clone(), job_of(Job(pl))));
+            let alone = job_of(Job(vec![pl[0]]));
+            corun_jobs.push((i, set as u32 + 1, pl.clone(), job_of(Job(pl)), alone));
         }
     }
     let mut cell_jobs = Vec::new();
@@ -764,12 +787,10 @@ pub fn run(
         });
     }
     let mut corun_rows = Vec::new();
-    for (i, set, pl, k) in &corun_jobs {
-        let alone_k = profile_jobs
-            .iter()
-            .find(|x| x.0 == *i && x.1 == CORUN_BATCH && x.2 == CORUN_SHARE_PCT)
-            .map(|x| x.3);
-        let alone_ms = alone_k.map(|a| out[a].0);
+    for (i, set, pl, k, alone) in &corun_jobs {
+        // Measured alone at the co-run's batch and share (a profile point
+        // on the paper's grid; its own run on a grid without it).
+        let alone_ms = Some(out[*alone].0);
         let compute_ms = out[*k].0;
         profiles[*i].corun.push(CoRunObservation {
             batch: pl[0].1,
@@ -863,8 +884,8 @@ pub fn run(
         device: profile.name.clone(),
         gpu_sms,
         gpu_mem_mb: opts.gpu_mem_mb,
-        shares_pct: SHARES_PCT.to_vec(),
-        batches: BATCHES.to_vec(),
+        shares_pct: opts.shares_pct.clone(),
+        batches: opts.batches.clone(),
         requests: opts.requests,
         models: infos,
         profile: profile_rows,
@@ -1133,6 +1154,7 @@ mod tests {
             assert_ne!(pl[0].2, CORUN_SHARE_PCT);
             // Off the profile grid in share or batch.
             assert!(!SHARES_PCT.contains(&pl[0].2) || !BATCHES.contains(&pl[0].1));
+            assert!(!DENSE_SHARES_PCT.contains(&pl[0].2) || !DENSE_BATCHES.contains(&pl[0].1));
         }
         assert_eq!(validation_cases().len(), 12 + 16);
     }

@@ -55,6 +55,7 @@ pub mod bench_split;
 pub mod cuda_models;
 pub mod demo;
 pub mod disb;
+// pub mod bench_inss;
 pub mod gpulet_data;
 pub mod inss_model;
 pub mod ipc_floor;

@@ -271,7 +271,9 @@ impl Env {
                 };
                 let w = q.tasks.len() as u64 + 1;
                 let exec_ms = (q.busy_until - t).max(0.0) * 1e3;
-                if task_latency_ms(w as f64, exec_ms, ts * 1e3, b, rate / 1e3) > self.instances[i].slo_ms {
+                if task_latency_ms(w as f64, exec_ms, ts * 1e3, b, rate / 1e3)
+                    > self.instances[i].slo_ms
+                {
                     o.dropped += 1;
                 } else {
                     q.tasks.push_back(t);

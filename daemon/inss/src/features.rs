@@ -238,7 +238,13 @@ mod tests {
             slots: vec![None; 3],
         };
         // Slots 0 and 1 present (instances 2 and 0); slot 2, 3 absent.
-        apply_local(&mut d, 1, &[2, 0], &[0.3, 0.6, 0.1, 0.0, 0.0, 1.0, 0.5, 0.5], 32);
+        apply_local(
+            &mut d,
+            1,
+            &[2, 0],
+            &[0.3, 0.6, 0.1, 0.0, 0.0, 1.0, 0.5, 0.5],
+            32,
+        );
         let a = d.slots[2].unwrap();
         let b = d.slots[0].unwrap();
         assert_eq!((a.gpu, a.pct, a.batch), (1, 33, 1));
