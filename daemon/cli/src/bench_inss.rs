@@ -64,6 +64,9 @@ pub enum InssBenchError {
     Run(String),
 }
 
+/// A measured point: (model, batch, SMs).
+type PointKey = (usize, u32, u32);
+
 /// Serving truth: the GPU model's latency of one request of a model at a
 /// batch on the lowest `sms` SMs, measured on demand and cached. The GPU
 /// model's partitions do not slow each other (docs/performance.md,
@@ -77,7 +80,7 @@ pub struct GpuModelExec {
     names: Vec<String>,
     memory: Vec<MemoryUse>,
     gpu_mem_mb: f64,
-    cache: Mutex<HashMap<(usize, u32, u32), (f64, f64)>>,
+    cache: Mutex<HashMap<PointKey, (f64, f64)>>,
 }
 
 impl GpuModelExec {
@@ -193,7 +196,9 @@ pub fn setup(
     let profile = DeviceProfile::builtin(device).map_err(|_| {
         InssBenchError::Device(
             device.into(),
-            DeviceProfile::builtin_names().collect::<Vec<_>>().join(", "),
+            DeviceProfile::builtin_names()
+                .collect::<Vec<_>>()
+                .join(", "),
         )
     })?;
     let reg = ModelRegistry::builtin();
@@ -437,13 +442,26 @@ pub fn plan(
         PlannerKind::Inss | PlannerKind::InssNi => {
             let ts = match (kind, agents) {
                 (PlannerKind::Inss, Some(a)) => &a.inss,
-                (PlannerKind::InssNi, Some(Agents { inss_ni: Some(t), .. })) => t,
+                (
+                    PlannerKind::InssNi,
+                    Some(Agents {
+                        inss_ni: Some(t), ..
+                    }),
+                ) => t,
                 _ => {
                     return Err(InssBenchError::Run(format!(
                         "{} needs trained agents: run `sluice train inss{} --out DIR` and pass --agents{} DIR",
                         kind.name(),
-                        if kind == PlannerKind::InssNi { " --no-interference" } else { "" },
-                        if kind == PlannerKind::InssNi { "-ni" } else { "" },
+                        if kind == PlannerKind::InssNi {
+                            " --no-interference"
+                        } else {
+                            ""
+                        },
+                        if kind == PlannerKind::InssNi {
+                            "-ni"
+                        } else {
+                            ""
+                        },
                     )));
                 }
             };
@@ -606,9 +624,18 @@ pub fn max_load(
             }
             Err(e) => return Err(e),
         };
-        let served = serve(&s.truth, &inst, &rates, &p.placement, opts.duration_s, opts.seed)?;
-        Ok((served.total_violation() <= crate::bench_cluster::MAX_VIOLATION_RATE)
-            .then_some((served, p)))
+        let served = serve(
+            &s.truth,
+            &inst,
+            &rates,
+            &p.placement,
+            opts.duration_s,
+            opts.seed,
+        )?;
+        Ok(
+            (served.total_violation() <= crate::bench_cluster::MAX_VIOLATION_RATE)
+                .then_some((served, p)),
+        )
     };
     let mut best: Option<(f64, Served, Plan)> = None;
     let (mut lo, mut hi) = (0.0f64, f64::INFINITY);

@@ -790,7 +790,7 @@ pub fn run(
     for (i, set, pl, k, alone) in &corun_jobs {
         // Measured alone at the co-run's batch and share (a profile point
         // on the paper's grid; its own run on a grid without it).
-        let alone_ms = Some(out[*alone].0);
+        let alone_ms = out[*alone].0;
         let compute_ms = out[*k].0;
         profiles[*i].corun.push(CoRunObservation {
             batch: pl[0].1,
@@ -800,7 +800,7 @@ pub fn run(
                 .map(|&(model, batch, sms)| CoRunner { model, batch, sms })
                 .collect(),
             compute_ms,
-            alone_compute_ms: alone_ms,
+            alone_compute_ms: Some(alone_ms),
         });
         corun_rows.push(CoRunRow {
             model: models[*i].name().to_owned(),
@@ -810,7 +810,7 @@ pub fn run(
                 .map(|&(j, b, _)| (models[j].name().to_owned(), b, CORUN_SHARE_PCT))
                 .collect(),
             compute_ms,
-            alone_ms: alone_ms.unwrap_or(f64::NAN),
+            alone_ms,
         });
     }
 
@@ -1001,6 +1001,8 @@ mod tests {
             requests: 2,
             gpu_mem_mb: 32768.0,
             jobs: 2,
+            shares_pct: SHARES_PCT.to_vec(),
+            batches: BATCHES.to_vec(),
         }
     }
 

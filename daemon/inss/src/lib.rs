@@ -23,7 +23,7 @@ pub mod baselines;
 pub mod env;
 pub mod features;
 pub mod latency;
-// pub mod ts; (after the sluice-rl merge)
+pub mod ts;
 pub mod types;
 pub mod workload;
 

@@ -156,13 +156,37 @@ pub struct EpisodeRecord {
     pub wall_s: f64,
 }
 
+/// What the global agent saw and did for one instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GlobalStep {
+    /// Its observation.
+    pub state: Vec<f32>,
+    /// Its safe GPUs.
+    pub mask: Vec<bool>,
+    /// The GPU chosen.
+    pub gpu: usize,
+}
+
+/// What the local agent saw and did for one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LocalStep {
+    /// Its observation.
+    pub state: Vec<f32>,
+    /// Its present slots.
+    pub mask: Vec<bool>,
+    /// The action (empty for a GPU with no instance).
+    pub action: Vec<f32>,
+    /// Its instances, in slot order.
+    pub members: Vec<usize>,
+}
+
 /// What one decision saw and did, for replay.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Trace {
-    /// Per instance: global observation, mask, chosen GPU.
-    pub global: Vec<(Vec<f32>, Vec<bool>, usize)>,
-    /// Per GPU: local observation, mask, action, members.
-    pub local: Vec<(Vec<f32>, Vec<bool>, Vec<f32>, Vec<usize>)>,
+    /// Per instance.
+    pub global: Vec<GlobalStep>,
+    /// Per GPU.
+    pub local: Vec<LocalStep>,
 }
 
 /// The two agents.
@@ -276,7 +300,11 @@ impl TwoStage {
                     source,
                 })?;
             stage.place(i, k);
-            global.push((s, mask, k));
+            global.push(GlobalStep {
+                state: s,
+                mask,
+                gpu: k,
+            });
         }
         let mut d = Decision {
             slots: vec![None; n],
@@ -290,7 +318,12 @@ impl TwoStage {
                 .sum();
             let (s, mask) = local_observe(env, exec, &members, mem);
             if members.is_empty() {
-                local.push((s, mask, Vec::new(), members));
+                local.push(LocalStep {
+                    state: s,
+                    mask,
+                    action: Vec::new(),
+                    members,
+                });
                 continue;
             }
             let a = self
@@ -301,7 +334,12 @@ impl TwoStage {
                     source,
                 })?;
             apply_local(&mut d, k, &members, &a, env.config().max_batch);
-            local.push((s, mask, a, members));
+            local.push(LocalStep {
+                state: s,
+                mask,
+                action: a,
+                members,
+            });
         }
         Ok((d, Trace { global, local }))
     }
@@ -364,8 +402,12 @@ impl TwoStage {
             dir: dir.display().to_string(),
             message,
         };
-        let text = std::fs::read_to_string(dir.join("inss.json"))
-            .map_err(|e| err(format!("inss.json: {e}; train agents with `sluice train inss --out {}`", dir.display())))?;
+        let text = std::fs::read_to_string(dir.join("inss.json")).map_err(|e| {
+            err(format!(
+                "inss.json: {e}; train agents with `sluice train inss --out {}`",
+                dir.display()
+            ))
+        })?;
         let side: Sidecar =
             serde_json::from_str(&text).map_err(|e| err(format!("inss.json: {e}")))?;
         if side.format != FORMAT {
@@ -455,13 +497,10 @@ pub fn train(
     let mut rng = Rng::seed_from_u64(cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5EED);
     let mut env = Env::new(cfg.env, instances.to_vec(), cfg.seed ^ 0xE4F1);
     let replay = |e: String, stage| TsError::Replay { stage, message: e };
-    let mut gbuf = ts
-        .sacd
-        .replay_buffer()
-        .map_err(|source| TsError::Build {
-            stage: "global (SACD)",
-            source,
-        })?;
+    let mut gbuf = ts.sacd.replay_buffer().map_err(|source| TsError::Build {
+        stage: "global (SACD)",
+        source,
+    })?;
     let mut lbuf = ts.td3.replay_buffer().map_err(|source| TsError::Build {
         stage: "local (TD3)",
         source,
@@ -480,35 +519,35 @@ pub fn train(
             let r = env.rewards(&out);
             let done = t + 1 == cfg.env.steps;
             let (d2, trace2) = ts.decide(&env, exec, &d, true, &mut rng)?;
-            for (i, (s, mask, a)) in trace.global.iter().enumerate() {
-                let (s2, mask2, _) = &trace2.global[i];
+            for (i, g) in trace.global.iter().enumerate() {
+                let g2 = &trace2.global[i];
                 gbuf.push(Transition {
-                    state: s.clone(),
-                    action: Action::Discrete(*a),
+                    state: g.state.clone(),
+                    action: Action::Discrete(g.gpu),
                     reward: r[i] as f32,
-                    next_state: s2.clone(),
+                    next_state: g2.state.clone(),
                     done,
-                    mask: Some(mask.clone()),
-                    next_mask: Some(mask2.clone()),
+                    mask: Some(g.mask.clone()),
+                    next_mask: Some(g2.mask.clone()),
                 })
                 .map_err(|e| replay(e.to_string(), "global (SACD)"))?;
             }
-            for (k, (s, mask, a, members)) in trace.local.iter().enumerate() {
-                if members.is_empty() {
+            for (k, l) in trace.local.iter().enumerate() {
+                if l.members.is_empty() {
                     continue;
                 }
-                let (s2, mask2, _, _) = &trace2.local[k];
-                let rk: f64 = members.iter().map(|&i| r[i]).sum();
+                let l2 = &trace2.local[k];
+                let rk: f64 = l.members.iter().map(|&i| r[i]).sum();
                 // A GPU that empties in the next step has no share to
                 // mask: its next state is stored as allowing every share.
                 lbuf.push(Transition {
-                    state: s.clone(),
-                    action: Action::Continuous(a.clone()),
+                    state: l.state.clone(),
+                    action: Action::Continuous(l.action.clone()),
                     reward: rk as f32,
-                    next_state: s2.clone(),
+                    next_state: l2.state.clone(),
                     done,
-                    mask: Some(mask.clone()),
-                    next_mask: mask2.iter().any(|&m| m).then(|| mask2.clone()),
+                    mask: Some(l.mask.clone()),
+                    next_mask: l2.mask.iter().any(|&m| m).then(|| l2.mask.clone()),
                 })
                 .map_err(|e| replay(e.to_string(), "local (TD3)"))?;
             }
@@ -558,4 +597,166 @@ pub fn train(
         records.push(rec);
     }
     Ok((ts, records))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::CoRunner;
+
+    /// Two models; `t = b × k_m × 100 / sms` ms, 5 % slower per co-runner.
+    struct Toy;
+    impl ExecModel for Toy {
+        fn gpu_sms(&self) -> u32 {
+            100
+        }
+        fn gpu_mem_mb(&self) -> f64 {
+            1000.0
+        }
+        fn model_count(&self) -> usize {
+            2
+        }
+        fn model_name(&self, m: usize) -> &str {
+            ["fast", "slow"][m]
+        }
+        fn exec_ms(&self, m: usize, b: u32, sms: u32, o: &[CoRunner]) -> f64 {
+            let k = [0.5, 2.0][m];
+            f64::from(b) * k * 100.0 / f64::from(sms.max(1)) * (1.0 + 0.05 * o.len() as f64)
+        }
+        fn mem_mb(&self, _: usize, b: u32) -> f64 {
+            100.0 + f64::from(b)
+        }
+        fn util(&self, m: usize, _: u32, _: u32) -> (f64, f64) {
+            (0.0, [0.2, 0.4][m])
+        }
+    }
+
+    fn instances() -> Vec<Instance> {
+        (0..4)
+            .map(|i| Instance {
+                name: format!("m{i}"),
+                model: i % 2,
+                slo_ms: 50.0,
+                max_rate_rps: 200.0,
+            })
+            .collect()
+    }
+
+    fn small() -> TrainConfig {
+        let mut c = TrainConfig {
+            env: EnvConfig {
+                gpus: 2,
+                max_slots: 3,
+                steps: 6,
+                ..EnvConfig::default()
+            },
+            episodes: 3,
+            hidden: vec![16, 16],
+            seed: 11,
+            ..TrainConfig::default()
+        };
+        c.sacd.batch_size = 8;
+        c.td3.batch_size = 8;
+        c
+    }
+
+    #[test]
+    fn training_is_reproducible_and_records_every_episode() {
+        let cfg = small();
+        let mut seen = 0;
+        let (a, ra) = train(&Toy, &instances(), &cfg, &mut |_| seen += 1).unwrap();
+        let (b, rb) = train(&Toy, &instances(), &cfg, &mut |_| {}).unwrap();
+        assert_eq!(seen, 3);
+        assert_eq!(ra.len(), 3);
+        assert_eq!(a.digest(), b.digest());
+        let strip = |r: &[EpisodeRecord]| {
+            r.iter()
+                .map(|e| (e.reward, e.throughput, e.violation))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(strip(&ra), strip(&rb));
+        // Updates ran: the weights moved away from a fresh agent's.
+        let fresh = TwoStage::new(
+            2,
+            cfg.env,
+            &cfg.hidden,
+            cfg.sacd.clone(),
+            cfg.td3.clone(),
+            cfg.seed,
+        )
+        .unwrap();
+        assert_ne!(fresh.digest(), a.digest());
+        let mut other = cfg.clone();
+        other.seed = 12;
+        let (c, _) = train(&Toy, &instances(), &other, &mut |_| {}).unwrap();
+        assert_ne!(c.digest(), a.digest());
+    }
+
+    #[test]
+    fn decisions_respect_slots_and_shares_and_checkpoints_round_trip() {
+        let cfg = small();
+        let (ts, rec) = train(&Toy, &instances(), &cfg, &mut |_| {}).unwrap();
+        let mut env = Env::new(cfg.env, instances(), 3);
+        env.reset();
+        let mut rng = Rng::seed_from_u64(5);
+        let empty = Decision {
+            slots: vec![None; 4],
+        };
+        let (d, trace) = ts.decide(&env, &Toy, &empty, false, &mut rng).unwrap();
+        for g in 0..2 {
+            let n = d.slots.iter().flatten().filter(|s| s.gpu == g).count();
+            assert!(n <= 3);
+        }
+        assert!(d.used_pct(2).iter().all(|&u| u <= 100));
+        assert!(
+            d.slots
+                .iter()
+                .all(|s| s.is_some_and(|s| (1..=32).contains(&s.batch)))
+        );
+        assert_eq!(trace.global.len(), 4);
+
+        let dir = std::env::temp_dir().join(format!("sluice-inss-ts-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        ts.save(&dir, &Toy, &instances(), cfg.seed, &rec).unwrap();
+        let (back, inst, rec2) = TwoStage::load(&dir, &Toy).unwrap();
+        assert_eq!(back.digest(), ts.digest());
+        assert_eq!(inst, instances());
+        assert_eq!(rec2.len(), rec.len());
+        for (a, b) in rec2.iter().zip(&rec) {
+            assert_eq!(a.episode, b.episode);
+            assert!((a.reward - b.reward).abs() < 1e-9 && (a.alpha - b.alpha).abs() < 1e-12);
+        }
+        let (d2, _) = back
+            .decide(&env, &Toy, &empty, false, &mut Rng::seed_from_u64(5))
+            .unwrap();
+        assert_eq!(d2, d);
+        // Another model set is refused, naming both.
+        struct Other;
+        impl ExecModel for Other {
+            fn gpu_sms(&self) -> u32 {
+                100
+            }
+            fn gpu_mem_mb(&self) -> f64 {
+                1000.0
+            }
+            fn model_count(&self) -> usize {
+                2
+            }
+            fn model_name(&self, m: usize) -> &str {
+                ["fast", "other"][m]
+            }
+            fn exec_ms(&self, _: usize, _: u32, _: u32, _: &[CoRunner]) -> f64 {
+                1.0
+            }
+            fn mem_mb(&self, _: usize, _: u32) -> f64 {
+                1.0
+            }
+            fn util(&self, _: usize, _: u32, _: u32) -> (f64, f64) {
+                (0.0, 0.0)
+            }
+        }
+        let e = TwoStage::load(&dir, &Other).unwrap_err().to_string();
+        assert!(e.contains("\"slow\"") && e.contains("\"other\""), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
