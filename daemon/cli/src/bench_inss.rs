@@ -37,6 +37,11 @@ use crate::bench_cluster_sim::{
 /// The paper's SLOs (§6.1), ms, in [`crate::inss_model::MODELS`] order.
 pub const PAPER_SLO_MS: [f64; 8] = [10.0, 35.0, 65.0, 10.0, 15.0, 30.0, 15.0, 80.0];
 
+/// The largest batch the server forms: with deadline batching a backlog
+/// is served in one batch of up to this many (the cluster simulator's
+/// [`Batching::Deadline`]), whatever the planner planned.
+pub const MAX_SERVED_BATCH: u32 = 32;
+
 /// Models served twice (indices into [`crate::inss_model::MODELS`]):
 /// ResNet50 and VGG16.
 pub const DOUBLED: [usize; 2] = [1, 2];
@@ -301,7 +306,7 @@ pub fn serve(
                         model: i,
                         batch: a.batch,
                         share_rps: a.share_rps,
-                        latency_ms: (1..=a.batch.max(1))
+                        latency_ms: (1..=a.batch.max(MAX_SERVED_BATCH))
                             .map(|n| truth.exec_ms(instances[i].model, n, sms, &[]))
                             .collect(),
                     }
@@ -323,7 +328,7 @@ pub fn serve(
         seed,
         routing: Routing::Random,
         rounds: Rounds::WorkConserving,
-        batching: Batching::Planned,
+        batching: Batching::Deadline,
     };
     let r = simulate(&models, &parts, &opts).map_err(|e| InssBenchError::Run(e.to_string()))?;
     let arrived: u64 = r.models.iter().map(|m| m.arrived).sum();
@@ -701,4 +706,518 @@ pub fn max_load(
             )),
         },
     })
+}
+
+/// One cell of the latency model's validation (Tables 3–4 analogues).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelErrorRow {
+    /// `"3"` or `"4"`.
+    pub table: String,
+    /// The case, as the paper names it (`A&R*`).
+    pub case: String,
+    /// Batch of the measured model.
+    pub batch: u32,
+    /// Share of the measured model, percent.
+    pub share_pct: u32,
+    /// The GPU model's latency, ms (simulated).
+    pub observed_ms: f64,
+    /// The fitted latency model's, ms.
+    pub predicted_ms: f64,
+    /// |predicted − observed| / observed, percent.
+    pub error_pct: f64,
+}
+
+/// The whole report (`sluice bench inss --json`).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InssReport {
+    /// Always true: every latency is the GPU model's.
+    pub simulated: bool,
+    /// Device profile.
+    pub device: String,
+    /// The SLO rule, in words.
+    pub slo_rule: String,
+    /// Instances: name, model, SLO (ms), the paper's SLO (ms), base rate.
+    pub instances: Vec<(String, String, f64, f64, f64)>,
+    /// The LWR fit the latency model uses.
+    pub latency_fit: String,
+    /// The latency model against the GPU model (Tables 3–4).
+    pub model_error: Vec<ModelErrorRow>,
+    /// Its largest error, percent.
+    pub model_max_error_pct: f64,
+    /// The agents' training record (Fig. 8–9), from their checkpoint.
+    pub training: Vec<sluice_inss::ts::EpisodeRecord>,
+    /// Each planner's SLO-preserved maximum load (Fig. 10, 12, 15–19).
+    pub throughput: Vec<ThroughputRow>,
+    /// GPU-model points measured for serving.
+    pub truth_points: usize,
+    /// Wall seconds.
+    pub wall_s: f64,
+}
+
+/// Runs the experiments: the model validation always, the training record
+/// when agents are given, the throughput search for `opts.planners` on
+/// each of `opts.gpus` (InSS planners are skipped, with a note, without
+/// agents).
+pub fn run(
+    s: &InssSetup,
+    agents: Option<&Agents>,
+    training: &[sluice_inss::ts::EpisodeRecord],
+    opts: &InssBenchOptions,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<InssReport, InssBenchError> {
+    let started = std::time::Instant::now();
+    let mut rows = Vec::new();
+    let jobs: Vec<(usize, PlannerKind)> = opts
+        .gpus
+        .iter()
+        .flat_map(|&g| opts.planners.iter().map(move |&p| (g, p)))
+        .collect();
+    progress(0, jobs.len());
+    for (k, &(g, p)) in jobs.iter().enumerate() {
+        let needs_agents = matches!(p, PlannerKind::Inss | PlannerKind::InssNi);
+        let have = match (p, agents) {
+            (PlannerKind::Inss, Some(_)) => true,
+            (PlannerKind::InssNi, Some(a)) => a.inss_ni.is_some(),
+            _ => !needs_agents,
+        };
+        if !have {
+            rows.push(ThroughputRow {
+                gpus: g,
+                planner: p.name(),
+                load_factor: 0.0,
+                throughput_rps: 0.0,
+                violation: f64::NAN,
+                drop: f64::NAN,
+                fragment: 0,
+                gpus_used: 0,
+                used_pct: 0,
+                decision_ms: f64::NAN,
+                note: Some(format!(
+                    "not run: no agents (sluice train inss{} --out DIR, then --agents{} DIR)",
+                    if p == PlannerKind::InssNi {
+                        " --no-interference"
+                    } else {
+                        ""
+                    },
+                    if p == PlannerKind::InssNi { "-ni" } else { "" }
+                )),
+            });
+        } else {
+            rows.push(max_load(s, agents, p, g, opts)?);
+        }
+        progress(k + 1, jobs.len());
+    }
+    let r = &s.model_report;
+    Ok(InssReport {
+        simulated: true,
+        device: s.device.clone(),
+        slo_rule: "SLO = 2 x L(32, 100 %) of the model on the device profile (the gpulet experiments' rule); paper_slo_ms is InSS §6.1's figure on an A100, for reference".into(),
+        instances: s
+            .instances
+            .iter()
+            .enumerate()
+            .map(|(i, inst)| {
+                (
+                    inst.name.clone(),
+                    s.truth.model_name(inst.model).to_owned(),
+                    inst.slo_ms,
+                    s.paper_slo_ms[i],
+                    s.base_rps[i],
+                )
+            })
+            .collect(),
+        latency_fit: r.chosen.clone(),
+        model_error: r
+            .rows
+            .iter()
+            .map(|v| ModelErrorRow {
+                table: v.table.clone(),
+                case: v.case.clone(),
+                batch: v.batch,
+                share_pct: v.share_pct,
+                observed_ms: v.observed_ms,
+                predicted_ms: v.predicted_ms,
+                error_pct: v.error_pct,
+            })
+            .collect(),
+        model_max_error_pct: r.max_error_pct,
+        training: training.to_vec(),
+        throughput: rows,
+        truth_points: s.truth.measured(),
+        wall_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn pct(x: f64) -> String {
+    if x.is_nan() {
+        "-".into()
+    } else {
+        format!("{:.2} %", 100.0 * x)
+    }
+}
+
+/// The human-readable report.
+pub fn table(r: &InssReport) -> String {
+    use std::fmt::Write;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "InSS on the GPU model (SIMULATED, device profile `{}`)\n\nSLO rule: {}\n",
+        r.device, r.slo_rule
+    );
+    let _ = writeln!(
+        o,
+        "| instance | model | SLO ms | paper SLO ms | base rate rps |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|");
+    for (n, m, slo, p, b) in &r.instances {
+        let _ = writeln!(o, "| {n} | {m} | {slo:.1} | {p} | {b:.1} |");
+    }
+    let _ = writeln!(
+        o,
+        "\nLatency model ({}) against the GPU model, Tables 3–4 analogues; largest error {:.2} %:\n",
+        r.latency_fit, r.model_max_error_pct
+    );
+    let _ = writeln!(
+        o,
+        "| table | case | batch | share % | observed ms | predicted ms | error % |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|");
+    for v in &r.model_error {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {} | {} | {:.3} | {:.3} | {:.2} |",
+            v.table, v.case, v.batch, v.share_pct, v.observed_ms, v.predicted_ms, v.error_pct
+        );
+    }
+    if let (Some(first), Some(last)) = (r.training.first(), r.training.last()) {
+        let _ = writeln!(
+            o,
+            "\nTraining: {} episodes; reward {:.2} → {:.2}, throughput {:.0} → {:.0} rps, violation {} → {}; {:.1} s per episode (median)\n",
+            r.training.len(),
+            first.reward,
+            last.reward,
+            first.throughput,
+            last.throughput,
+            pct(first.violation),
+            pct(last.violation),
+            median(r.training.iter().map(|e| e.wall_s).collect()),
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\nSLO-preserved maximum load (≤ 1 % late, dropped or unserved), served on the GPU model:\n"
+    );
+    let _ = writeln!(
+        o,
+        "| GPUs | planner | load × base | throughput rps | late | dropped | fragment % | GPUs used | decision ms | note |"
+    );
+    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|");
+    for t in &r.throughput {
+        let _ = writeln!(
+            o,
+            "| {} | {} | {:.3} | {:.1} | {} | {} | {} | {} | {:.2} | {} |",
+            t.gpus,
+            t.planner,
+            t.load_factor,
+            t.throughput_rps,
+            pct(t.violation),
+            pct(t.drop),
+            t.fragment,
+            t.gpus_used,
+            t.decision_ms,
+            t.note.as_deref().unwrap_or("")
+        );
+    }
+    let _ = writeln!(
+        o,
+        "\n{} GPU-model points measured for serving; {:.1} s wall",
+        r.truth_points, r.wall_s
+    );
+    o
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// `sluice train inss`'s arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct TrainInssArgs {
+    /// Directory to write the agents into (created; an existing checkpoint
+    /// there is replaced).
+    #[arg(long)]
+    pub out: std::path::PathBuf,
+    /// Episodes (InSS Table 2: 1600).
+    #[arg(long, default_value_t = 1600)]
+    pub episodes: usize,
+    /// Steps per episode (Table 2: 100), each one second of arrivals.
+    #[arg(long, default_value_t = 100)]
+    pub steps: usize,
+    /// Seed of the weights, exploration, replay and environment: the same
+    /// seed on one thread gives the same agents.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Device profile of the simulated GPU (InSS's testbed: a100).
+    #[arg(long, default_value = "a100")]
+    pub device: String,
+    /// Train InSS-ni: the latency model without its interference terms.
+    #[arg(long)]
+    pub no_interference: bool,
+    /// Hidden layer widths (Table 2: 256,256).
+    #[arg(long, value_delimiter = ',', default_value = "256,256")]
+    pub hidden: Vec<usize>,
+    /// Mini-batch size of both agents (Table 2: 256).
+    #[arg(long, default_value_t = 256)]
+    pub batch_size: usize,
+    /// Print the per-episode record as JSON at the end.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Trains InSS's agents (`sluice train inss`) and writes them to
+/// `args.out`; returns the training record. Progress goes to stderr.
+pub fn train_cmd(args: &TrainInssArgs) -> Result<Vec<sluice_inss::ts::EpisodeRecord>, String> {
+    if args.episodes == 0 || args.steps == 0 {
+        return Err(format!(
+            "--episodes {} and --steps {} must both be at least 1",
+            args.episodes, args.steps
+        ));
+    }
+    if args.hidden.is_empty() || args.hidden.contains(&0) || args.batch_size == 0 {
+        return Err(format!(
+            "--hidden {:?} needs at least one width, none 0, and --batch-size {} at least 1",
+            args.hidden, args.batch_size
+        ));
+    }
+    let mut fit = |d: usize, t: usize| {
+        eprint!("\rtrain inss: profiling the latency model {d}/{t} simulations");
+        if d == t {
+            eprintln!();
+        }
+    };
+    let s = setup(&args.device, &mut fit).map_err(|e| e.to_string())?;
+    let ni;
+    let exec: &dyn ExecModel = if args.no_interference {
+        ni = s.latency.without_interference();
+        &ni
+    } else {
+        &s.latency
+    };
+    let mut cfg = sluice_inss::ts::TrainConfig {
+        episodes: args.episodes,
+        hidden: args.hidden.clone(),
+        seed: args.seed,
+        ..Default::default()
+    };
+    cfg.env.steps = args.steps;
+    cfg.sacd.batch_size = args.batch_size;
+    cfg.td3.batch_size = args.batch_size;
+    let started = std::time::Instant::now();
+    let total = args.episodes;
+    let mut on_episode = |e: &sluice_inss::ts::EpisodeRecord| {
+        let el = started.elapsed().as_secs_f64();
+        let eta = el / e.episode as f64 * (total - e.episode) as f64;
+        eprint!(
+            "\rtrain inss: episode {}/{total}  reward {:8.2}  throughput {:7.0} rps  violation {:6.2} %  {:.0} s left   ",
+            e.episode,
+            e.reward,
+            e.throughput,
+            100.0 * e.violation,
+            eta
+        );
+        if e.episode == total {
+            eprintln!();
+        }
+    };
+    let (ts, records) = sluice_inss::ts::train(exec, &s.instances, &cfg, &mut on_episode)
+        .map_err(|e| format!("training failed: {e}"))?;
+    ts.save(&args.out, exec, &s.instances, args.seed, &records)
+        .map_err(|e| e.to_string())?;
+    eprintln!(
+        "train inss: {} episodes in {:.1} s ({:.2} s per episode); agents digest {:016x}; written to {}",
+        records.len(),
+        started.elapsed().as_secs_f64(),
+        started.elapsed().as_secs_f64() / records.len() as f64,
+        ts.digest(),
+        args.out.display()
+    );
+    Ok(records)
+}
+
+/// `sluice bench inss`'s arguments.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchInssArgs {
+    /// Agents from `sluice train inss --out DIR` (without: InSS is not run).
+    #[arg(long)]
+    pub agents: Option<std::path::PathBuf>,
+    /// InSS-ni's agents (`sluice train inss --no-interference --out DIR`).
+    #[arg(long)]
+    pub agents_ni: Option<std::path::PathBuf>,
+    /// GPU counts, multiples of 4 (InSS: 4 and 64).
+    #[arg(long, value_delimiter = ',', default_value = "4,64")]
+    pub gpus: Vec<usize>,
+    /// Planners: inss, inss-ni, gpulet, gslice, igniter (default all).
+    #[arg(long, value_delimiter = ',')]
+    pub planners: Vec<PlannerKind>,
+    /// Virtual seconds of Poisson arrivals per serving run.
+    #[arg(long, default_value_t = 20.0)]
+    pub duration: f64,
+    /// Bisection steps of each load search.
+    #[arg(long, default_value_t = 5)]
+    pub search_steps: u32,
+    /// Seed of arrivals and routing.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Device profile (InSS's testbed: a100).
+    #[arg(long, default_value = "a100")]
+    pub device: String,
+    /// Print one JSON object (`model_error`, `training`, `throughput`, …).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `sluice bench inss`; returns the report.
+pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
+    if let Some(&g) = args.gpus.iter().find(|&&g| g == 0 || g % GROUP_GPUS != 0) {
+        return Err(format!(
+            "--gpus {g}: InSS decides per group of {GROUP_GPUS} GPUs; give multiples of {GROUP_GPUS} (4, 64)"
+        ));
+    }
+    if !(args.duration.is_finite() && args.duration > 0.0) {
+        return Err(format!(
+            "--duration {}: give a positive number of seconds",
+            args.duration
+        ));
+    }
+    let mut fit = |d: usize, t: usize| {
+        eprint!("\rbench inss: profiling the latency model {d}/{t} simulations");
+        if d == t {
+            eprintln!();
+        }
+    };
+    let s = setup(&args.device, &mut fit).map_err(|e| e.to_string())?;
+    let load = |dir: &std::path::Path, ni: bool| -> Result<_, String> {
+        let m = if ni {
+            s.latency.without_interference()
+        } else {
+            s.latency.clone()
+        };
+        let (ts, inst, rec) =
+            sluice_inss::ts::TwoStage::load(dir, &m).map_err(|e| e.to_string())?;
+        if inst != s.instances {
+            return Err(format!(
+                "the agents in {} were trained for other instances (SLOs or rates differ from this build's setup on {}); retrain with `sluice train inss --device {} --out {}`",
+                dir.display(),
+                args.device,
+                args.device,
+                dir.display()
+            ));
+        }
+        Ok((ts, rec))
+    };
+    let mut training = Vec::new();
+    let agents = match &args.agents {
+        None => None,
+        Some(dir) => {
+            let (inss, rec) = load(dir, false)?;
+            training = rec;
+            let inss_ni = match &args.agents_ni {
+                None => None,
+                Some(d) => Some(load(d, true)?.0),
+            };
+            Some(Agents { inss, inss_ni })
+        }
+    };
+    let opts = InssBenchOptions {
+        gpus: args.gpus.clone(),
+        planners: if args.planners.is_empty() {
+            PlannerKind::ALL.to_vec()
+        } else {
+            args.planners.clone()
+        },
+        duration_s: args.duration,
+        search_steps: args.search_steps,
+        seed: args.seed,
+    };
+    let mut prog = |d: usize, t: usize| {
+        eprint!("\rbench inss: {d}/{t} planner runs");
+        if d == t {
+            eprintln!();
+        }
+    };
+    run(&s, agents.as_ref(), &training, &opts, &mut prog).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn setup_serves_the_papers_instances_and_baselines_find_a_load() {
+        let s = setup("a100", &mut |_, _| {}).unwrap();
+        assert_eq!(s.instances.len(), 10);
+        assert_eq!(s.instances[8].name, "resnet50#2");
+        assert_eq!(s.instances[9].name, "vgg16#2");
+        // SLO rule: twice the batch-32 latency on the whole GPU, from the
+        // GPU model itself.
+        let r50 = &s.instances[1];
+        assert_eq!(r50.slo_ms, 2.0 * s.truth.exec_ms(r50.model, 32, 108, &[]));
+        assert!(s.base_rps.iter().all(|&b| b > 0.0));
+        // The truth is the GPU model: cached, and co-runners change
+        // nothing (its partitions do not interfere).
+        let a = s.truth.exec_ms(0, 4, 27, &[]);
+        let before = s.truth.measured();
+        assert_eq!(s.truth.exec_ms(0, 4, 27, &[]), a);
+        assert_eq!(s.truth.measured(), before);
+        let opts = InssBenchOptions {
+            gpus: vec![4],
+            planners: vec![PlannerKind::Gpulet],
+            duration_s: 3.0,
+            search_steps: 1,
+            seed: 1,
+        };
+        let row = max_load(&s, None, PlannerKind::Gpulet, 4, &opts).unwrap();
+        assert!(row.load_factor > 0.0, "{row:?}");
+        assert!(row.violation + row.drop <= 0.01, "{row:?}");
+        assert!(row.gpus_used <= 4 && row.fragment <= 400);
+        // Without agents InSS is reported as not run, not as zero.
+        let r = run(
+            &s,
+            None,
+            &[],
+            &InssBenchOptions {
+                planners: vec![PlannerKind::Inss],
+                ..opts
+            },
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert!(
+            r.throughput[0]
+                .note
+                .as_deref()
+                .unwrap()
+                .contains("sluice train inss")
+        );
+        assert!(r.model_error.len() == 28 && r.simulated);
+        // The group split needs a multiple of four GPUs.
+        let e = bench_cmd(&BenchInssArgs {
+            agents: None,
+            agents_ni: None,
+            gpus: vec![6],
+            planners: vec![],
+            duration: 1.0,
+            search_steps: 1,
+            seed: 1,
+            device: "a100".into(),
+            json: false,
+        })
+        .unwrap_err();
+        assert!(e.contains("--gpus 6"), "{e}");
+    }
 }

@@ -25,6 +25,12 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Train a learned planner's agents on the GPU model: `sluice train
+    /// inss` (InSS's two-stage SACD + TD3 scheduler, docs/inss.md).
+    Train {
+        #[command(subcommand)]
+        which: TrainCmd,
+    },
     /// Start an embedded daemon on the simulated GPU and run REEF's DISB
     /// workload C as separate client processes: a periodic real-time client
     /// (VGG-19 at 50 % of its standalone maximum) beside five closed-loop
@@ -250,7 +256,25 @@ enum Cmd {
 }
 
 #[derive(Subcommand, Debug)]
+enum TrainCmd {
+    /// InSS's two agents (Algorithm 1, Table 2's parameters) trained on
+    /// its latency model fitted to the simulated GPU (default profile
+    /// a100), ten instances of its eight models; writes a checkpoint
+    /// directory `sluice bench inss --agents` reads. Runs on one CPU
+    /// thread unless RAYON_NUM_THREADS says otherwise; the same seed gives
+    /// the same agents.
+    Inss(sluice_cli::bench_inss::TrainInssArgs),
+}
+
+#[derive(Subcommand, Debug)]
 enum Bench {
+    /// InSS's experiments (§6) on the simulated GPU (default profile a100):
+    /// the latency model against the GPU model (Tables 3–4), the agents'
+    /// training record (Fig. 8–9), and each planner's SLO-preserved
+    /// maximum load on 4 and 64 GPUs — InSS, InSS-ni, gpulet, GSLICE,
+    /// iGniter — with fragments and decision time (Fig. 10, 12, 15–19).
+    /// docs/inss.md.
+    Inss(sluice_cli::bench_inss::BenchInssArgs),
     /// Round-trip time of the request path (submit → daemon → completion
     /// seen by the client, zero-time model, separate processes): spinning,
     /// parked, and a plain Unix-socket request/response baseline measured
@@ -843,7 +867,38 @@ fn print_json<T: serde::Serialize>(v: &T) -> ExitCode {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let learned = matches!(
+        cli.cmd,
+        Cmd::Train { .. }
+            | Cmd::Bench {
+                which: Bench::Inss(_)
+            }
+    );
+    if learned && std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        // SAFETY: no thread has been started yet (argument parsing only),
+        // so nothing can read the environment concurrently. One thread
+        // makes training reproducible by default, and spares candle a
+        // /proc/cpuinfo read per matrix product (crate sluice-rl's docs).
+        unsafe { std::env::set_var("RAYON_NUM_THREADS", "1") };
+    }
     match cli.cmd {
+        Cmd::Train {
+            which: TrainCmd::Inss(args),
+        } => match sluice_cli::bench_inss::train_cmd(&args) {
+            Ok(rec) if args.json => print_json(&rec),
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => fail(e),
+        },
+        Cmd::Bench {
+            which: Bench::Inss(args),
+        } => match sluice_cli::bench_inss::bench_cmd(&args) {
+            Ok(r) if args.json => print_json(&r),
+            Ok(r) => {
+                print!("{}", sluice_cli::bench_inss::table(&r));
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        },
         Cmd::Demo {
             scheduler,
             seconds,
