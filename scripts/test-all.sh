@@ -46,3 +46,7 @@ bash scripts/run-c-example.sh
 
 step "workspace tests (cargo nextest)"
 cargo nextest run --workspace --no-fail-fast
+
+# nextest does not run doctests; the examples in the docs must still compile and pass.
+step "doctests"
+cargo test --workspace --doc

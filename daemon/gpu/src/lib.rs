@@ -31,6 +31,7 @@
 //!     shared_mem: 0,
 //!     block_time_ns: 10_000,
 //!     idempotent: true,
+//!     wave_ns: Vec::new(),
 //!     mem_intensity: None,
 //!     tag: 7,
 //! };
