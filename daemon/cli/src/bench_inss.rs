@@ -974,6 +974,11 @@ pub struct TrainInssArgs {
     /// Mini-batch size of both agents (Table 2: 256).
     #[arg(long, default_value_t = 256)]
     pub batch_size: usize,
+    /// Also write the agents to `--out` every this many episodes (0:
+    /// only at the end), so a long run can be evaluated or kept if
+    /// stopped.
+    #[arg(long, default_value_t = 50)]
+    pub checkpoint_every: usize,
     /// Print the per-episode record as JSON at the end.
     #[arg(long)]
     pub json: bool,
@@ -1019,7 +1024,17 @@ pub fn train_cmd(args: &TrainInssArgs) -> Result<Vec<sluice_inss::ts::EpisodeRec
     cfg.td3.batch_size = args.batch_size;
     let started = std::time::Instant::now();
     let total = args.episodes;
-    let mut on_episode = |e: &sluice_inss::ts::EpisodeRecord| {
+    let instances = s.instances.clone();
+    let every = args.checkpoint_every;
+    let out = args.out.clone();
+    let seed = args.seed;
+    let mut on_episode = |ts: &sluice_inss::ts::TwoStage,
+                          recs: &[sluice_inss::ts::EpisodeRecord]|
+     -> Result<(), sluice_inss::ts::TsError> {
+        let e = recs.last().expect("called after an episode");
+        if every > 0 && e.episode % every == 0 && e.episode < total {
+            ts.save(&out, exec, &instances, seed, recs)?;
+        }
         let el = started.elapsed().as_secs_f64();
         let eta = el / e.episode as f64 * (total - e.episode) as f64;
         eprint!(
@@ -1033,6 +1048,7 @@ pub fn train_cmd(args: &TrainInssArgs) -> Result<Vec<sluice_inss::ts::EpisodeRec
         if e.episode == total {
             eprintln!();
         }
+        Ok(())
     };
     let (ts, records) = sluice_inss::ts::train(exec, &s.instances, &cfg, &mut on_episode)
         .map_err(|e| format!("training failed: {e}"))?;

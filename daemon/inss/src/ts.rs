@@ -477,14 +477,20 @@ impl TwoStage {
     }
 }
 
+/// What [`train`] calls after each episode: the agents and the records so
+/// far; an error stops training.
+pub type OnEpisode<'a> = dyn FnMut(&TwoStage, &[EpisodeRecord]) -> Result<(), TsError> + 'a;
+
 /// Algorithm 1: trains both agents for `cfg.episodes` episodes of
 /// `cfg.env.steps` steps on `exec` serving `instances`; `on_episode` gets
-/// each episode's record as it ends.
+/// the agents and the records so far as each episode ends (to report
+/// progress or save a checkpoint), and may stop training early with an
+/// error.
 pub fn train(
     exec: &dyn ExecModel,
     instances: &[Instance],
     cfg: &TrainConfig,
-    on_episode: &mut dyn FnMut(&EpisodeRecord),
+    on_episode: &mut OnEpisode<'_>,
 ) -> Result<(TwoStage, Vec<EpisodeRecord>), TsError> {
     let mut ts = TwoStage::new(
         exec.model_count(),
@@ -593,8 +599,8 @@ pub fn train(
             alpha: ts.sacd.alpha(),
             wall_s: started.elapsed().as_secs_f64(),
         };
-        on_episode(&rec);
         records.push(rec);
+        on_episode(&ts, &records)?;
     }
     Ok((ts, records))
 }
@@ -664,8 +670,12 @@ mod tests {
     fn training_is_reproducible_and_records_every_episode() {
         let cfg = small();
         let mut seen = 0;
-        let (a, ra) = train(&Toy, &instances(), &cfg, &mut |_| seen += 1).unwrap();
-        let (b, rb) = train(&Toy, &instances(), &cfg, &mut |_| {}).unwrap();
+        let (a, ra) = train(&Toy, &instances(), &cfg, &mut |_, _| {
+            seen += 1;
+            Ok(())
+        })
+        .unwrap();
+        let (b, rb) = train(&Toy, &instances(), &cfg, &mut |_, _| Ok(())).unwrap();
         assert_eq!(seen, 3);
         assert_eq!(ra.len(), 3);
         assert_eq!(a.digest(), b.digest());
@@ -688,14 +698,14 @@ mod tests {
         assert_ne!(fresh.digest(), a.digest());
         let mut other = cfg.clone();
         other.seed = 12;
-        let (c, _) = train(&Toy, &instances(), &other, &mut |_| {}).unwrap();
+        let (c, _) = train(&Toy, &instances(), &other, &mut |_, _| Ok(())).unwrap();
         assert_ne!(c.digest(), a.digest());
     }
 
     #[test]
     fn decisions_respect_slots_and_shares_and_checkpoints_round_trip() {
         let cfg = small();
-        let (ts, rec) = train(&Toy, &instances(), &cfg, &mut |_| {}).unwrap();
+        let (ts, rec) = train(&Toy, &instances(), &cfg, &mut |_, _| Ok(())).unwrap();
         let mut env = Env::new(cfg.env, instances(), 3);
         env.reset();
         let mut rng = Rng::seed_from_u64(5);
