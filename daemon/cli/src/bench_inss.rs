@@ -257,7 +257,7 @@ pub fn setup(
 }
 
 /// One serving run's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Served {
     /// Requests completed within their SLO, per second.
     pub goodput_rps: f64,
@@ -546,6 +546,9 @@ pub struct InssBenchOptions {
     pub search_steps: u32,
     /// Seed of arrivals and routing.
     pub seed: u64,
+    /// The common load factor of the fixed-load comparison (Fig. 10–12's
+    /// shape: every planner at the same rates).
+    pub fixed_load: f64,
 }
 
 impl Default for InssBenchOptions {
@@ -556,8 +559,59 @@ impl Default for InssBenchOptions {
             duration_s: 20.0,
             search_steps: 5,
             seed: 1,
+            fixed_load: 0.5,
         }
     }
+}
+
+/// Plans and serves `kind` at `load` × every base rate on `gpus` GPUs:
+/// the fixed-load comparison's row (its `load_factor` is `load`, whatever
+/// the violations).
+pub fn at_load(
+    s: &InssSetup,
+    agents: Option<&Agents>,
+    kind: PlannerKind,
+    gpus: usize,
+    load: f64,
+    opts: &InssBenchOptions,
+) -> Result<ThroughputRow, InssBenchError> {
+    let (inst, base) = cluster_instances(s, gpus);
+    let rates: Vec<f64> = base.iter().map(|r| r * load).collect();
+    let mut row = ThroughputRow {
+        gpus,
+        planner: kind.name(),
+        load_factor: load,
+        throughput_rps: 0.0,
+        violation: f64::NAN,
+        drop: f64::NAN,
+        fragment: 0,
+        gpus_used: 0,
+        used_pct: 0,
+        decision_ms: f64::NAN,
+        note: None,
+    };
+    match plan(kind, &s.latency, agents, &inst, &rates, gpus, opts.seed) {
+        Ok(p) => {
+            let sv = serve(
+                &s.truth,
+                &inst,
+                &rates,
+                &p.placement,
+                opts.duration_s,
+                opts.seed,
+            )?;
+            row.throughput_rps = sv.goodput_rps;
+            row.violation = sv.violation;
+            row.drop = sv.drop;
+            row.fragment = p.fragment_pct;
+            row.gpus_used = p.gpus_used;
+            row.used_pct = p.used_pct;
+            row.decision_ms = p.decision_ms;
+        }
+        Err(InssBenchError::Run(m)) => row.note = Some(m),
+        Err(e) => return Err(e),
+    }
+    Ok(row)
 }
 
 /// One planner on one cluster at its SLO-preserved maximum load.
@@ -748,6 +802,8 @@ pub struct InssReport {
     pub training: Vec<sluice_inss::ts::EpisodeRecord>,
     /// Each planner's SLO-preserved maximum load (Fig. 10, 12, 15–19).
     pub throughput: Vec<ThroughputRow>,
+    /// Each planner at one common load (`fixed_load` × base rates).
+    pub fixed_load: Vec<ThroughputRow>,
     /// GPU-model points measured for serving.
     pub truth_points: usize,
     /// Wall seconds.
@@ -767,6 +823,7 @@ pub fn run(
 ) -> Result<InssReport, InssBenchError> {
     let started = std::time::Instant::now();
     let mut rows = Vec::new();
+    let mut fixed = Vec::new();
     let jobs: Vec<(usize, PlannerKind)> = opts
         .gpus
         .iter()
@@ -780,6 +837,9 @@ pub fn run(
             (PlannerKind::InssNi, Some(a)) => a.inss_ni.is_some(),
             _ => !needs_agents,
         };
+        if have {
+            fixed.push(at_load(s, agents, p, g, opts.fixed_load, opts)?);
+        }
         if !have {
             rows.push(ThroughputRow {
                 gpus: g,
@@ -843,6 +903,7 @@ pub fn run(
         model_max_error_pct: r.max_error_pct,
         training: training.to_vec(),
         throughput: rows,
+        fixed_load: fixed,
         truth_points: s.truth.measured(),
         wall_s: started.elapsed().as_secs_f64(),
     })
@@ -928,6 +989,33 @@ pub fn table(r: &InssReport) -> String {
             t.decision_ms,
             t.note.as_deref().unwrap_or("")
         );
+    }
+    if let Some(f) = r.fixed_load.first() {
+        let _ = writeln!(
+            o,
+            "\nEvery planner at load {:.2} × base rates (Fig. 10–12's shape):\n",
+            f.load_factor
+        );
+        let _ = writeln!(
+            o,
+            "| GPUs | planner | throughput rps | late | dropped | fragment % | GPUs used | decision ms | note |"
+        );
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
+        for t in &r.fixed_load {
+            let _ = writeln!(
+                o,
+                "| {} | {} | {:.1} | {} | {} | {} | {} | {:.2} | {} |",
+                t.gpus,
+                t.planner,
+                t.throughput_rps,
+                pct(t.violation),
+                pct(t.drop),
+                t.fragment,
+                t.gpus_used,
+                t.decision_ms,
+                t.note.as_deref().unwrap_or("")
+            );
+        }
     }
     let _ = writeln!(
         o,
@@ -1086,6 +1174,9 @@ pub struct BenchInssArgs {
     /// Bisection steps of each load search.
     #[arg(long, default_value_t = 5)]
     pub search_steps: u32,
+    /// Load factor (× every base rate) of the fixed-load comparison.
+    #[arg(long, default_value_t = 0.5)]
+    pub fixed_load: f64,
     /// Seed of arrivals and routing.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -1095,6 +1186,10 @@ pub struct BenchInssArgs {
     /// Print one JSON object (`model_error`, `training`, `throughput`, …).
     #[arg(long)]
     pub json: bool,
+    /// Write the plots (inss-training.svg, inss-throughput.svg) into this
+    /// directory.
+    #[arg(long)]
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// Runs `sluice bench inss`; returns the report.
@@ -1108,6 +1203,12 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
         return Err(format!(
             "--duration {}: give a positive number of seconds",
             args.duration
+        ));
+    }
+    if !(args.fixed_load.is_finite() && args.fixed_load > 0.0) {
+        return Err(format!(
+            "--fixed-load {}: give a positive load factor (1 = every instance at its base rate)",
+            args.fixed_load
         ));
     }
     let mut fit = |d: usize, t: usize| {
@@ -1159,6 +1260,7 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
         duration_s: args.duration,
         search_steps: args.search_steps,
         seed: args.seed,
+        fixed_load: args.fixed_load,
     };
     let mut prog = |d: usize, t: usize| {
         eprint!("\rbench inss: {d}/{t} planner runs");
@@ -1166,7 +1268,186 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
             eprintln!();
         }
     };
-    run(&s, agents.as_ref(), &training, &opts, &mut prog).map_err(|e| e.to_string())
+    let r = run(&s, agents.as_ref(), &training, &opts, &mut prog).map_err(|e| e.to_string())?;
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create the plot directory {}: {e}", dir.display()))?;
+        for (name, svg) in plots(&r) {
+            let p = dir.join(name);
+            std::fs::write(&p, svg).map_err(|e| format!("cannot write {}: {e}", p.display()))?;
+            eprintln!("bench inss: wrote {}", p.display());
+        }
+    }
+    Ok(r)
+}
+
+/// One line panel: `ys` against 1..=n, titled, y from its minimum to its
+/// maximum.
+fn line_panel(
+    doc: &mut crate::svg::Svg,
+    f: crate::svg::Frame,
+    title: &str,
+    ys: &[f64],
+    color: &str,
+) {
+    use crate::svg::Anchor;
+    let (x0, y0, w, h) = (f.x + 52.0, f.y + 24.0, f.w - 64.0, f.h - 50.0);
+    doc.text(
+        f.x + f.w / 2.0,
+        f.y + 14.0,
+        title,
+        Anchor::Middle,
+        11.0,
+        true,
+    );
+    doc.rect(x0, y0, w, h, "#ffffff", Some("#888888"));
+    let finite: Vec<f64> = ys.iter().copied().filter(|v| v.is_finite()).collect();
+    if finite.is_empty() {
+        return;
+    }
+    let lo = finite.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = finite.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let span = if hi > lo { hi - lo } else { 1.0 };
+    let n = ys.len().max(2) as f64;
+    let pts: Vec<(f64, f64)> = ys
+        .iter()
+        .enumerate()
+        .filter(|(_, v)| v.is_finite())
+        .map(|(i, v)| (x0 + i as f64 / (n - 1.0) * w, y0 + h - (v - lo) / span * h))
+        .collect();
+    doc.polyline(&pts, color, 1.2, None);
+    for (v, y) in [(hi, y0 + 4.0), (lo, y0 + h)] {
+        doc.text(x0 - 4.0, y, &format!("{v:.3}"), Anchor::End, 9.0, false);
+    }
+    doc.text(x0, y0 + h + 14.0, "1", Anchor::Middle, 9.0, false);
+    doc.text(
+        x0 + w,
+        y0 + h + 14.0,
+        &format!("{}", ys.len()),
+        Anchor::Middle,
+        9.0,
+        false,
+    );
+    doc.text(
+        x0 + w / 2.0,
+        y0 + h + 22.0,
+        "episode",
+        Anchor::Middle,
+        9.5,
+        false,
+    );
+}
+
+/// The plots: `inss-training.svg` (Fig. 8–9: reward, throughput and
+/// violation per episode) when there is a training record, and
+/// `inss-throughput.svg` (Fig. 10, 12, 15–19: per GPU count, each
+/// planner's throughput, violations, fragments and decision time).
+pub fn plots(r: &InssReport) -> Vec<(&'static str, String)> {
+    use crate::svg::{Anchor, Bar, Frame, PALETTE, Svg, bar_chart};
+    let mut out = Vec::new();
+    if !r.training.is_empty() {
+        let (pw, ph) = (360.0, 220.0);
+        let mut doc = Svg::new(pw * 3.0, ph + 30.0);
+        doc.text(
+            pw * 1.5,
+            16.0,
+            &format!(
+                "InSS training (Fig. 8–9), SIMULATED ({} profile, latency model): {} episodes",
+                r.device,
+                r.training.len()
+            ),
+            Anchor::Middle,
+            12.0,
+            true,
+        );
+        let series: [(&str, Vec<f64>); 3] = [
+            (
+                "reward per step (Eq. 2)",
+                r.training.iter().map(|e| e.reward).collect(),
+            ),
+            (
+                "throughput, requests/s",
+                r.training.iter().map(|e| e.throughput).collect(),
+            ),
+            (
+                "violation (late or dropped)",
+                r.training.iter().map(|e| e.violation).collect(),
+            ),
+        ];
+        for (i, (t, ys)) in series.iter().enumerate() {
+            let f = Frame {
+                x: pw * i as f64,
+                y: 26.0,
+                w: pw,
+                h: ph,
+            };
+            line_panel(&mut doc, f, t, ys, PALETTE[(i + 1) % PALETTE.len()]);
+        }
+        out.push(("inss-training.svg", doc.finish()));
+    }
+    let mut gpus: Vec<usize> = r.throughput.iter().map(|t| t.gpus).collect();
+    gpus.dedup();
+    if !gpus.is_empty() {
+        let (pw, ph) = (300.0, 230.0);
+        let mut doc = Svg::new(pw * 4.0, 30.0 + ph * gpus.len() as f64);
+        doc.text(
+            pw * 2.0,
+            16.0,
+            &format!(
+                "Planners at their SLO-preserved maximum load, SIMULATED ({} profile; SLO = 2 × L(32, 100 %))",
+                r.device
+            ),
+            Anchor::Middle,
+            12.0,
+            true,
+        );
+        for (gi, &g) in gpus.iter().enumerate() {
+            let rows: Vec<&ThroughputRow> = r.throughput.iter().filter(|t| t.gpus == g).collect();
+            let bars = |f: &dyn Fn(&ThroughputRow) -> f64| -> Vec<Bar> {
+                rows.iter()
+                    .enumerate()
+                    .map(|(i, t)| Bar {
+                        label: t.planner.to_owned(),
+                        value: if t.note.is_some() { f64::NAN } else { f(t) },
+                        color: PALETTE[(i + 1) % PALETTE.len()].to_owned(),
+                    })
+                    .collect()
+            };
+            let panels: [(String, &str, Vec<Bar>); 4] = [
+                (
+                    format!("{g} GPUs: throughput"),
+                    "requests/s within SLO",
+                    bars(&|t| t.throughput_rps),
+                ),
+                (
+                    format!("{g} GPUs: late + dropped"),
+                    "% of requests",
+                    bars(&|t| 100.0 * (t.violation + t.drop)),
+                ),
+                (
+                    format!("{g} GPUs: fragments"),
+                    "% of a GPU",
+                    bars(&|t| f64::from(t.fragment)),
+                ),
+                (
+                    format!("{g} GPUs: decision time"),
+                    "ms (this VM)",
+                    bars(&|t| t.decision_ms),
+                ),
+            ];
+            for (i, (title, yl, b)) in panels.iter().enumerate() {
+                let f = Frame {
+                    x: pw * i as f64,
+                    y: 26.0 + ph * gi as f64,
+                    w: pw,
+                    h: ph,
+                };
+                bar_chart(&mut doc, f, title, yl, b, 0.0, None);
+            }
+        }
+        out.push(("inss-throughput.svg", doc.finish()));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -1196,6 +1477,7 @@ mod tests {
             duration_s: 3.0,
             search_steps: 1,
             seed: 1,
+            fixed_load: 0.5,
         };
         let row = max_load(&s, None, PlannerKind::Gpulet, 4, &opts).unwrap();
         assert!(row.load_factor > 0.0, "{row:?}");
@@ -1229,9 +1511,11 @@ mod tests {
             planners: vec![],
             duration: 1.0,
             search_steps: 1,
+            fixed_load: 0.5,
             seed: 1,
             device: "a100".into(),
             json: false,
+            plot: None,
         })
         .unwrap_err();
         assert!(e.contains("--gpus 6"), "{e}");
