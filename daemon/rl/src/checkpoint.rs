@@ -55,9 +55,9 @@ use candle_nn::VarMap;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{LoadError, SaveError};
+use crate::head::Head;
 use crate::net::digest_varmap;
 use crate::rng::Rng;
-use crate::td3::Head;
 
 /// The format string this build writes and reads.
 pub const FORMAT: &str = "sluice-rl/1";

@@ -73,6 +73,7 @@
 pub mod checkpoint;
 mod common;
 pub mod error;
+mod head;
 pub mod net;
 pub mod replay;
 pub mod rng;

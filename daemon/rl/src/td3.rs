@@ -29,7 +29,6 @@
 //! mini-batch 256, replay buffer 100 000, Adam, two hidden layers of 256 with
 //! ReLU.
 
-use std::fmt;
 use std::path::Path;
 
 use candle_core::{D, Device, Tensor};
@@ -43,39 +42,7 @@ use crate::net::{DEFAULT_HIDDEN, Mlp, adam, digest_varmap, masked_log_softmax};
 use crate::replay::{ActionSpec, Batch, ReplayBuffer, ReplaySpec};
 use crate::rng::Rng;
 
-/// The actor's output activation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Head {
-    /// A sigmoid on every output: each in `[0, 1]` independently.
-    Sigmoid,
-    /// A softmax over the first `softmax` outputs, so they sum to 1 (InSS's
-    /// resource shares), and a sigmoid on the remaining ones (batch sizes).
-    SoftmaxThenSigmoid {
-        /// How many leading outputs the softmax covers (1 ≤ softmax ≤
-        /// action_dim).
-        softmax: usize,
-    },
-}
-
-impl Head {
-    /// The width of the softmax part (0 for [`Head::Sigmoid`]).
-    pub fn softmax_len(self) -> usize {
-        match self {
-            Head::Sigmoid => 0,
-            Head::SoftmaxThenSigmoid { softmax } => softmax,
-        }
-    }
-}
-
-impl fmt::Display for Head {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Head::Sigmoid => write!(f, "sigmoid"),
-            Head::SoftmaxThenSigmoid { softmax } => write!(f, "softmax({softmax}) then sigmoid"),
-        }
-    }
-}
+pub use crate::head::Head;
 
 /// TD3 hyperparameters. `Default` gives InSS Table 2's local stage.
 ///
