@@ -1226,7 +1226,17 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
         };
         let (ts, inst, rec) =
             sluice_inss::ts::TwoStage::load(dir, &m).map_err(|e| e.to_string())?;
-        if inst != s.instances {
+        // JSON keeps f64 to its shortest round-trip form, which serde_json
+        // reads back within an ulp or two: compare rates and SLOs to 1e-9.
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs());
+        let same = inst.len() == s.instances.len()
+            && inst.iter().zip(&s.instances).all(|(a, b)| {
+                a.name == b.name
+                    && a.model == b.model
+                    && close(a.slo_ms, b.slo_ms)
+                    && close(a.max_rate_rps, b.max_rate_rps)
+            });
+        if !same {
             return Err(format!(
                 "the agents in {} were trained for other instances (SLOs or rates differ from this build's setup on {}); retrain with `sluice train inss --device {} --out {}`",
                 dir.display(),
