@@ -1033,6 +1033,28 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
+/// A progress line on stderr: rewritten in place on a terminal; otherwise
+/// (a log, CI) one line per tenth of the work, so logs stay short.
+fn progress_line(what: &'static str, unit: &'static str) -> impl FnMut(usize, usize) {
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let mut last = usize::MAX;
+    move |done, total| {
+        if tty {
+            eprint!("\r{what} {done}/{total} {unit}");
+            if done == total {
+                eprintln!();
+            }
+            return;
+        }
+        // Workers may report out of order: only ever move forward.
+        let tenth = (done * 10).checked_div(total).unwrap_or(10);
+        if last == usize::MAX || tenth > last {
+            last = tenth;
+            eprintln!("{what} {done}/{total} {unit}");
+        }
+    }
+}
+
 /// `sluice train inss`'s arguments.
 #[derive(Debug, Clone, clap::Args)]
 pub struct TrainInssArgs {
@@ -1087,12 +1109,7 @@ pub fn train_cmd(args: &TrainInssArgs) -> Result<Vec<sluice_inss::ts::EpisodeRec
             args.hidden, args.batch_size
         ));
     }
-    let mut fit = |d: usize, t: usize| {
-        eprint!("\rtrain inss: profiling the latency model {d}/{t} simulations");
-        if d == t {
-            eprintln!();
-        }
-    };
+    let mut fit = progress_line("train inss: profiling the latency model", "simulations");
     let s = setup(&args.device, &mut fit).map_err(|e| e.to_string())?;
     let ni;
     let exec: &dyn ExecModel = if args.no_interference {
@@ -1113,6 +1130,7 @@ pub fn train_cmd(args: &TrainInssArgs) -> Result<Vec<sluice_inss::ts::EpisodeRec
     let started = std::time::Instant::now();
     let total = args.episodes;
     let instances = s.instances.clone();
+    let tty = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let every = args.checkpoint_every;
     let out = args.out.clone();
     let seed = args.seed;
@@ -1125,16 +1143,21 @@ pub fn train_cmd(args: &TrainInssArgs) -> Result<Vec<sluice_inss::ts::EpisodeRec
         }
         let el = started.elapsed().as_secs_f64();
         let eta = el / e.episode as f64 * (total - e.episode) as f64;
-        eprint!(
-            "\rtrain inss: episode {}/{total}  reward {:8.2}  throughput {:7.0} rps  violation {:6.2} %  {:.0} s left   ",
+        let line = format!(
+            "train inss: episode {}/{total}  reward {:8.2}  throughput {:7.0} rps  violation {:6.2} %  {:.0} s left   ",
             e.episode,
             e.reward,
             e.throughput,
             100.0 * e.violation,
             eta
         );
-        if e.episode == total {
-            eprintln!();
+        if tty {
+            eprint!("\r{line}");
+            if e.episode == total {
+                eprintln!();
+            }
+        } else if e.episode % total.div_ceil(20) == 0 || e.episode == total {
+            eprintln!("{line}");
         }
         Ok(())
     };
@@ -1211,12 +1234,7 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
             args.fixed_load
         ));
     }
-    let mut fit = |d: usize, t: usize| {
-        eprint!("\rbench inss: profiling the latency model {d}/{t} simulations");
-        if d == t {
-            eprintln!();
-        }
-    };
+    let mut fit = progress_line("bench inss: profiling the latency model", "simulations");
     let s = setup(&args.device, &mut fit).map_err(|e| e.to_string())?;
     let load = |dir: &std::path::Path, ni: bool| -> Result<_, String> {
         let m = if ni {
@@ -1272,12 +1290,7 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
         seed: args.seed,
         fixed_load: args.fixed_load,
     };
-    let mut prog = |d: usize, t: usize| {
-        eprint!("\rbench inss: {d}/{t} planner runs");
-        if d == t {
-            eprintln!();
-        }
-    };
+    let mut prog = progress_line("bench inss:", "planner runs");
     let r = run(&s, agents.as_ref(), &training, &opts, &mut prog).map_err(|e| e.to_string())?;
     if let Some(dir) = &args.plot {
         std::fs::create_dir_all(dir)
