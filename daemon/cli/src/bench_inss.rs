@@ -257,7 +257,7 @@ pub fn setup(
 }
 
 /// One serving run's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Served {
     /// Requests completed within their SLO, per second.
     pub goodput_rps: f64,
@@ -389,8 +389,9 @@ pub const GROUP_GPUS: usize = 4;
 pub struct Agents {
     /// Trained on the latency model.
     pub inss: sluice_inss::ts::TwoStage,
-    /// Trained on the latency model without interference.
-    pub inss_ni: Option<sluice_inss::ts::TwoStage>,
+    /// Trained on the latency model without interference, with that model
+    /// (made once: InSS-ni plans on it at every load tried).
+    pub inss_ni: Option<(sluice_inss::ts::TwoStage, LatencyModel)>,
 }
 
 /// One planner's plan: the placement, how long deciding took, and its
@@ -445,14 +446,15 @@ pub fn plan(
     let started = std::time::Instant::now();
     let placement = match kind {
         PlannerKind::Inss | PlannerKind::InssNi => {
-            let ts = match (kind, agents) {
-                (PlannerKind::Inss, Some(a)) => &a.inss,
+            let (ts, exec): (_, &dyn ExecModel) = match (kind, agents) {
+                (PlannerKind::Inss, Some(a)) => (&a.inss, latency),
                 (
                     PlannerKind::InssNi,
                     Some(Agents {
-                        inss_ni: Some(t), ..
+                        inss_ni: Some((t, ni)),
+                        ..
                     }),
-                ) => t,
+                ) => (t, ni),
                 _ => {
                     return Err(InssBenchError::Run(format!(
                         "{} needs trained agents: run `sluice train inss{} --out DIR` and pass --agents{} DIR",
@@ -469,14 +471,6 @@ pub fn plan(
                         },
                     )));
                 }
-            };
-            let exec: &dyn ExecModel = latency;
-            let ni;
-            let exec = if kind == PlannerKind::InssNi {
-                ni = latency.without_interference();
-                &ni as &dyn ExecModel
-            } else {
-                exec
             };
             let groups = gpus.div_ceil(GROUP_GPUS).max(1);
             let mut placement = sluice_planner::Placement {
@@ -762,25 +756,6 @@ pub fn max_load(
     })
 }
 
-/// One cell of the latency model's validation (Tables 3–4 analogues).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ModelErrorRow {
-    /// `"3"` or `"4"`.
-    pub table: String,
-    /// The case, as the paper names it (`A&R*`).
-    pub case: String,
-    /// Batch of the measured model.
-    pub batch: u32,
-    /// Share of the measured model, percent.
-    pub share_pct: u32,
-    /// The GPU model's latency, ms (simulated).
-    pub observed_ms: f64,
-    /// The fitted latency model's, ms.
-    pub predicted_ms: f64,
-    /// |predicted − observed| / observed, percent.
-    pub error_pct: f64,
-}
-
 /// The whole report (`sluice bench inss --json`).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct InssReport {
@@ -795,7 +770,7 @@ pub struct InssReport {
     /// The LWR fit the latency model uses.
     pub latency_fit: String,
     /// The latency model against the GPU model (Tables 3–4).
-    pub model_error: Vec<ModelErrorRow>,
+    pub model_error: Vec<crate::inss_model::ValidationRow>,
     /// Its largest error, percent.
     pub model_max_error_pct: f64,
     /// The agents' training record (Fig. 8–9), from their checkpoint.
@@ -887,19 +862,7 @@ pub fn run(
             })
             .collect(),
         latency_fit: r.chosen.clone(),
-        model_error: r
-            .rows
-            .iter()
-            .map(|v| ModelErrorRow {
-                table: v.table.clone(),
-                case: v.case.clone(),
-                batch: v.batch,
-                share_pct: v.share_pct,
-                observed_ms: v.observed_ms,
-                predicted_ms: v.predicted_ms,
-                error_pct: v.error_pct,
-            })
-            .collect(),
+        model_error: r.rows.clone(),
         model_max_error_pct: r.max_error_pct,
         training: training.to_vec(),
         throughput: rows,
@@ -969,18 +932,48 @@ pub fn table(r: &InssReport) -> String {
         o,
         "\nSLO-preserved maximum load (≤ 1 % late, dropped or unserved), served on the GPU model:\n"
     );
-    let _ = writeln!(
-        o,
-        "| GPUs | planner | load × base | throughput rps | late | dropped | fragment % | GPUs used | decision ms | note |"
-    );
-    let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|---|");
-    for t in &r.throughput {
+    rows_table(&mut o, &r.throughput, true);
+    if let Some(f) = r.fixed_load.first() {
         let _ = writeln!(
             o,
-            "| {} | {} | {:.3} | {:.1} | {} | {} | {} | {} | {:.2} | {} |",
+            "\nEvery planner at load {:.2} × base rates (Fig. 10–12's shape):\n",
+            f.load_factor
+        );
+        rows_table(&mut o, &r.fixed_load, false);
+    }
+    let _ = writeln!(
+        o,
+        "\n{} GPU-model points measured for serving; {:.1} s wall",
+        r.truth_points, r.wall_s
+    );
+    o
+}
+
+/// Planner rows as a markdown table, with their load factor or without
+/// (the fixed-load table, where it is one for all).
+fn rows_table(o: &mut String, rows: &[ThroughputRow], with_load: bool) {
+    use std::fmt::Write;
+    let load = if with_load { " load × base |" } else { "" };
+    let _ = writeln!(
+        o,
+        "| GPUs | planner |{load} throughput rps | late | dropped | fragment % | GPUs used | decision ms | note |"
+    );
+    let _ = writeln!(
+        o,
+        "|---|---|{}---|---|---|---|---|---|---|",
+        if with_load { "---|" } else { "" }
+    );
+    for t in rows {
+        let load = if with_load {
+            format!(" {:.3} |", t.load_factor)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            o,
+            "| {} | {} |{load} {:.1} | {} | {} | {} | {} | {:.2} | {} |",
             t.gpus,
             t.planner,
-            t.load_factor,
             t.throughput_rps,
             pct(t.violation),
             pct(t.drop),
@@ -990,39 +983,6 @@ pub fn table(r: &InssReport) -> String {
             t.note.as_deref().unwrap_or("")
         );
     }
-    if let Some(f) = r.fixed_load.first() {
-        let _ = writeln!(
-            o,
-            "\nEvery planner at load {:.2} × base rates (Fig. 10–12's shape):\n",
-            f.load_factor
-        );
-        let _ = writeln!(
-            o,
-            "| GPUs | planner | throughput rps | late | dropped | fragment % | GPUs used | decision ms | note |"
-        );
-        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|---|");
-        for t in &r.fixed_load {
-            let _ = writeln!(
-                o,
-                "| {} | {} | {:.1} | {} | {} | {} | {} | {:.2} | {} |",
-                t.gpus,
-                t.planner,
-                t.throughput_rps,
-                pct(t.violation),
-                pct(t.drop),
-                t.fragment,
-                t.gpus_used,
-                t.decision_ms,
-                t.note.as_deref().unwrap_or("")
-            );
-        }
-    }
-    let _ = writeln!(
-        o,
-        "\n{} GPU-model points measured for serving; {:.1} s wall",
-        r.truth_points, r.wall_s
-    );
-    o
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -1236,14 +1196,8 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
     }
     let mut fit = progress_line("bench inss: profiling the latency model", "simulations");
     let s = setup(&args.device, &mut fit).map_err(|e| e.to_string())?;
-    let load = |dir: &std::path::Path, ni: bool| -> Result<_, String> {
-        let m = if ni {
-            s.latency.without_interference()
-        } else {
-            s.latency.clone()
-        };
-        let (ts, inst, rec) =
-            sluice_inss::ts::TwoStage::load(dir, &m).map_err(|e| e.to_string())?;
+    let load = |dir: &std::path::Path, m: &dyn ExecModel| -> Result<_, String> {
+        let (ts, inst, rec) = sluice_inss::ts::TwoStage::load(dir, m).map_err(|e| e.to_string())?;
         // JSON keeps f64 to its shortest round-trip form, which serde_json
         // reads back within an ulp or two: compare rates and SLOs to 1e-9.
         let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs());
@@ -1269,11 +1223,14 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
     let agents = match &args.agents {
         None => None,
         Some(dir) => {
-            let (inss, rec) = load(dir, false)?;
+            let (inss, rec) = load(dir, &s.latency)?;
             training = rec;
             let inss_ni = match &args.agents_ni {
                 None => None,
-                Some(d) => Some(load(d, true)?.0),
+                Some(d) => {
+                    let ni = s.latency.without_interference();
+                    Some((load(d, &ni)?.0, ni))
+                }
             };
             Some(Agents { inss, inss_ni })
         }
@@ -1526,6 +1483,23 @@ mod tests {
                 .contains("sluice train inss")
         );
         assert!(r.model_error.len() == 28 && r.simulated);
+        // The JSON keys, exactly.
+        let j = serde_json::to_value(&r).unwrap();
+        for k in ["table", "case", "observed_ms", "predicted_ms"] {
+            assert!(j["model_error"][0].get(k).is_some(), "model_error.{k}");
+        }
+        assert!(j["training"].is_array());
+        for k in [
+            "gpus",
+            "planner",
+            "throughput_rps",
+            "violation",
+            "drop",
+            "fragment",
+            "decision_ms",
+        ] {
+            assert!(j["throughput"][0].get(k).is_some(), "throughput.{k}");
+        }
         // The group split needs a multiple of four GPUs.
         let e = bench_cmd(&BenchInssArgs {
             agents: None,

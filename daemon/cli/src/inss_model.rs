@@ -20,7 +20,7 @@
 //! 70, 85, 100} % × [`DENSE_BATCHES`] {1, 2, 3, 6, 12, 24, 32} (84 points): the GPU
 //! model's latency is a step function of the SMs (whole waves of blocks),
 //! which the paper's 16 points under-sample (largest validation error
-//! 22.5 % on them against 10.1 % on the dense grid, docs/inss.md), and a
+//! 22.5 % on them against 10.3 % on the dense grid, docs/inss.md), and a
 //! point costs milliseconds on a GPU sluice owns. The paper's 16
 //! configurations: [`SHARES_PCT`] {10, 25, 50, 100} % × [`BATCHES`]
 //! {1, 4, 16, 32}.

@@ -271,30 +271,15 @@ pub fn gpulet_specs(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testutil::Toy;
 
     /// `t = b × 100 / sms` ms, 10 % slower per co-runner.
-    struct Toy;
-    impl ExecModel for Toy {
-        fn gpu_sms(&self) -> u32 {
-            100
-        }
-        fn gpu_mem_mb(&self) -> f64 {
-            1000.0
-        }
-        fn model_count(&self) -> usize {
-            1
-        }
-        fn model_name(&self, _: usize) -> &str {
-            "toy"
-        }
-        fn exec_ms(&self, _: usize, b: u32, sms: u32, o: &[CoRunner]) -> f64 {
-            f64::from(b) * 100.0 / f64::from(sms) * (1.0 + 0.1 * o.len() as f64)
-        }
-        fn mem_mb(&self, _: usize, _: u32) -> f64 {
-            100.0
-        }
-        fn util(&self, _: usize, _: u32, _: u32) -> (f64, f64) {
-            (0.0, 0.0)
+    fn toy() -> Toy {
+        Toy {
+            per_corunner: 0.1,
+            mem_mb: 100.0,
+            gpu_mem_mb: 1000.0,
+            ..Toy::one()
         }
     }
 
@@ -321,7 +306,7 @@ mod tests {
         // 100 rps, SLO 100 ms: on p % a batch b takes b×100/p ms, so
         // capacity is 10·p rps whatever b: p = 10 % is the smallest step;
         // 2·b·10 ≤ 100 gives b = 5.
-        let d = gslice(&Toy, &inst(1, 100.0), &[100.0], 1);
+        let d = gslice(&toy(), &inst(1, 100.0), &[100.0], 1);
         assert_eq!(
             d.slots[0],
             Some(Slot {
@@ -332,7 +317,7 @@ mod tests {
         );
         // Eleven such instances fill one GPU with ten (first fit) and put
         // the last on the second.
-        let d = gslice(&Toy, &inst(11, 100.0), &[100.0; 11], 2);
+        let d = gslice(&toy(), &inst(11, 100.0), &[100.0; 11], 2);
         assert_eq!(d.used_pct(2), vec![100, 10]);
         assert_eq!(d.fragment_pct(2), 90);
     }
@@ -342,12 +327,12 @@ mod tests {
         // Batch: 100 rps × 50 ms = 5. Alone: 2·5·100/p ≤ 100 → p ≥ 10,
         // capacity 10·p ≥ 100 → p ≥ 10. Beside one: 10 % slower → 11 %.
         assert_eq!(igniter_batch(100.0, 100.0), 5);
-        let d = igniter(&Toy, &inst(2, 100.0), &[100.0; 2], 4);
+        let d = igniter(&toy(), &inst(2, 100.0), &[100.0; 2], 4);
         assert_eq!(d.gpus_used(), 1);
         let s: Vec<u32> = d.slots.iter().map(|s| s.unwrap().pct).collect();
         assert_eq!(s, vec![11, 11]);
         // Nothing fits a SLO below one batch's time: unserved.
-        let d = igniter(&Toy, &inst(1, 1.0), &[100.0], 4);
+        let d = igniter(&toy(), &inst(1, 1.0), &[100.0], 4);
         assert_eq!(d.slots[0], None);
     }
 }

@@ -337,34 +337,8 @@ fn run_batches(q: &mut Queue, b: u32, t_inf_s: f64, until: f64, slo_s: f64, o: &
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::CoRunner;
+    use crate::testutil::Toy;
     use crate::workload::Slot;
-
-    /// `t_inf = 10 ms × b / share` with no interference.
-    struct Toy;
-    impl ExecModel for Toy {
-        fn gpu_sms(&self) -> u32 {
-            100
-        }
-        fn gpu_mem_mb(&self) -> f64 {
-            1e6
-        }
-        fn model_count(&self) -> usize {
-            1
-        }
-        fn model_name(&self, _: usize) -> &str {
-            "toy"
-        }
-        fn exec_ms(&self, _: usize, b: u32, sms: u32, _: &[CoRunner]) -> f64 {
-            1.0 * f64::from(b) * 100.0 / f64::from(sms)
-        }
-        fn mem_mb(&self, _: usize, _: u32) -> f64 {
-            1.0
-        }
-        fn util(&self, _: usize, _: u32, _: u32) -> (f64, f64) {
-            (0.0, 0.0)
-        }
-    }
 
     fn one(slo: f64, rate: f64) -> Env {
         let cfg = EnvConfig {
@@ -397,7 +371,7 @@ mod tests {
         let mut arrived = 0;
         let mut served = 0;
         for _ in 0..5 {
-            let o = e.step(&d, &Toy)[0];
+            let o = e.step(&d, &Toy::one())[0];
             arrived += o.arrived;
             served += o.served;
             assert_eq!(o.late + o.dropped, 0, "{o:?}");
@@ -405,7 +379,7 @@ mod tests {
         // ~1000 arrivals in 5 s; at most one task waits for its pair.
         assert!(arrived > 800 && served + 1 >= arrived, "{arrived} {served}");
         let none = Decision { slots: vec![None] };
-        let o = e.step(&none, &Toy)[0];
+        let o = e.step(&none, &Toy::one())[0];
         assert!(o.dropped >= o.arrived && o.served == 0, "{o:?}");
         assert!(e.rewards(&[o])[0] < -39.0);
     }
@@ -421,7 +395,7 @@ mod tests {
                 batch: 1,
             })],
         };
-        let o = e.step(&slow, &Toy)[0];
+        let o = e.step(&slow, &Toy::one())[0];
         assert!(o.violation() > 0.9, "{o:?}");
         // Batch 32 at 200 rps takes 160 ms to fill: over a 50 ms SLO.
         let mut e = one(50.0, 200.0);
@@ -432,7 +406,7 @@ mod tests {
                 batch: 32,
             })],
         };
-        let o = e.step(&big, &Toy)[0];
+        let o = e.step(&big, &Toy::one())[0];
         assert_eq!(o.served, 0);
         assert_eq!(o.dropped, o.arrived);
     }
@@ -448,7 +422,9 @@ mod tests {
         };
         let run = || {
             let mut e = one(40.0, 300.0);
-            (0..3).map(|_| e.step(&d, &Toy)[0]).collect::<Vec<_>>()
+            (0..3)
+                .map(|_| e.step(&d, &Toy::one())[0])
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(), run());
     }

@@ -207,23 +207,21 @@ pub fn apply_local(
     }
 }
 
-/// A local action reproducing `d`'s shares and batches on one GPU (for
-/// seeding replay or checking): the inverse of [`apply_local`] up to
-/// rounding.
-pub fn local_action_of(d: &Decision, members: &[usize], slots: usize, max_batch: u32) -> Vec<f32> {
-    let mut a = vec![0.0f32; 2 * slots];
-    for (k, &i) in members.iter().take(slots).enumerate() {
-        if let Some(s) = d.slots[i] {
-            a[k] = s.pct as f32 / 100.0;
-            a[slots + k] = (s.batch.saturating_sub(1)) as f32 / (max_batch - 1) as f32;
-        }
-    }
-    a
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The inverse of [`apply_local`] up to rounding.
+    fn local_action_of(d: &Decision, members: &[usize], slots: usize, max_batch: u32) -> Vec<f32> {
+        let mut a = vec![0.0f32; 2 * slots];
+        for (k, &i) in members.iter().take(slots).enumerate() {
+            if let Some(s) = d.slots[i] {
+                a[k] = s.pct as f32 / 100.0;
+                a[slots + k] = (s.batch.saturating_sub(1)) as f32 / (max_batch - 1) as f32;
+            }
+        }
+        a
+    }
 
     #[test]
     fn dims() {

@@ -23,6 +23,8 @@ pub mod baselines;
 pub mod env;
 pub mod features;
 pub mod latency;
+#[cfg(test)]
+mod testutil;
 pub mod ts;
 pub mod types;
 pub mod workload;

@@ -608,32 +608,18 @@ pub fn train(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::CoRunner;
+    use crate::testutil::Toy;
 
     /// Two models; `t = b × k_m × 100 / sms` ms, 5 % slower per co-runner.
-    struct Toy;
-    impl ExecModel for Toy {
-        fn gpu_sms(&self) -> u32 {
-            100
-        }
-        fn gpu_mem_mb(&self) -> f64 {
-            1000.0
-        }
-        fn model_count(&self) -> usize {
-            2
-        }
-        fn model_name(&self, m: usize) -> &str {
-            ["fast", "slow"][m]
-        }
-        fn exec_ms(&self, m: usize, b: u32, sms: u32, o: &[CoRunner]) -> f64 {
-            let k = [0.5, 2.0][m];
-            f64::from(b) * k * 100.0 / f64::from(sms.max(1)) * (1.0 + 0.05 * o.len() as f64)
-        }
-        fn mem_mb(&self, _: usize, b: u32) -> f64 {
-            100.0 + f64::from(b)
-        }
-        fn util(&self, m: usize, _: u32, _: u32) -> (f64, f64) {
-            (0.0, [0.2, 0.4][m])
+    fn toy() -> Toy {
+        Toy {
+            names: vec!["fast", "slow"],
+            k: vec![0.5, 2.0],
+            per_corunner: 0.05,
+            mem_mb: 100.0,
+            mem_per_batch_mb: 1.0,
+            gpu_mem_mb: 1000.0,
+            dram: vec![0.2, 0.4],
         }
     }
 
@@ -670,12 +656,12 @@ mod tests {
     fn training_is_reproducible_and_records_every_episode() {
         let cfg = small();
         let mut seen = 0;
-        let (a, ra) = train(&Toy, &instances(), &cfg, &mut |_, _| {
+        let (a, ra) = train(&toy(), &instances(), &cfg, &mut |_, _| {
             seen += 1;
             Ok(())
         })
         .unwrap();
-        let (b, rb) = train(&Toy, &instances(), &cfg, &mut |_, _| Ok(())).unwrap();
+        let (b, rb) = train(&toy(), &instances(), &cfg, &mut |_, _| Ok(())).unwrap();
         assert_eq!(seen, 3);
         assert_eq!(ra.len(), 3);
         assert_eq!(a.digest(), b.digest());
@@ -698,21 +684,21 @@ mod tests {
         assert_ne!(fresh.digest(), a.digest());
         let mut other = cfg.clone();
         other.seed = 12;
-        let (c, _) = train(&Toy, &instances(), &other, &mut |_, _| Ok(())).unwrap();
+        let (c, _) = train(&toy(), &instances(), &other, &mut |_, _| Ok(())).unwrap();
         assert_ne!(c.digest(), a.digest());
     }
 
     #[test]
     fn decisions_respect_slots_and_shares_and_checkpoints_round_trip() {
         let cfg = small();
-        let (ts, rec) = train(&Toy, &instances(), &cfg, &mut |_, _| Ok(())).unwrap();
+        let (ts, rec) = train(&toy(), &instances(), &cfg, &mut |_, _| Ok(())).unwrap();
         let mut env = Env::new(cfg.env, instances(), 3);
         env.reset();
         let mut rng = Rng::seed_from_u64(5);
         let empty = Decision {
             slots: vec![None; 4],
         };
-        let (d, trace) = ts.decide(&env, &Toy, &empty, false, &mut rng).unwrap();
+        let (d, trace) = ts.decide(&env, &toy(), &empty, false, &mut rng).unwrap();
         for g in 0..2 {
             let n = d.slots.iter().flatten().filter(|s| s.gpu == g).count();
             assert!(n <= 3);
@@ -727,8 +713,8 @@ mod tests {
 
         let dir = std::env::temp_dir().join(format!("sluice-inss-ts-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        ts.save(&dir, &Toy, &instances(), cfg.seed, &rec).unwrap();
-        let (back, inst, rec2) = TwoStage::load(&dir, &Toy).unwrap();
+        ts.save(&dir, &toy(), &instances(), cfg.seed, &rec).unwrap();
+        let (back, inst, rec2) = TwoStage::load(&dir, &toy()).unwrap();
         assert_eq!(back.digest(), ts.digest());
         assert_eq!(inst, instances());
         assert_eq!(rec2.len(), rec.len());
@@ -737,35 +723,15 @@ mod tests {
             assert!((a.reward - b.reward).abs() < 1e-9 && (a.alpha - b.alpha).abs() < 1e-12);
         }
         let (d2, _) = back
-            .decide(&env, &Toy, &empty, false, &mut Rng::seed_from_u64(5))
+            .decide(&env, &toy(), &empty, false, &mut Rng::seed_from_u64(5))
             .unwrap();
         assert_eq!(d2, d);
         // Another model set is refused, naming both.
-        struct Other;
-        impl ExecModel for Other {
-            fn gpu_sms(&self) -> u32 {
-                100
-            }
-            fn gpu_mem_mb(&self) -> f64 {
-                1000.0
-            }
-            fn model_count(&self) -> usize {
-                2
-            }
-            fn model_name(&self, m: usize) -> &str {
-                ["fast", "other"][m]
-            }
-            fn exec_ms(&self, _: usize, _: u32, _: u32, _: &[CoRunner]) -> f64 {
-                1.0
-            }
-            fn mem_mb(&self, _: usize, _: u32) -> f64 {
-                1.0
-            }
-            fn util(&self, _: usize, _: u32, _: u32) -> (f64, f64) {
-                (0.0, 0.0)
-            }
-        }
-        let e = TwoStage::load(&dir, &Other).unwrap_err().to_string();
+        let other = Toy {
+            names: vec!["fast", "other"],
+            ..toy()
+        };
+        let e = TwoStage::load(&dir, &other).unwrap_err().to_string();
         assert!(e.contains("\"slow\"") && e.contains("\"other\""), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
