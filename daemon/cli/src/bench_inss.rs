@@ -657,6 +657,100 @@ pub fn cluster_instances(s: &InssSetup, gpus: usize) -> (Vec<Instance>, Vec<f64>
     (inst, base)
 }
 
+/// A ceiling on the load factor any planner can serve: the fluid
+/// relaxation of the placement problem on the serving truth.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LoadBound {
+    /// The latency rule a batch must meet: `"L <= SLO"` (necessary for any
+    /// request of the batch to be on time) or `"2L <= SLO"` (the rule the
+    /// baselines plan with: a request may wait one batch, then run in the
+    /// next).
+    pub rule: &'static str,
+    /// The load factor (× every base rate) no planner can exceed.
+    pub load_factor: f64,
+    /// The goodput at that load on [`GROUP_GPUS`] GPUs, requests/s.
+    pub throughput_rps: f64,
+    /// Per instance: name, the most efficient (share %, batch) under the
+    /// rule, and the GPU percent it needs per 1000 requests/s there.
+    pub best: Vec<(String, u32, u32, f64)>,
+}
+
+/// [`LoadBound`] for `slo_factor` = 1 (`L ≤ SLO`) or 2 (`2L ≤ SLO`): every
+/// instance runs at the share and batch that serve a request with the
+/// fewest GPU-percent-seconds, and the GPUs are filled exactly. This
+/// relaxes every integrality a real plan has (whole-percent partitions,
+/// at most [`GROUP_GPUS`] GPUs per group, memory, Poisson queueing), so no
+/// planner serving within the rule can beat it. It assumes a batch never
+/// runs faster than a smaller one on the same SMs (checked on the GPU
+/// model's points as they are read: the scan of a share stops at the first
+/// batch over the SLO).
+pub fn load_bound(s: &InssSetup, slo_factor: f64) -> LoadBound {
+    let c = s.truth.gpu_sms();
+    // Distinct models first (the doubled instances share their model's
+    // points), in two threads: a point is a simulation.
+    let models: Vec<(usize, f64)> = {
+        let mut v: Vec<(usize, f64)> = s.instances.iter().map(|i| (i.model, i.slo_ms)).collect();
+        v.sort_by_key(|a| a.0);
+        v.dedup_by(|a, b| a.0 == b.0);
+        v
+    };
+    let best_of = |m: usize, slo: f64| -> (u32, u32, f64) {
+        let mut best = (0, 0, f64::INFINITY);
+        for pct in 1..=100u32 {
+            let sms = sms_of_pct(pct, c);
+            if sms == 0 {
+                continue;
+            }
+            for b in 1..=MAX_SERVED_BATCH {
+                let t = s.truth.exec_ms(m, b, sms, &[]);
+                if slo_factor * t > slo {
+                    break;
+                }
+                // GPU percent per 1000 requests/s.
+                let cost = f64::from(pct) * t / f64::from(b);
+                if cost < best.2 {
+                    best = (pct, b, cost);
+                }
+            }
+        }
+        best
+    };
+    let per_model: HashMap<usize, (u32, u32, f64)> = std::thread::scope(|sc| {
+        let half = models.len().div_ceil(2);
+        let hs: Vec<_> = models
+            .chunks(half.max(1))
+            .map(|ch| {
+                sc.spawn(move || {
+                    ch.iter()
+                        .map(|&(m, slo)| (m, best_of(m, slo)))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .flat_map(|h| h.join().expect("bound thread"))
+            .collect()
+    });
+    let mut need = 0.0;
+    let mut best = Vec::new();
+    for (i, inst) in s.instances.iter().enumerate() {
+        let (pct, b, cost) = per_model[&inst.model];
+        need += s.base_rps[i] * cost / 1e3;
+        best.push((inst.name.clone(), pct, b, cost));
+    }
+    let load_factor = 100.0 * GROUP_GPUS as f64 / need;
+    LoadBound {
+        rule: if slo_factor > 1.0 {
+            "2L <= SLO"
+        } else {
+            "L <= SLO"
+        },
+        load_factor,
+        throughput_rps: load_factor * s.base_rps.iter().sum::<f64>(),
+        best,
+    }
+}
+
 /// The SLO-preserved maximum load of `kind` on `gpus` GPUs.
 pub fn max_load(
     s: &InssSetup,
@@ -779,6 +873,8 @@ pub struct InssReport {
     pub throughput: Vec<ThroughputRow>,
     /// Each planner at one common load (`fixed_load` × base rates).
     pub fixed_load: Vec<ThroughputRow>,
+    /// Ceilings on any planner's load factor ([`load_bound`]).
+    pub bounds: Vec<LoadBound>,
     /// GPU-model points measured for serving.
     pub truth_points: usize,
     /// Wall seconds.
@@ -842,6 +938,7 @@ pub fn run(
         }
         progress(k + 1, jobs.len());
     }
+    let bounds = vec![load_bound(s, 1.0), load_bound(s, 2.0)];
     let r = &s.model_report;
     Ok(InssReport {
         simulated: true,
@@ -867,6 +964,7 @@ pub fn run(
         training: training.to_vec(),
         throughput: rows,
         fixed_load: fixed,
+        bounds,
         truth_points: s.truth.measured(),
         wall_s: started.elapsed().as_secs_f64(),
     })
@@ -933,6 +1031,22 @@ pub fn table(r: &InssReport) -> String {
         "\nSLO-preserved maximum load (≤ 1 % late, dropped or unserved), served on the GPU model:\n"
     );
     rows_table(&mut o, &r.throughput, true);
+    let _ = writeln!(
+        o,
+        "\nCeilings (fluid relaxation: every instance at its most GPU-efficient share and batch, GPUs filled exactly; no planner can pass them):\n"
+    );
+    let _ = writeln!(
+        o,
+        "| rule | load × base | throughput rps per {GROUP_GPUS} GPUs |"
+    );
+    let _ = writeln!(o, "|---|---|---|");
+    for b in &r.bounds {
+        let _ = writeln!(
+            o,
+            "| {} | {:.3} | {:.1} |",
+            b.rule, b.load_factor, b.throughput_rps
+        );
+    }
     if let Some(f) = r.fixed_load.first() {
         let _ = writeln!(
             o,
