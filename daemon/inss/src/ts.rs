@@ -124,6 +124,13 @@ pub struct TrainConfig {
     /// Seed of the weights, exploration, replay sampling and the
     /// environment.
     pub seed: u64,
+    /// Factor on every reward stored for learning; the episode records
+    /// keep Eq. 2's unscaled reward. Table 2 gives none. Eq. 2 with
+    /// ω = 40 makes a step's reward reach −40 per instance and the
+    /// critics' targets thousands; [`DEFAULT_REWARD_SCALE`] (1/ω) brings
+    /// a step's reward near 1 without changing which decision is best
+    /// (docs/inss.md, "Reward scale", has the runs that chose it).
+    pub reward_scale: f64,
 }
 
 impl Default for TrainConfig {
@@ -135,9 +142,15 @@ impl Default for TrainConfig {
             sacd: SacdHyper::default(),
             td3: Td3Hyper::default(),
             seed: 1,
+            reward_scale: DEFAULT_REWARD_SCALE,
         }
     }
 }
+
+/// The factor [`TrainConfig::reward_scale`] defaults to: 1/ω for Eq. 2's
+/// ω = 40, so that a step in which every request of an instance is
+/// violated costs it −1.
+pub const DEFAULT_REWARD_SCALE: f64 = 1.0 / 40.0;
 
 /// One training episode's record (Fig. 8–9).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -196,6 +209,12 @@ pub struct TwoStage {
     td3: Td3,
     models: usize,
     env: EnvConfig,
+    /// The factor its training put on rewards ([`TrainConfig::reward_scale`]).
+    reward_scale: f64,
+}
+
+fn unit_scale() -> f64 {
+    1.0
 }
 
 /// The JSON sidecar of a checkpoint.
@@ -216,6 +235,9 @@ struct Sidecar {
     seed: u64,
     episodes: usize,
     hidden: Vec<usize>,
+    /// Absent in checkpoints written before it existed: 1.
+    #[serde(default = "unit_scale")]
+    reward_scale: f64,
     training: Vec<EpisodeRecord>,
 }
 
@@ -253,6 +275,7 @@ impl TwoStage {
             })?,
             models,
             env,
+            reward_scale: 1.0,
         })
     }
 
@@ -344,6 +367,12 @@ impl TwoStage {
         Ok((d, Trace { global, local }))
     }
 
+    /// The factor its training put on rewards (1 for agents saved before
+    /// the factor was recorded).
+    pub fn reward_scale(&self) -> f64 {
+        self.reward_scale
+    }
+
     /// Saves both agents and the sidecar into `dir`.
     pub fn save(
         &self,
@@ -386,6 +415,7 @@ impl TwoStage {
             seed,
             episodes: training.len(),
             hidden: self.sacd.config().hidden.clone(),
+            reward_scale: self.reward_scale,
             training: training.to_vec(),
         };
         let json = serde_json::to_string_pretty(&side).map_err(|e| err(e.to_string()))?;
@@ -465,6 +495,7 @@ impl TwoStage {
                 td3,
                 models: m,
                 env,
+                reward_scale: side.reward_scale,
             },
             instances,
             side.training,
@@ -500,6 +531,7 @@ pub fn train(
         cfg.td3.clone(),
         cfg.seed,
     )?;
+    ts.reward_scale = cfg.reward_scale;
     let mut rng = Rng::seed_from_u64(cfg.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5EED);
     let mut env = Env::new(cfg.env, instances.to_vec(), cfg.seed ^ 0xE4F1);
     let replay = |e: String, stage| TsError::Replay { stage, message: e };
@@ -530,7 +562,7 @@ pub fn train(
                 gbuf.push(Transition {
                     state: g.state.clone(),
                     action: Action::Discrete(g.gpu),
-                    reward: r[i] as f32,
+                    reward: (r[i] * cfg.reward_scale) as f32,
                     next_state: g2.state.clone(),
                     done,
                     mask: Some(g.mask.clone()),
@@ -549,7 +581,7 @@ pub fn train(
                 lbuf.push(Transition {
                     state: l.state.clone(),
                     action: Action::Continuous(l.action.clone()),
-                    reward: rk as f32,
+                    reward: (rk * cfg.reward_scale) as f32,
                     next_state: l2.state.clone(),
                     done,
                     mask: Some(l.mask.clone()),
@@ -686,6 +718,13 @@ mod tests {
         other.seed = 12;
         let (c, _) = train(&toy(), &instances(), &other, &mut |_, _| Ok(())).unwrap();
         assert_ne!(c.digest(), a.digest());
+        // The reward scale reaches the learners.
+        let mut unscaled = cfg.clone();
+        unscaled.reward_scale = 1.0;
+        let (u, _) = train(&toy(), &instances(), &unscaled, &mut |_, _| Ok(())).unwrap();
+        assert_ne!(u.digest(), a.digest());
+        assert_eq!(u.reward_scale(), 1.0);
+        assert_eq!(a.reward_scale(), DEFAULT_REWARD_SCALE);
     }
 
     #[test]
@@ -716,6 +755,7 @@ mod tests {
         ts.save(&dir, &toy(), &instances(), cfg.seed, &rec).unwrap();
         let (back, inst, rec2) = TwoStage::load(&dir, &toy()).unwrap();
         assert_eq!(back.digest(), ts.digest());
+        assert_eq!(back.reward_scale(), ts.reward_scale());
         assert_eq!(inst, instances());
         assert_eq!(rec2.len(), rec.len());
         for (a, b) in rec2.iter().zip(&rec) {
@@ -733,6 +773,13 @@ mod tests {
         };
         let e = TwoStage::load(&dir, &other).unwrap_err().to_string();
         assert!(e.contains("\"slow\"") && e.contains("\"other\""), "{e}");
+        // A sidecar written before the reward scale existed reads as 1.
+        let side = dir.join("inss.json");
+        let mut j: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&side).unwrap()).unwrap();
+        j.as_object_mut().unwrap().remove("reward_scale").unwrap();
+        std::fs::write(&side, j.to_string()).unwrap();
+        assert_eq!(TwoStage::load(&dir, &toy()).unwrap().0.reward_scale(), 1.0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
