@@ -601,8 +601,49 @@ pub fn retime_kernels(
             manifest.name
         ));
     }
-    for (k, ti) in manifest.kernels.iter_mut().zip(&t) {
-        k.kernel_time_us = ti * ext_ms * 1e3 / sum;
+    // On a wide profile a one-wave kernel's time alone is mostly one
+    // launch's queue cost, which the normalisation shrinks; it may then
+    // fall below its own block time, which no kernel can. Such kernels
+    // keep their block time and the rest share what is left of `ext_ms`
+    // in proportion (repeated until no other kernel falls below its
+    // block), so the times still sum to `ext_ms`.
+    let budget = ext_ms * 1e3;
+    let mut pinned = vec![false; t.len()];
+    loop {
+        let fixed: f64 = manifest
+            .kernels
+            .iter()
+            .zip(&pinned)
+            .filter(|(_, p)| **p)
+            .map(|(k, _)| k.block_time_us)
+            .sum();
+        let free: f64 = t
+            .iter()
+            .zip(&pinned)
+            .filter(|(_, p)| !**p)
+            .map(|(x, _)| x)
+            .sum();
+        let scale = (budget - fixed) / free;
+        let mut more = false;
+        for ((k, ti), p) in manifest.kernels.iter_mut().zip(&t).zip(&mut pinned) {
+            if *p {
+                k.kernel_time_us = k.block_time_us;
+            } else if ti * scale < k.block_time_us {
+                *p = true;
+                more = true;
+            } else {
+                k.kernel_time_us = ti * scale;
+            }
+        }
+        if !more {
+            break;
+        }
+        if pinned.iter().all(|&p| p) {
+            return Err(format!(
+                "model `{}`: its block times alone exceed {ext_ms} ms",
+                manifest.name
+            ));
+        }
     }
     manifest.total_time_us = manifest.kernels.iter().map(|k| k.kernel_time_us).sum();
     Ok(())
@@ -1325,6 +1366,32 @@ mod tests {
                 pm.name,
                 pm.latency_ms
             );
+        }
+    }
+
+    #[test]
+    fn on_a_wide_profile_retimed_models_validate_and_keep_their_blocks() {
+        // gv100's 80 SMs: one-wave kernels' times alone are mostly queue
+        // costs, and the normalisation would put some below their block
+        // time (YOLOv2's kernel 39 did, and the registry refused it).
+        let profile = DeviceProfile::builtin("gv100").unwrap();
+        let base = ModelRegistry::builtin();
+        for pm in &TABLE1 {
+            let (_, m) = base.lookup(pm.manifest).unwrap();
+            let (scale, _, ext) = calibrate(&profile, &m.manifest, pm.latency_ms).unwrap();
+            let mut d = scale_manifest(&m.manifest, scale);
+            retime_kernels(&profile, &mut d, ext).unwrap();
+            assert!(
+                d.kernels
+                    .iter()
+                    .all(|k| k.block_time_us <= k.kernel_time_us)
+            );
+            assert!(
+                (d.total_time_us / 1e3 / ext - 1.0).abs() < 1e-9,
+                "{}",
+                pm.name
+            );
+            ModelRegistry::from_manifests([("t".to_owned(), d)]).unwrap();
         }
     }
 
