@@ -284,6 +284,20 @@ pub fn serve(
     duration_s: f64,
     seed: u64,
 ) -> Result<Served, InssBenchError> {
+    let schedule: Vec<Vec<(f64, f64)>> = rates.iter().map(|&r| vec![(0.0, r)]).collect();
+    Ok(serve_schedule(truth, instances, &schedule, placement, duration_s, seed)?.0)
+}
+
+/// [`serve`] with each instance's rate a piecewise-constant schedule of
+/// `(start s, rate)` segments; also returns each instance's arrivals.
+pub fn serve_schedule(
+    truth: &dyn ExecModel,
+    instances: &[Instance],
+    schedule: &[Vec<(f64, f64)>],
+    placement: &sluice_planner::Placement,
+    duration_s: f64,
+    seed: u64,
+) -> Result<(Served, Vec<u64>), InssBenchError> {
     let index: HashMap<&str, usize> = instances
         .iter()
         .enumerate()
@@ -316,11 +330,11 @@ pub fn serve(
         .collect();
     let models: Vec<SimModel> = instances
         .iter()
-        .zip(rates)
-        .map(|(inst, &r)| SimModel {
+        .zip(schedule)
+        .map(|(inst, r)| SimModel {
             name: inst.name.clone(),
             slo_ms: inst.slo_ms,
-            rate: vec![(0.0, r)],
+            rate: r.clone(),
         })
         .collect();
     let opts = SimOptions {
@@ -335,11 +349,14 @@ pub fn serve(
     let violated: u64 = r.models.iter().map(|m| m.violated).sum();
     let lost: u64 = r.models.iter().map(|m| m.dropped + m.unserved).sum();
     let n = arrived.max(1) as f64;
-    Ok(Served {
-        goodput_rps: (arrived - violated) as f64 / duration_s,
-        violation: (violated - lost) as f64 / n,
-        drop: lost as f64 / n,
-    })
+    Ok((
+        Served {
+            goodput_rps: (arrived - violated) as f64 / duration_s,
+            violation: (violated - lost) as f64 / n,
+            drop: lost as f64 / n,
+        },
+        r.models.iter().map(|m| m.arrived).collect(),
+    ))
 }
 
 /// The planners compared (§6.1).
@@ -890,6 +907,10 @@ pub struct InssReport {
     pub fixed_load: Vec<ThroughputRow>,
     /// Ceilings on any planner's load factor ([`load_bound`]).
     pub bounds: Vec<LoadBound>,
+    /// The bursty-trace re-planning experiment (`--trace`), with its rules.
+    pub trace: Vec<crate::bench_inss_trace::InssTraceRun>,
+    /// See [`InssReport::trace`].
+    pub trace_rules: Option<String>,
     /// GPU-model points measured for serving.
     pub truth_points: usize,
     /// Wall seconds.
@@ -984,6 +1005,8 @@ pub fn run(
         throughput: rows,
         fixed_load: fixed,
         bounds,
+        trace: Vec::new(),
+        trace_rules: None,
         truth_points: s.truth.measured(),
         wall_s: started.elapsed().as_secs_f64(),
     })
@@ -1073,6 +1096,30 @@ pub fn table(r: &InssReport) -> String {
             f.load_factor
         );
         rows_table(&mut o, &r.fixed_load, false);
+    }
+    if let Some(rules) = &r.trace_rules {
+        let _ = writeln!(o, "\nBursty trace, re-planned every period ({rules}):\n");
+        let _ = writeln!(
+            o,
+            "| planner | period s | arrived | violation | goodput rps | worst 20 s window | plans (failed) | decision ms (median) |"
+        );
+        let _ = writeln!(o, "|---|---|---|---|---|---|---|---|");
+        for t in &r.trace {
+            let worst = t.window_violation.iter().copied().fold(0.0, f64::max);
+            let _ = writeln!(
+                o,
+                "| {} | {} | {} | {} | {:.1} | {} | {} ({}) | {:.2} |",
+                t.planner,
+                t.period_s,
+                t.arrived,
+                pct(t.violation),
+                t.goodput_rps,
+                pct(worst),
+                t.plans,
+                t.failed_plans,
+                t.decision_ms_median
+            );
+        }
     }
     let _ = writeln!(
         o,
@@ -1324,6 +1371,22 @@ pub struct BenchInssArgs {
     /// batch of every model on the GPU model; ~40 s).
     #[arg(long)]
     pub no_bounds: bool,
+    /// Also run the bursty-trace experiment (beyond the paper): gpulet
+    /// Fig. 15's two waves, each planner re-planning every
+    /// `--trace-periods` seconds on the first `--gpus` count.
+    #[arg(long)]
+    pub trace: bool,
+    /// Re-planning periods of `--trace`, s (20: an MPS restart's pace;
+    /// 1: sluice's in-place repartitioning).
+    #[arg(long, value_delimiter = ',', default_value = "20,1")]
+    pub trace_periods: Vec<f64>,
+    /// Length of the `--trace` trace, s (gpulet's is 3200; its shape
+    /// scales).
+    #[arg(long, default_value_t = 800.0)]
+    pub trace_duration: f64,
+    /// Load factors of `--trace`: low, first peak, second peak.
+    #[arg(long, value_delimiter = ',', default_value = "0.2,0.5,0.7")]
+    pub trace_load: Vec<f64>,
     /// Print each planner's placement at the fixed load on the first GPU
     /// count (share, batch and rate of every instance on every GPU) to
     /// stderr.
@@ -1376,6 +1439,31 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
             "--fixed-load {}: give a positive load factor (1 = every instance at its base rate)",
             args.fixed_load
         ));
+    }
+    if args.trace {
+        if let Some(p) = args
+            .trace_periods
+            .iter()
+            .find(|p| !(p.is_finite() && **p > 0.0))
+        {
+            return Err(format!(
+                "--trace-periods {p}: give positive periods in seconds (e.g. 20,1)"
+            ));
+        }
+        if args.trace_load.len() != 3
+            || args.trace_load.iter().any(|x| !(x.is_finite() && *x > 0.0))
+        {
+            return Err(format!(
+                "--trace-load {:?}: give three positive load factors: low, first peak, second peak (e.g. 0.2,0.5,0.7)",
+                args.trace_load
+            ));
+        }
+        if !(args.trace_duration.is_finite() && args.trace_duration >= 1.0) {
+            return Err(format!(
+                "--trace-duration {}: give at least 1 s",
+                args.trace_duration
+            ));
+        }
     }
     let mut fit = progress_line("bench inss: profiling the latency model", "simulations");
     let s = setup(&args.device, &mut fit).map_err(|e| e.to_string())?;
@@ -1448,7 +1536,34 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
         }
     }
     let mut prog = progress_line("bench inss:", "planner runs");
-    let r = run(&s, agents.as_ref(), &training, &opts, &mut prog).map_err(|e| e.to_string())?;
+    let mut r = run(&s, agents.as_ref(), &training, &opts, &mut prog).map_err(|e| e.to_string())?;
+    if args.trace {
+        let topts = crate::bench_inss_trace::InssTraceOptions {
+            planners: opts
+                .planners
+                .iter()
+                .copied()
+                .filter(|&k| {
+                    k != PlannerKind::InssNi || agents.as_ref().is_some_and(|a| a.inss_ni.is_some())
+                })
+                .filter(|&k| k != PlannerKind::Inss || agents.is_some())
+                .collect(),
+            periods_s: args.trace_periods.clone(),
+            duration_s: args.trace_duration,
+            low: args.trace_load[0],
+            peak1: args.trace_load[1],
+            peak2: args.trace_load[2],
+            gpus: opts.gpus[0],
+            seed: opts.seed,
+            ..Default::default()
+        };
+        let mut tp = progress_line("bench inss: trace", "periods");
+        let started = std::time::Instant::now();
+        r.trace = crate::bench_inss_trace::run_trace(&s, agents.as_ref(), &topts, &mut tp)
+            .map_err(|e| e.to_string())?;
+        r.trace_rules = Some(crate::bench_inss_trace::rules(&topts));
+        r.wall_s += started.elapsed().as_secs_f64();
+    }
     if let Some(dir) = &args.plot {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create the plot directory {}: {e}", dir.display()))?;
@@ -1768,6 +1883,42 @@ mod tests {
                 .contains("sluice train inss")
         );
         assert!(r.model_error.len() == 28 && r.simulated);
+        // The bursty trace: every period re-planned and served, arrivals
+        // following the trace (the same seeds give the same arrivals
+        // whatever the planner), windows covering it.
+        let topts = crate::bench_inss_trace::InssTraceOptions {
+            planners: vec![PlannerKind::Gpulet, PlannerKind::Gslice],
+            periods_s: vec![2.0, 1.0],
+            duration_s: 4.0,
+            ..Default::default()
+        };
+        let mut seen = 0;
+        let tr =
+            crate::bench_inss_trace::run_trace(&s, None, &topts, &mut |d, _| seen = d).unwrap();
+        assert_eq!(seen, 2 * (2 + 4));
+        assert_eq!(tr.len(), 4);
+        assert_eq!((tr[0].plans, tr[1].plans), (2, 4));
+        assert_eq!(tr[0].arrived, tr[2].arrived);
+        // The waves scale to the trace's length: 4 s here, one load per
+        // second.
+        let offered: f64 = s.base_rps.iter().sum::<f64>()
+            * (0..4)
+                .map(|j| {
+                    crate::bench_cluster_trace::wave_rps(
+                        j as f64 + 0.5,
+                        4.0,
+                        topts.low,
+                        topts.peak1,
+                        topts.peak2,
+                    )
+                })
+                .sum::<f64>();
+        for t in &tr {
+            assert!((t.arrived as f64 - offered).abs() < 0.1 * offered, "{t:?}");
+            assert!((0.0..=1.0).contains(&t.violation));
+            assert_eq!(t.window_violation.len(), 1);
+            assert!(t.goodput_rps > 0.0);
+        }
         // The JSON keys, exactly.
         let j = serde_json::to_value(&r).unwrap();
         for k in ["table", "case", "observed_ms", "predicted_ms"] {
@@ -1799,6 +1950,10 @@ mod tests {
             json: false,
             plot: None,
             no_bounds: false,
+            trace: false,
+            trace_periods: vec![20.0, 1.0],
+            trace_duration: 800.0,
+            trace_load: vec![0.2, 0.5, 0.7],
             show_plans: false,
         })
         .unwrap_err();
