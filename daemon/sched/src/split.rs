@@ -125,9 +125,22 @@ impl SplitConfig {
     /// (whatever device it names); a model without one runs unsplit.
     /// Default elasticity.
     pub fn from_manifests(models: &ModelRegistry) -> Self {
+        Self::for_device(models, None)
+    }
+
+    /// Each model's cuts from the `splits` entry for `device` (a device
+    /// profile name), or the first entry when none names it (cut points
+    /// are positions in the model's kernel list, valid on any device,
+    /// only balanced for the device they were chosen on); a model without
+    /// any runs unsplit. Default elasticity.
+    pub fn for_device(models: &ModelRegistry, device: Option<&str>) -> Self {
         let mut cuts = vec![Vec::new(); models.len()];
         for (id, m) in models.iter() {
-            if let (Some(slot), Some(s)) = (cuts.get_mut(id as usize), m.manifest.splits.first()) {
+            let splits = &m.manifest.splits;
+            let chosen = device
+                .and_then(|d| splits.iter().find(|s| s.device == d))
+                .or(splits.first());
+            if let (Some(slot), Some(s)) = (cuts.get_mut(id as usize), chosen) {
                 slot.clone_from(&s.cuts);
             }
         }
@@ -672,6 +685,35 @@ mod tests {
         // Elasticity off: split whatever the queue.
         let (s, passed) = run_with(1, 1, false);
         assert!(passed && s.elastic_runs == 0 && s.preemptions == 1, "{s:?}");
+    }
+
+    #[test]
+    fn for_device_takes_the_devices_split_else_the_first() {
+        let mut m = ModelRegistry::builtin()
+            .lookup("resnet50")
+            .unwrap()
+            .1
+            .manifest
+            .clone();
+        let first = m.splits[0].clone();
+        let mut other = first.clone();
+        other.device = "gv100".into();
+        other.cuts = vec![100];
+        other.block_time_us = vec![
+            first.block_time_us.iter().sum::<f64>() / 2.0,
+            first.block_time_us.iter().sum::<f64>() / 2.0,
+        ];
+        m.splits.push(other);
+        let reg = ModelRegistry::from_manifests([("r".to_owned(), m)]).unwrap();
+        assert_eq!(
+            SplitConfig::for_device(&reg, Some("gv100")).cuts[0],
+            vec![100]
+        );
+        assert_eq!(
+            SplitConfig::for_device(&reg, Some("h100")).cuts[0],
+            first.cuts
+        );
+        assert_eq!(SplitConfig::for_device(&reg, None).cuts[0], first.cuts);
     }
 
     #[test]

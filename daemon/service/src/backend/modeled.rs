@@ -72,12 +72,17 @@ impl std::fmt::Debug for ModeledBackend {
     }
 }
 
-/// Logs which models `split` runs in blocks (the first `splits` entry of
-/// each manifest) and which it runs whole.
-fn log_splits(models: &ModelRegistry) {
+/// Logs which models `split` runs in blocks (the `splits` entry for
+/// `device`, else the first of each manifest) and which it runs whole.
+fn log_splits(models: &ModelRegistry, device: &str) {
     let mut unsplit = Vec::new();
     for (_, m) in models.iter() {
-        match m.manifest.splits.first() {
+        let splits = &m.manifest.splits;
+        match splits
+            .iter()
+            .find(|s| s.device == device)
+            .or(splits.first())
+        {
             Some(s) if !s.cuts.is_empty() => tracing::info!(
                 model = m.name(),
                 blocks = s.cuts.len() + 1,
@@ -102,11 +107,17 @@ impl ModeledBackend {
         if kind == PolicyKind::RtOnly {
             return Err(ModeledError::RtOnly);
         }
-        let policy =
-            sluice_sched::make_policy(kind, &models).ok_or(ModeledError::NoPolicy(kind))?;
-        if kind == PolicyKind::Split {
-            log_splits(&models);
-        }
+        let policy: Box<dyn sluice_sched::Policy> = if kind == PolicyKind::Split {
+            // The split chosen for this device profile where a manifest
+            // has one.
+            log_splits(&models, &profile.name);
+            Box::new(sluice_sched::split::SplitPolicy::new(
+                &models,
+                sluice_sched::split::SplitConfig::for_device(&models, Some(&profile.name)),
+            ))
+        } else {
+            sluice_sched::make_policy(kind, &models).ok_or(ModeledError::NoPolicy(kind))?
+        };
         Ok(Self {
             name: format!("modeled {} GPU, policy {kind}", profile.name),
             gpu: GpuSim::new(profile),
