@@ -907,6 +907,10 @@ pub struct InssReport {
     pub fixed_load: Vec<ThroughputRow>,
     /// Ceilings on any planner's load factor ([`load_bound`]).
     pub bounds: Vec<LoadBound>,
+    /// InSS's greedy score on 5 episodes of its training environment
+    /// (seed [`EVAL_SEED`], the score `train inss --eval-every` keeps
+    /// agents by), when agents are given.
+    pub env_score: Option<sluice_inss::ts::EvalScore>,
     /// The bursty-trace re-planning experiment (`--trace`), with its rules.
     pub trace: Vec<crate::bench_inss_trace::InssTraceRun>,
     /// See [`InssReport::trace`].
@@ -1005,6 +1009,7 @@ pub fn run(
         throughput: rows,
         fixed_load: fixed,
         bounds,
+        env_score: None,
         trace: Vec::new(),
         trace_rules: None,
         truth_points: s.truth.measured(),
@@ -1052,6 +1057,17 @@ pub fn table(r: &InssReport) -> String {
             o,
             "| {} | {} | {} | {} | {:.3} | {:.3} | {:.2} |",
             v.table, v.case, v.batch, v.share_pct, v.observed_ms, v.predicted_ms, v.error_pct
+        );
+    }
+    if let Some(e) = &r.env_score {
+        let _ = writeln!(
+            o,
+            "\nInSS's greedy score on its training environment ({} episodes, seed {}): reward {:.2} per step, violation {}, throughput {:.0} rps",
+            e.episodes,
+            e.seed,
+            e.reward,
+            pct(e.violation),
+            e.throughput
         );
     }
     if let (Some(first), Some(last)) = (r.training.first(), r.training.last()) {
@@ -1236,9 +1252,33 @@ pub struct TrainInssArgs {
     /// here (docs/inss.md, "Reward scale").
     #[arg(long, default_value_t = sluice_inss::ts::DEFAULT_REWARD_SCALE)]
     pub reward_scale: f64,
+    /// Every this many episodes, score the agents' greedy decisions on
+    /// `--eval-episodes` episodes of the training environment (the
+    /// latency model, fixed seed) and keep the best-scoring agents in
+    /// `<out>/best` (0: off). The serving benchmark is never read.
+    #[arg(long, default_value_t = 25)]
+    pub eval_every: usize,
+    /// Episodes of each `--eval-every` score.
+    #[arg(long, default_value_t = 5)]
+    pub eval_episodes: usize,
     /// Print the per-episode record as JSON at the end.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Seed of the greedy scores (`--eval-every`, `bench inss`'s `env_score`):
+/// one for every run, so that scores compare.
+pub const EVAL_SEED: u64 = 0xE7A1;
+
+/// What `<out>/best/selection.json` says about the kept agents.
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+pub struct Selection {
+    /// Training episodes behind the kept agents.
+    pub episode: usize,
+    /// Their greedy score on the training environment.
+    pub score: sluice_inss::ts::EvalScore,
+    /// The rule, in words.
+    pub rule: String,
 }
 
 /// Trains InSS's agents (`sluice train inss`) and writes them to
@@ -1288,12 +1328,49 @@ pub fn train_cmd(args: &TrainInssArgs) -> Result<Vec<sluice_inss::ts::EpisodeRec
     let every = args.checkpoint_every;
     let out = args.out.clone();
     let seed = args.seed;
+    let (eval_every, eval_episodes) = (args.eval_every, args.eval_episodes.max(1));
+    let mut best: Option<f64> = None;
     let mut on_episode = |ts: &sluice_inss::ts::TwoStage,
                           recs: &[sluice_inss::ts::EpisodeRecord]|
      -> Result<(), sluice_inss::ts::TsError> {
         let e = recs.last().expect("called after an episode");
         if every > 0 && e.episode % every == 0 && e.episode < total {
             ts.save(&out, exec, &instances, seed, recs)?;
+        }
+        if eval_every > 0 && (e.episode % eval_every == 0 || e.episode == total) {
+            let score = ts.evaluate(exec, &instances, eval_episodes, EVAL_SEED)?;
+            if best.is_none_or(|b| score.reward > b) {
+                best = Some(score.reward);
+                let dir = out.join("best");
+                ts.save(&dir, exec, &instances, seed, recs)?;
+                let sel = Selection {
+                    episode: e.episode,
+                    score,
+                    rule: format!(
+                        "the checkpoint (every {eval_every} episodes) whose greedy decisions score the highest mean Eq. 2 reward on {eval_episodes} episodes of the training environment (latency model, seed {EVAL_SEED})"
+                    ),
+                };
+                let text = serde_json::to_string_pretty(&sel).expect("selection serialises");
+                std::fs::write(dir.join("selection.json"), text).map_err(|err| {
+                    sluice_inss::ts::TsError::Save {
+                        dir: dir.display().to_string(),
+                        message: err.to_string(),
+                    }
+                })?;
+            }
+            if !tty {
+                eprintln!(
+                    "train inss: episode {} greedy score {:.2} (violation {:.2} %){}",
+                    e.episode,
+                    score.reward,
+                    100.0 * score.violation,
+                    if best == Some(score.reward) {
+                        ", best so far: kept in best/"
+                    } else {
+                        ""
+                    }
+                );
+            }
         }
         let el = started.elapsed().as_secs_f64();
         let eta = el / e.episode as f64 * (total - e.episode) as f64;
@@ -1537,6 +1614,13 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
     }
     let mut prog = progress_line("bench inss:", "planner runs");
     let mut r = run(&s, agents.as_ref(), &training, &opts, &mut prog).map_err(|e| e.to_string())?;
+    if let Some(a) = &agents {
+        r.env_score = Some(
+            a.inss
+                .evaluate(&s.latency, &s.instances, 5, EVAL_SEED)
+                .map_err(|e| e.to_string())?,
+        );
+    }
     if args.trace {
         let topts = crate::bench_inss_trace::InssTraceOptions {
             planners: opts

@@ -169,6 +169,21 @@ pub struct EpisodeRecord {
     pub wall_s: f64,
 }
 
+/// The agents' greedy score on the training environment ([`TwoStage::evaluate`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct EvalScore {
+    /// Mean per-step Eq. 2 reward (sum over instances, unscaled).
+    pub reward: f64,
+    /// Mean served throughput, requests/s.
+    pub throughput: f64,
+    /// Violations (dropped or late) over arrivals.
+    pub violation: f64,
+    /// Episodes run.
+    pub episodes: usize,
+    /// Seed of their rates and arrivals.
+    pub seed: u64,
+}
+
 /// What the global agent saw and did for one instance.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GlobalStep {
@@ -365,6 +380,56 @@ impl TwoStage {
             });
         }
         Ok((d, Trace { global, local }))
+    }
+
+    /// Runs `episodes` episodes of the training environment (the latency
+    /// model `exec`, rates drawn as in training from `seed`) under greedy
+    /// decisions, re-deciding every step as in training but without
+    /// exploration or learning. The same agents and seed give the same
+    /// score. Training keeps the checkpoint that scores best (`sluice
+    /// train inss --eval-every`): a rule that reads the training
+    /// environment only, never the serving benchmark.
+    pub fn evaluate(
+        &self,
+        exec: &dyn ExecModel,
+        instances: &[Instance],
+        episodes: usize,
+        seed: u64,
+    ) -> Result<EvalScore, TsError> {
+        let mut env = Env::new(self.env, instances.to_vec(), seed);
+        let mut rng = Rng::seed_from_u64(seed);
+        let empty = Decision {
+            slots: vec![None; instances.len()],
+        };
+        let (mut reward, mut served, mut arrived, mut violated, mut steps) =
+            (0.0, 0u64, 0u64, 0.0, 0usize);
+        for _ in 0..episodes {
+            env.reset();
+            let (mut d, _) = self.decide(&env, exec, &empty, false, &mut rng)?;
+            for _ in 0..self.env.steps {
+                let out = env.step(&d, exec);
+                reward += env.rewards(&out).iter().sum::<f64>();
+                for o in &out {
+                    served += o.served;
+                    arrived += o.arrived;
+                    violated += o.violation() * o.arrived.max(o.served) as f64;
+                }
+                steps += 1;
+                d = self.decide(&env, exec, &d, false, &mut rng)?.0;
+            }
+        }
+        let n = steps.max(1) as f64;
+        Ok(EvalScore {
+            reward: reward / n,
+            throughput: served as f64 / (n * self.env.step_s),
+            violation: if arrived == 0 {
+                0.0
+            } else {
+                violated / arrived as f64
+            },
+            episodes,
+            seed,
+        })
     }
 
     /// The factor its training put on rewards (1 for agents saved before
@@ -718,6 +783,13 @@ mod tests {
         other.seed = 12;
         let (c, _) = train(&toy(), &instances(), &other, &mut |_, _| Ok(())).unwrap();
         assert_ne!(c.digest(), a.digest());
+        // Greedy evaluation is deterministic and does not train.
+        let e1 = a.evaluate(&toy(), &instances(), 2, 9).unwrap();
+        let e2 = a.evaluate(&toy(), &instances(), 2, 9).unwrap();
+        assert_eq!(e1, e2);
+        assert_eq!(a.digest(), b.digest());
+        assert!(e1.reward.is_finite() && (0.0..=1.0).contains(&e1.violation));
+        assert_ne!(a.evaluate(&toy(), &instances(), 2, 10).unwrap(), e1);
         // The reward scale reaches the learners.
         let mut unscaled = cfg.clone();
         unscaled.reward_scale = 1.0;
