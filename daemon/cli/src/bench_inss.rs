@@ -1440,8 +1440,8 @@ pub struct BenchInssArgs {
     /// Print one JSON object (`model_error`, `training`, `throughput`, …).
     #[arg(long)]
     pub json: bool,
-    /// Write the plots (inss-training.svg, inss-throughput.svg) into this
-    /// directory.
+    /// Write the plots (inss-training.svg, inss-throughput.svg, and with
+    /// `--trace` inss-trace.svg) into this directory.
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
     /// Skip the ceilings on the load factor (a scan of every share and
@@ -1660,14 +1660,15 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
     Ok(r)
 }
 
-/// One line panel: `ys` against 1..=n, titled, y from its minimum to its
-/// maximum.
+/// One line panel: `ys` against 1..=n (`xlabel`), titled, y from its
+/// minimum to its maximum.
 fn line_panel(
     doc: &mut crate::svg::Svg,
     f: crate::svg::Frame,
     title: &str,
     ys: &[f64],
     color: &str,
+    xlabel: &str,
 ) {
     use crate::svg::Anchor;
     let (x0, y0, w, h) = (f.x + 52.0, f.y + 24.0, f.w - 64.0, f.h - 50.0);
@@ -1710,7 +1711,7 @@ fn line_panel(
     doc.text(
         x0 + w / 2.0,
         y0 + h + 22.0,
-        "episode",
+        xlabel,
         Anchor::Middle,
         9.5,
         false,
@@ -1760,9 +1761,75 @@ pub fn plots(r: &InssReport) -> Vec<(&'static str, String)> {
                 w: pw,
                 h: ph,
             };
-            line_panel(&mut doc, f, t, ys, PALETTE[(i + 1) % PALETTE.len()]);
+            line_panel(
+                &mut doc,
+                f,
+                t,
+                ys,
+                PALETTE[(i + 1) % PALETTE.len()],
+                "episode",
+            );
         }
         out.push(("inss-training.svg", doc.finish()));
+    }
+    if !r.trace.is_empty() {
+        let (pw, ph) = (360.0, 200.0);
+        let periods: Vec<f64> = {
+            let mut v: Vec<f64> = Vec::new();
+            for t in &r.trace {
+                if !v.contains(&t.period_s) {
+                    v.push(t.period_s);
+                }
+            }
+            v
+        };
+        let planners: Vec<&str> = {
+            let mut v: Vec<&str> = Vec::new();
+            for t in &r.trace {
+                if !v.contains(&t.planner) {
+                    v.push(t.planner);
+                }
+            }
+            v
+        };
+        let mut doc = Svg::new(pw * periods.len() as f64, 30.0 + ph * planners.len() as f64);
+        doc.text(
+            pw * periods.len() as f64 / 2.0,
+            16.0,
+            &format!(
+                "Bursty trace: late + dropped per {} s window, SIMULATED ({} profile)",
+                crate::bench_inss_trace::WINDOW_S,
+                r.device
+            ),
+            Anchor::Middle,
+            12.0,
+            true,
+        );
+        for t in &r.trace {
+            let col = periods.iter().position(|&p| p == t.period_s).unwrap_or(0);
+            let row = planners.iter().position(|&p| p == t.planner).unwrap_or(0);
+            let f = Frame {
+                x: pw * col as f64,
+                y: 26.0 + ph * row as f64,
+                w: pw,
+                h: ph,
+            };
+            let ys: Vec<f64> = t.window_violation.iter().map(|v| 100.0 * v).collect();
+            line_panel(
+                &mut doc,
+                f,
+                &format!(
+                    "{}, re-planned every {} s: {} late + dropped (%)",
+                    t.planner,
+                    t.period_s,
+                    pct(t.violation)
+                ),
+                &ys,
+                PALETTE[(row + 1) % PALETTE.len()],
+                "20 s window",
+            );
+        }
+        out.push(("inss-trace.svg", doc.finish()));
     }
     let mut gpus: Vec<usize> = r.throughput.iter().map(|t| t.gpus).collect();
     gpus.dedup();
