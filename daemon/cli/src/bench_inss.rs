@@ -911,6 +911,9 @@ pub struct InssReport {
     /// (seed [`EVAL_SEED`], the score `train inss --eval-every` keeps
     /// agents by), when agents are given.
     pub env_score: Option<sluice_inss::ts::EvalScore>,
+    /// GSLICE's and iGniter's decisions scored the same way (re-decided
+    /// every step from the step's rates), for scale.
+    pub baseline_env_scores: Vec<(String, sluice_inss::ts::EvalScore)>,
     /// The bursty-trace re-planning experiment (`--trace`), with its rules.
     pub trace: Vec<crate::bench_inss_trace::InssTraceRun>,
     /// See [`InssReport::trace`].
@@ -1010,6 +1013,7 @@ pub fn run(
         fixed_load: fixed,
         bounds,
         env_score: None,
+        baseline_env_scores: Vec::new(),
         trace: Vec::new(),
         trace_rules: None,
         truth_points: s.truth.measured(),
@@ -1069,6 +1073,15 @@ pub fn table(r: &InssReport) -> String {
             pct(e.violation),
             e.throughput
         );
+        for (name, b) in &r.baseline_env_scores {
+            let _ = writeln!(
+                o,
+                "{name}'s decisions, scored the same way: reward {:.2} per step, violation {}, throughput {:.0} rps",
+                b.reward,
+                pct(b.violation),
+                b.throughput
+            );
+        }
     }
     if let (Some(first), Some(last)) = (r.training.first(), r.training.last()) {
         let _ = writeln!(
@@ -1620,6 +1633,28 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
                 .evaluate(&s.latency, &s.instances, 5, EVAL_SEED)
                 .map_err(|e| e.to_string())?,
         );
+        let cfg = *a.inss.env_config();
+        for k in [PlannerKind::Gslice, PlannerKind::Igniter] {
+            let mut rule = |env: &sluice_inss::Env,
+                            _: &sluice_inss::Decision|
+             -> Result<sluice_inss::Decision, sluice_inss::ts::TsError> {
+                Ok(if k == PlannerKind::Gslice {
+                    sluice_inss::baselines::gslice(&s.latency, &s.instances, env.rates(), cfg.gpus)
+                } else {
+                    sluice_inss::baselines::igniter(&s.latency, &s.instances, env.rates(), cfg.gpus)
+                })
+            };
+            let score = sluice_inss::ts::evaluate_decisions(
+                cfg,
+                &s.latency,
+                &s.instances,
+                5,
+                EVAL_SEED,
+                &mut rule,
+            )
+            .map_err(|e| e.to_string())?;
+            r.baseline_env_scores.push((k.name().to_owned(), score));
+        }
     }
     if args.trace {
         let topts = crate::bench_inss_trace::InssTraceOptions {

@@ -396,40 +396,15 @@ impl TwoStage {
         episodes: usize,
         seed: u64,
     ) -> Result<EvalScore, TsError> {
-        let mut env = Env::new(self.env, instances.to_vec(), seed);
         let mut rng = Rng::seed_from_u64(seed);
-        let empty = Decision {
-            slots: vec![None; instances.len()],
-        };
-        let (mut reward, mut served, mut arrived, mut violated, mut steps) =
-            (0.0, 0u64, 0u64, 0.0, 0usize);
-        for _ in 0..episodes {
-            env.reset();
-            let (mut d, _) = self.decide(&env, exec, &empty, false, &mut rng)?;
-            for _ in 0..self.env.steps {
-                let out = env.step(&d, exec);
-                reward += env.rewards(&out).iter().sum::<f64>();
-                for o in &out {
-                    served += o.served;
-                    arrived += o.arrived;
-                    violated += o.violation() * o.arrived.max(o.served) as f64;
-                }
-                steps += 1;
-                d = self.decide(&env, exec, &d, false, &mut rng)?.0;
-            }
-        }
-        let n = steps.max(1) as f64;
-        Ok(EvalScore {
-            reward: reward / n,
-            throughput: served as f64 / (n * self.env.step_s),
-            violation: if arrived == 0 {
-                0.0
-            } else {
-                violated / arrived as f64
-            },
+        evaluate_decisions(
+            self.env,
+            exec,
+            instances,
             episodes,
             seed,
-        })
+            &mut |env, prev| Ok(self.decide(env, exec, prev, false, &mut rng)?.0),
+        )
     }
 
     /// The factor its training put on rewards (1 for agents saved before
@@ -576,6 +551,55 @@ impl TwoStage {
 /// What [`train`] calls after each episode: the agents and the records so
 /// far; an error stops training.
 pub type OnEpisode<'a> = dyn FnMut(&TwoStage, &[EpisodeRecord]) -> Result<(), TsError> + 'a;
+
+/// Scores any decision rule on `episodes` episodes of the environment
+/// `cfg` (rates drawn as in training from `seed`): `decide(env, previous)`
+/// is asked for a decision at the start and after every step, as the
+/// agents are in training. [`TwoStage::evaluate`] passes the agents'
+/// greedy decisions; `bench inss` also passes GSLICE's and iGniter's, so
+/// the scores compare.
+pub fn evaluate_decisions(
+    cfg: EnvConfig,
+    exec: &dyn ExecModel,
+    instances: &[Instance],
+    episodes: usize,
+    seed: u64,
+    decide: &mut dyn FnMut(&Env, &Decision) -> Result<Decision, TsError>,
+) -> Result<EvalScore, TsError> {
+    let mut env = Env::new(cfg, instances.to_vec(), seed);
+    let empty = Decision {
+        slots: vec![None; instances.len()],
+    };
+    let (mut reward, mut served, mut arrived, mut violated, mut steps) =
+        (0.0, 0u64, 0u64, 0.0, 0usize);
+    for _ in 0..episodes {
+        env.reset();
+        let mut d = decide(&env, &empty)?;
+        for _ in 0..cfg.steps {
+            let out = env.step(&d, exec);
+            reward += env.rewards(&out).iter().sum::<f64>();
+            for o in &out {
+                served += o.served;
+                arrived += o.arrived;
+                violated += o.violation() * o.arrived.max(o.served) as f64;
+            }
+            steps += 1;
+            d = decide(&env, &d)?;
+        }
+    }
+    let n = steps.max(1) as f64;
+    Ok(EvalScore {
+        reward: reward / n,
+        throughput: served as f64 / (n * cfg.step_s),
+        violation: if arrived == 0 {
+            0.0
+        } else {
+            violated / arrived as f64
+        },
+        episodes,
+        seed,
+    })
+}
 
 /// Algorithm 1: trains both agents for `cfg.episodes` episodes of
 /// `cfg.env.steps` steps on `exec` serving `instances`; `on_episode` gets
