@@ -21,12 +21,11 @@
 //!   placement they arrived under. Decision time is not charged to the
 //!   period: the new placement takes effect at its start.
 
-use serde::Serialize;
-
 use crate::bench_cluster_trace::wave_rps;
 use crate::bench_inss::{
     Agents, InssBenchError, InssSetup, PlannerKind, cluster_instances, plan, serve_schedule,
 };
+pub use crate::bench_inss::{InssTraceRun, WINDOW_S};
 
 /// What to run.
 #[derive(Debug, Clone, PartialEq)]
@@ -66,32 +65,6 @@ impl Default for InssTraceOptions {
         }
     }
 }
-
-/// One planner at one period over the whole trace.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct InssTraceRun {
-    /// Planner.
-    pub planner: &'static str,
-    /// Re-planning period, s.
-    pub period_s: f64,
-    /// Requests that arrived.
-    pub arrived: u64,
-    /// Late, dropped or unserved over arrived.
-    pub violation: f64,
-    /// Requests within their SLO per second, mean over the trace.
-    pub goodput_rps: f64,
-    /// Violations over arrivals in each 20 s window (Fig. 11's shape).
-    pub window_violation: Vec<f64>,
-    /// Plans made, and how many failed (previous placement kept).
-    pub plans: usize,
-    /// See [`InssTraceRun::plans`].
-    pub failed_plans: usize,
-    /// Median decision time, ms.
-    pub decision_ms_median: f64,
-}
-
-/// Width of the reported windows, s.
-pub const WINDOW_S: f64 = 20.0;
 
 /// Runs every planner at every period; `progress(done, total)` counts
 /// periods.

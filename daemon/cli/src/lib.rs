@@ -45,6 +45,7 @@ pub mod bench_cluster_trace;
 pub mod bench_gpulet;
 pub mod bench_hol;
 pub mod bench_inss;
+pub mod bench_inss_cmd;
 pub mod bench_inss_trace;
 pub mod bench_interference;
 pub mod bench_ipc;

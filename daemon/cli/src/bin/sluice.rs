@@ -263,7 +263,7 @@ enum TrainCmd {
     /// directory `sluice bench inss --agents` reads. Runs on one CPU
     /// thread unless RAYON_NUM_THREADS says otherwise; the same seed gives
     /// the same agents.
-    Inss(sluice_cli::bench_inss::TrainInssArgs),
+    Inss(sluice_cli::bench_inss_cmd::TrainInssArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -274,7 +274,7 @@ enum Bench {
     /// maximum load on 4 and 64 GPUs — InSS, InSS-ni, gpulet, GSLICE,
     /// iGniter — with fragments and decision time (Fig. 10, 12, 15–19).
     /// docs/inss.md.
-    Inss(sluice_cli::bench_inss::BenchInssArgs),
+    Inss(sluice_cli::bench_inss_cmd::BenchInssArgs),
     /// Round-trip time of the request path (submit → daemon → completion
     /// seen by the client, zero-time model, separate processes): spinning,
     /// parked, and a plain Unix-socket request/response baseline measured
@@ -884,17 +884,17 @@ fn main() -> ExitCode {
     match cli.cmd {
         Cmd::Train {
             which: TrainCmd::Inss(args),
-        } => match sluice_cli::bench_inss::train_cmd(&args) {
+        } => match sluice_cli::bench_inss_cmd::train_cmd(&args) {
             Ok(rec) if args.json => print_json(&rec),
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => fail(e),
         },
         Cmd::Bench {
             which: Bench::Inss(args),
-        } => match sluice_cli::bench_inss::bench_cmd(&args) {
+        } => match sluice_cli::bench_inss_cmd::bench_cmd(&args) {
             Ok(r) if args.json => print_json(&r),
             Ok(r) => {
-                print!("{}", sluice_cli::bench_inss::table(&r));
+                print!("{}", sluice_cli::bench_inss_cmd::table(&r));
                 ExitCode::SUCCESS
             }
             Err(e) => fail(e),
