@@ -289,7 +289,8 @@ pub fn serve(
 }
 
 /// [`serve`] with each instance's rate a piecewise-constant schedule of
-/// `(start s, rate)` segments; also returns each instance's arrivals.
+/// `(start s, rate)` segments; also returns each instance's arrivals and
+/// the requests late, dropped or unserved.
 pub fn serve_schedule(
     truth: &dyn ExecModel,
     instances: &[Instance],
@@ -297,7 +298,7 @@ pub fn serve_schedule(
     placement: &sluice_planner::Placement,
     duration_s: f64,
     seed: u64,
-) -> Result<(Served, Vec<u64>), InssBenchError> {
+) -> Result<(Served, Vec<u64>, u64), InssBenchError> {
     let index: HashMap<&str, usize> = instances
         .iter()
         .enumerate()
@@ -356,6 +357,7 @@ pub fn serve_schedule(
             drop: lost as f64 / n,
         },
         r.models.iter().map(|m| m.arrived).collect(),
+        violated,
     ))
 }
 

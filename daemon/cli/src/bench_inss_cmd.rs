@@ -276,7 +276,7 @@ pub struct TrainInssArgs {
 pub const EVAL_SEED: u64 = 0xE7A1;
 
 /// What `<out>/best/selection.json` says about the kept agents.
-#[derive(Debug, Clone, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Selection {
     /// Training episodes behind the kept agents.
     pub episode: usize,

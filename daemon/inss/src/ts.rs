@@ -552,6 +552,46 @@ impl TwoStage {
 /// far; an error stops training.
 pub type OnEpisode<'a> = dyn FnMut(&TwoStage, &[EpisodeRecord]) -> Result<(), TsError> + 'a;
 
+/// Per-step outcomes summed over steps: what an [`EpisodeRecord`] and an
+/// [`EvalScore`] report.
+#[derive(Debug, Default)]
+struct Tally {
+    reward: f64,
+    served: u64,
+    arrived: u64,
+    violated: f64,
+    steps: usize,
+}
+
+impl Tally {
+    /// Adds one step's outcomes and Eq. 2 rewards.
+    fn add(&mut self, out: &[StepOutcome], rewards: &[f64]) {
+        self.reward += rewards.iter().sum::<f64>();
+        for o in out {
+            self.served += o.served;
+            self.arrived += o.arrived;
+            self.violated += o.violation() * o.arrived.max(o.served) as f64;
+        }
+        self.steps += 1;
+    }
+
+    /// (mean reward per step, served requests/s, violations over
+    /// arrivals) for steps of `step_s` seconds.
+    fn means(&self, step_s: f64) -> (f64, f64, f64) {
+        let n = self.steps.max(1) as f64;
+        let violation = if self.arrived == 0 {
+            0.0
+        } else {
+            self.violated / self.arrived as f64
+        };
+        (
+            self.reward / n,
+            self.served as f64 / (n * step_s),
+            violation,
+        )
+    }
+}
+
 /// Scores any decision rule on `episodes` episodes of the environment
 /// `cfg` (rates drawn as in training from `seed`): `decide(env, previous)`
 /// is asked for a decision at the start and after every step, as the
@@ -570,32 +610,21 @@ pub fn evaluate_decisions(
     let empty = Decision {
         slots: vec![None; instances.len()],
     };
-    let (mut reward, mut served, mut arrived, mut violated, mut steps) =
-        (0.0, 0u64, 0u64, 0.0, 0usize);
+    let mut tally = Tally::default();
     for _ in 0..episodes {
         env.reset();
         let mut d = decide(&env, &empty)?;
         for _ in 0..cfg.steps {
             let out = env.step(&d, exec);
-            reward += env.rewards(&out).iter().sum::<f64>();
-            for o in &out {
-                served += o.served;
-                arrived += o.arrived;
-                violated += o.violation() * o.arrived.max(o.served) as f64;
-            }
-            steps += 1;
+            tally.add(&out, &env.rewards(&out));
             d = decide(&env, &d)?;
         }
     }
-    let n = steps.max(1) as f64;
+    let (reward, throughput, violation) = tally.means(cfg.step_s);
     Ok(EvalScore {
-        reward: reward / n,
-        throughput: served as f64 / (n * cfg.step_s),
-        violation: if arrived == 0 {
-            0.0
-        } else {
-            violated / arrived as f64
-        },
+        reward,
+        throughput,
+        violation,
         episodes,
         seed,
     })
@@ -640,7 +669,7 @@ pub fn train(
             slots: vec![None; instances.len()],
         };
         let (mut d, mut trace) = ts.decide(&env, exec, &empty, true, &mut rng)?;
-        let (mut reward, mut served, mut arrived, mut violated) = (0.0, 0u64, 0u64, 0.0);
+        let mut tally = Tally::default();
         for t in 0..cfg.env.steps {
             let out: Vec<StepOutcome> = env.step(&d, exec);
             let r = env.rewards(&out);
@@ -698,25 +727,16 @@ pub fn train(
                     source,
                 })?;
             }
-            reward += r.iter().sum::<f64>();
-            for o in &out {
-                served += o.served;
-                arrived += o.arrived;
-                violated += o.violation() * o.arrived.max(o.served) as f64;
-            }
+            tally.add(&out, &r);
             d = d2;
             trace = trace2;
         }
-        let steps = cfg.env.steps.max(1) as f64;
+        let (reward, throughput, violation) = tally.means(cfg.env.step_s);
         let rec = EpisodeRecord {
             episode,
-            reward: reward / steps,
-            throughput: served as f64 / (steps * cfg.env.step_s),
-            violation: if arrived == 0 {
-                0.0
-            } else {
-                violated / arrived as f64
-            },
+            reward,
+            throughput,
+            violation,
             alpha: ts.sacd.alpha(),
             wall_s: started.elapsed().as_secs_f64(),
         };

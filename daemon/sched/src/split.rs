@@ -83,7 +83,7 @@ use std::sync::Arc;
 use super::rt_only::{Completed, completed, kernel_count, launch_kernels, stream_in};
 use super::{Ctx, Policy, Task, TaskDone, TaskId};
 use sluice_gpu::{Event, Ns, StreamId};
-use sluice_model::ModelRegistry;
+use sluice_model::{Manifest, ModelRegistry, ModelSplit};
 
 /// The block structure [`SplitPolicy`] uses, and its elasticity.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -136,11 +136,10 @@ impl SplitConfig {
     pub fn for_device(models: &ModelRegistry, device: Option<&str>) -> Self {
         let mut cuts = vec![Vec::new(); models.len()];
         for (id, m) in models.iter() {
-            let splits = &m.manifest.splits;
-            let chosen = device
-                .and_then(|d| splits.iter().find(|s| s.device == d))
-                .or(splits.first());
-            if let (Some(slot), Some(s)) = (cuts.get_mut(id as usize), chosen) {
+            if let (Some(slot), Some(s)) = (
+                cuts.get_mut(id as usize),
+                split_for_device(&m.manifest, device),
+            ) {
                 slot.clone_from(&s.cuts);
             }
         }
@@ -149,6 +148,18 @@ impl SplitConfig {
             ..Self::unsplit()
         }
     }
+}
+
+/// The `splits` entry of `manifest` for `device` (a device profile name),
+/// else its first entry; `None` without any. What the daemon's `split`
+/// policy runs ([`SplitConfig::for_device`]).
+pub fn split_for_device<'a>(
+    manifest: &'a Manifest,
+    device: Option<&str>,
+) -> Option<&'a ModelSplit> {
+    device
+        .and_then(|d| manifest.splits.iter().find(|s| s.device == d))
+        .or(manifest.splits.first())
 }
 
 impl Default for SplitConfig {

@@ -77,12 +77,7 @@ impl std::fmt::Debug for ModeledBackend {
 fn log_splits(models: &ModelRegistry, device: &str) {
     let mut unsplit = Vec::new();
     for (_, m) in models.iter() {
-        let splits = &m.manifest.splits;
-        match splits
-            .iter()
-            .find(|s| s.device == device)
-            .or(splits.first())
-        {
+        match sluice_sched::split::split_for_device(&m.manifest, Some(device)) {
             Some(s) if !s.cuts.is_empty() => tracing::info!(
                 model = m.name(),
                 blocks = s.cuts.len() + 1,
