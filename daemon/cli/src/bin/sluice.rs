@@ -865,6 +865,37 @@ fn print_json<T: serde::Serialize>(v: &T) -> ExitCode {
     }
 }
 
+/// Makes glibc's `malloc` keep the memory it frees instead of returning it
+/// to the kernel. candle allocates a fresh buffer for every tensor, and a
+/// 256 × 256 `f32` matrix (256 KiB) is above glibc's initial 128 KiB `mmap`
+/// threshold, so every activation and gradient of a training step was an
+/// `mmap`, zero-filled page faults and an `munmap`: a third of a training
+/// run's CPU time went to the kernel. With blocks up to 32 MiB (glibc's
+/// largest threshold on 64-bit) served from the heap and the heap not
+/// trimmed below 1 GiB of free top, a training episode takes ~0.6 of the
+/// time (docs/inss.md, "Training time"), with bitwise-identical agents (the
+/// arithmetic is untouched). The cost: the process keeps its peak heap
+/// until it exits, which a training or benchmark run soon does.
+/// `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=…` does the same from outside.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: `mallopt` only sets allocator parameters and is called
+        // before any thread starts; glibc refuses (returns 0 for) a value
+        // out of its range and keeps its default, which is only slower.
+        let ok = unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20)
+                & libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30)
+        };
+        if ok == 0 {
+            eprintln!(
+                "warning: glibc refused mallopt's thresholds; training and benchmarks run \
+                 with its defaults (correct, slower)"
+            );
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let learned = matches!(
@@ -880,6 +911,9 @@ fn main() -> ExitCode {
         // makes training reproducible by default, and spares candle a
         // /proc/cpuinfo read per matrix product (crate sluice-rl's docs).
         unsafe { std::env::set_var("RAYON_NUM_THREADS", "1") };
+    }
+    if learned {
+        keep_freed_memory();
     }
     match cli.cmd {
         Cmd::Train {
