@@ -220,7 +220,8 @@ fn progress_line(what: &'static str, unit: &'static str) -> impl FnMut(usize, us
 #[derive(Debug, Clone, clap::Args)]
 pub struct TrainInssArgs {
     /// Directory to write the agents into (created; an existing checkpoint
-    /// there is replaced).
+    /// there is replaced), with the latency model they observe through
+    /// (`latency.json`, which `cluster.planner = "inss"` reads).
     #[arg(long)]
     pub out: std::path::PathBuf,
     /// Episodes (InSS Table 2: 1600).
@@ -310,13 +311,26 @@ pub fn train_cmd(args: &TrainInssArgs) -> Result<Vec<sluice_inss::ts::EpisodeRec
     }
     let mut fit = progress_line("train inss: profiling the latency model", "simulations");
     let s = setup(&args.device, &mut fit).map_err(|e| e.to_string())?;
-    let ni;
-    let exec: &dyn ExecModel = if args.no_interference {
-        ni = s.latency.without_interference();
-        &ni
+    let latency = if args.no_interference {
+        s.latency.without_interference()
     } else {
-        &s.latency
+        s.latency.clone()
     };
+    let exec: &dyn ExecModel = &latency;
+    // The agents observe through this model: a planner loading them
+    // (`cluster.planner = "inss"`) reads it from their directory.
+    let mut dirs = vec![args.out.clone()];
+    if args.eval_every > 0 {
+        dirs.push(args.out.join("best"));
+    }
+    for dir in dirs {
+        sluice_inss::planner::save_latency(&dir, &args.device, &latency).map_err(|e| {
+            format!(
+                "cannot write {}: {e}",
+                dir.join(sluice_inss::planner::LATENCY_FILE).display()
+            )
+        })?;
+    }
     let mut cfg = sluice_inss::ts::TrainConfig {
         episodes: args.episodes,
         hidden: args.hidden.clone(),

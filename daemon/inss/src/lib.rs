@@ -17,12 +17,15 @@
 //! - [`ts`]: the two-stage scheduler (§5, Algorithm 1): training,
 //!   deciding, checkpoints;
 //! - [`baselines`]: GSLICE and iGniter as InSS describes them, and
-//!   gpulet's inputs.
+//!   gpulet's inputs;
+//! - [`planner`]: trained agents as a `sluice_planner::Planner`, for the
+//!   daemon's `cluster.planner = "inss"`.
 
 pub mod baselines;
 pub mod env;
 pub mod features;
 pub mod latency;
+pub mod planner;
 #[cfg(test)]
 mod testutil;
 pub mod ts;

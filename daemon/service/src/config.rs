@@ -1760,6 +1760,15 @@ mod tests {
         assert_eq!(c.partition_sizes, Some(vec![20, 40, 50, 60, 80, 100]));
         assert!(c.scaling);
         assert_eq!(c.util_names["vgg"], "vgg16");
+        let c = load(
+            "[cluster]\ngpus = [\"a100\", \"a100\", \"a100\", \"a100\"]\nplanner = \"inss\"\n\
+             inss_agents = \"agents/inss\"\n",
+        )
+        .unwrap()
+        .cluster;
+        assert_eq!(c.planner, PlannerKind::Inss);
+        assert_eq!(c.planner.as_str(), "inss");
+        assert_eq!(c.inss_agents.as_deref(), Some(Path::new("agents/inss")));
         let c = load("[cluster]\npartition_sizes = [25, 50, 100]\npartition_step_pct = 25\n")
             .unwrap()
             .cluster;
@@ -1769,6 +1778,7 @@ mod tests {
         assert_eq!(d.partition_sizes, None);
         assert!(!d.scaling);
         assert_eq!(d.interference_data, None);
+        assert_eq!(d.inss_agents, None);
         assert!(d.util_names.is_empty());
         for (text, key, value, fix) in [
             (
@@ -1788,6 +1798,24 @@ mod tests {
                 "cluster.interference_data",
                 "\"\"",
                 "INT_MODEL_CONSTANT.CSV",
+            ),
+            (
+                "planner = \"inss\"",
+                "cluster.planner",
+                "\"inss\"",
+                "set cluster.inss_agents",
+            ),
+            (
+                "planner = \"gpulet\"\ninss_agents = \"agents/inss\"",
+                "cluster.inss_agents",
+                "\"agents/inss\"",
+                "set cluster.planner = \"inss\" (now \"gpulet\")",
+            ),
+            (
+                "planner = \"inss\"\ninss_agents = \"\"",
+                "cluster.inss_agents",
+                "\"\"",
+                "sluice train inss --out DIR",
             ),
             (
                 "[cluster.util_names]\nresnet50 = \"resnet50\"",

@@ -49,6 +49,10 @@ pub enum PlannerKind {
     /// (`sluice_planner::GpuletInt` over `sluice_planner::LinearInterference`),
     /// fitted on the GPU of `cluster.interference_data`.
     GpuletInt,
+    /// InSS's two reinforcement-learning agents, trained by `sluice train
+    /// inss` (`sluice_inss::planner::InssPlanner`), from
+    /// `cluster.inss_agents`.
+    Inss,
 }
 
 impl PlannerKind {
@@ -59,6 +63,7 @@ impl PlannerKind {
             PlannerKind::Sbp => "sbp",
             PlannerKind::Gpulet => "gpulet",
             PlannerKind::GpuletInt => "gpulet+int",
+            PlannerKind::Inss => "inss",
         }
     }
 }
@@ -100,6 +105,9 @@ pub struct ClusterConfig {
     /// gpulet+int: the daemon's model name → its bench name in `UTIL.CSV`.
     /// A served model not listed has interference factor 1.
     pub util_names: BTreeMap<String, String>,
+    /// inss: the directory `sluice train inss --out` wrote (or its
+    /// `best/`): the agents and the latency model they observe through.
+    pub inss_agents: Option<PathBuf>,
     /// gpulet's GPU scaling (Algorithm 2): each re-plan starts from the
     /// previous plan's GPU count and adds GPUs only while the plan fails,
     /// up to `gpus.len()`.
@@ -123,6 +131,7 @@ impl Default for ClusterConfig {
             partition_sizes: None,
             interference_data: None,
             util_names: BTreeMap::new(),
+            inss_agents: None,
             scaling: false,
         }
     }
@@ -210,6 +219,9 @@ impl ClusterConfig {
                 toml_string(&dir.to_string_lossy())
             );
         }
+        if let Some(dir) = &self.inss_agents {
+            let _ = writeln!(s, "inss_agents = {}", toml_string(&dir.to_string_lossy()));
+        }
         if !self.slo_ms_per_model.is_empty() {
             let _ = writeln!(s, "\n[cluster.slo_ms_per_model]");
             for (m, v) in &self.slo_ms_per_model {
@@ -245,6 +257,7 @@ pub(super) struct RawCluster {
     partition_sizes: Option<RawSizes>,
     interference_data: Option<String>,
     util_names: Option<BTreeMap<String, String>>,
+    inss_agents: Option<String>,
     scaling: Option<bool>,
 }
 
@@ -305,14 +318,16 @@ impl Validator {
                 "sbp" => c.planner = PlannerKind::Sbp,
                 "gpulet" => c.planner = PlannerKind::Gpulet,
                 "gpulet+int" => c.planner = PlannerKind::GpuletInt,
+                "inss" => c.planner = PlannerKind::Inss,
                 _ => self.fail(
                     "cluster.planner",
                     toml_string(&p),
                     "is not a planner",
                     "use \"greedy\" (spatial partitions, one model each), \"sbp\" (whole \
                      GPUs shared in time), \"gpulet\" (gpulet's elastic partitioning, both) \
-                     or \"gpulet+int\" (the same with gpulet's interference model; needs \
-                     cluster.interference_data)"
+                     , \"gpulet+int\" (the same with gpulet's interference model; needs \
+                     cluster.interference_data) or \"inss\" (InSS's trained agents; needs \
+                     cluster.inss_agents)"
                         .to_owned(),
                 ),
             }
@@ -452,7 +467,41 @@ impl Validator {
             raw.interference_data,
             raw.util_names.unwrap_or_default(),
         );
+        self.inss_keys(&mut c, raw.inss_agents);
         c
+    }
+
+    /// `cluster.inss_agents`: required by and only for `inss`.
+    fn inss_keys(&mut self, c: &mut ClusterConfig, dir: Option<String>) {
+        let inss = c.planner == PlannerKind::Inss;
+        match dir {
+            Some(d) if d.is_empty() => self.fail(
+                "cluster.inss_agents",
+                "\"\"",
+                "is empty",
+                "name the directory `sluice train inss --out DIR` wrote (DIR or DIR/best)"
+                    .to_owned(),
+            ),
+            Some(d) if !inss => self.fail(
+                "cluster.inss_agents",
+                toml_string(&d),
+                "is read only by the inss planner",
+                format!(
+                    "remove it, or set cluster.planner = \"inss\" (now {})",
+                    toml_string(c.planner.as_str())
+                ),
+            ),
+            Some(d) => c.inss_agents = Some(PathBuf::from(d)),
+            None if inss => self.fail(
+                "cluster.planner",
+                "\"inss\"",
+                "needs trained agents",
+                "set cluster.inss_agents to the directory `sluice train inss --out DIR` wrote \
+                 (DIR or DIR/best; the repository ships agents/inss)"
+                    .to_owned(),
+            ),
+            None => {}
+        }
     }
 
     /// `cluster.partition_sizes`: `"gpulet"` or a list of percentages,

@@ -180,6 +180,15 @@ pub enum ClusterError {
          to the folder holding INT_MODEL_CONSTANT.CSV and UTIL.CSV"
     )]
     NoInterferenceData,
+    /// `inss` without `cluster.inss_agents`.
+    #[error(
+        "the inss planner needs trained agents; set cluster.inss_agents to the directory \
+         `sluice train inss --out DIR` wrote"
+    )]
+    NoInssAgents,
+    /// InSS agents that cannot be loaded or cannot serve this cluster.
+    #[error("cluster.inss_agents: {0}")]
+    InssAgents(#[source] Box<sluice_inss::planner::InssPlannerError>),
     /// An interference file that cannot be read or parsed.
     #[error("cluster.interference_data: {file}: {why}")]
     InterferenceData {

@@ -18,10 +18,12 @@ use super::{ClusterBackend, ClusterError, ClusterSetup, ServedModel};
 use crate::config::{Config, PlannerKind, Scheduler};
 
 /// Memory of one GPU of a built-in profile, MB: the vendor's figure for
-/// the board the profile models (MI50 32 GB, V100 32 GB, H100 80 GB).
+/// the board the profile models (MI50 32 GB, V100 32 GB, A100 40 GB as
+/// InSS's testbed, H100 80 GB).
 pub fn gpu_mem_mb(profile: &str) -> u64 {
     match profile {
         "h100" => 80 * 1024,
+        "a100" => 40 * 1024,
         _ => 32 * 1024,
     }
 }
@@ -159,6 +161,24 @@ pub fn planner(config: &Config, served: &[&str]) -> Result<Box<dyn Planner + Sen
                 );
             }
             Box::new(GpuletInt::new(model))
+        }
+        PlannerKind::Inss => {
+            let dir = config
+                .cluster
+                .inss_agents
+                .as_deref()
+                .ok_or(ClusterError::NoInssAgents)?;
+            let bad = |e| ClusterError::InssAgents(Box::new(e));
+            let p = sluice_inss::planner::InssPlanner::load(dir).map_err(bad)?;
+            let profiles: Vec<&str> = config.cluster.gpus.iter().map(String::as_str).collect();
+            p.check(served, &profiles).map_err(bad)?;
+            tracing::info!(
+                "cluster: inss: agents from {} ({} profile; models {})",
+                dir.display(),
+                p.device(),
+                p.models().join(", ")
+            );
+            Box::new(p)
         }
     })
 }

@@ -667,3 +667,74 @@ fn without_scaling_a_planner_gets_every_gpu_and_with_it_the_last_count() {
         }
     }
 }
+
+/// The agents the repository ships (`agents/inss`, trained on the `a100`
+/// profile by `sluice train inss`).
+fn shipped_inss_agents() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../agents/inss")
+}
+
+#[test]
+fn start_up_refuses_inss_agents_that_cannot_serve_the_cluster() {
+    let mut config = crate::config::Config::default();
+    config.cluster.gpus = vec!["a100".into(); 4];
+    config.cluster.planner = crate::config::PlannerKind::Inss;
+    let e = setup::planner(&config, &["resnet18"])
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("set cluster.inss_agents"), "{e}");
+    config.cluster.inss_agents = Some("/nonexistent/sluice-test/agents".into());
+    let e = setup::planner(&config, &["resnet18"])
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("/nonexistent/sluice-test/agents/latency.json")
+            && e.contains("sluice train inss --out DIR"),
+        "{e}"
+    );
+    config.cluster.inss_agents = Some(shipped_inss_agents());
+    setup::planner(&config, &["resnet18", "mobilenet"]).unwrap();
+    let e = setup::planner(&config, &["resnet18", "bert_base"])
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"bert_base\"") && e.contains("alexnet, resnet50, vgg16"),
+        "{e}"
+    );
+    config.cluster.gpus = vec!["mi50".into(); 4];
+    let e = setup::planner(&config, &["resnet18"])
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("trained on the a100 profile") && e.contains("\"mi50\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_inss_planner_serves_every_request_on_the_grid() {
+    let reg = registry();
+    let planner = sluice_inss::planner::InssPlanner::load(&shipped_inss_agents()).unwrap();
+    let mut b =
+        ClusterBackend::new(setup(&reg, 4, 50), Box::new(planner), Arc::clone(&reg), 0).unwrap();
+    let mut sizes = std::collections::BTreeSet::new();
+    let arrivals = steady(&reg, 400, 2_000_000);
+    let (done, sent) = run_watching(&mut b, &reg, &arrivals, |_, b| {
+        for p in b.parts.iter().flatten().filter(|p| !p.draining) {
+            sizes.insert(p.size_pct);
+        }
+    });
+    assert_each_once_ok(&reg, &done, &sent);
+    let l = b.layout.lock().unwrap().clone();
+    assert_eq!(l.planner, "inss");
+    assert!(l.switches >= 1 && l.plan_error.is_none(), "{l:?}");
+    // The setup's grid is 25 % steps.
+    assert!(
+        sizes.iter().all(|s| s % 25 == 0),
+        "a size off the grid: {sizes:?}"
+    );
+}
