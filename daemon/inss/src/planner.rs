@@ -234,10 +234,10 @@ impl Planner for InssPlanner {
         let mut served = Vec::new();
         for m in models.iter().filter(|m| m.rate_rps > 0.0) {
             let Some(inst) = self.instance(m) else {
-                return Err(PlanError::MissingPartition {
+                return Err(PlanError::UnknownModel {
                     planner: "inss",
                     model: m.name.clone(),
-                    pct: 0,
+                    known: self.models().join(", "),
                 });
             };
             served.push((m, inst));
@@ -517,6 +517,11 @@ mod tests {
         // Three GPUs are not whole groups of two.
         let e = p.plan(&specs, &GpuSpec::new(3, 10_000, 10)).unwrap_err();
         assert!(e.to_string().contains("multiple of 2 GPUs"), "{e}");
+        // A model the agents were not trained on is named, with those they know.
+        let mut other = specs.clone();
+        other[2].rate_rps = 10.0;
+        let e = p.plan(&other, &spec).unwrap_err().to_string();
+        assert!(e.contains("\"idle\"") && e.contains("fast, slow"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

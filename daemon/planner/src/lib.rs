@@ -246,6 +246,19 @@ pub enum PlanError {
         /// The GPU limit.
         limit: u32,
     },
+    /// A model the planner cannot place at all (a learned planner's agents
+    /// were not trained on it).
+    #[error(
+        "the {planner} planner cannot place model {model:?}: it knows only {known}; serve only those or use another planner"
+    )]
+    UnknownModel {
+        /// The planner.
+        planner: &'static str,
+        /// The model.
+        model: String,
+        /// The models it knows, comma-separated.
+        known: String,
+    },
     /// More GPUs needed than available.
     #[error("not schedulable by {planner}: needs {needed} GPUs, have {available}")]
     NotSchedulable {
