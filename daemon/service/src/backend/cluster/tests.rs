@@ -175,6 +175,25 @@ fn assert_each_once_ok(
     }
 }
 
+/// Serves 400 steady requests through `b` and checks each completes once
+/// with the right output; returns the partition sizes in force at some
+/// point (draining ones aside) and the layout at the end.
+fn serve_steady_watching_sizes(
+    b: &mut ClusterBackend,
+    reg: &ModelRegistry,
+) -> (std::collections::BTreeSet<u32>, Layout) {
+    let mut sizes = std::collections::BTreeSet::new();
+    let arrivals = steady(reg, 400, 2_000_000);
+    let (done, sent) = run_watching(b, reg, &arrivals, |_, b| {
+        for p in b.parts.iter().flatten().filter(|p| !p.draining) {
+            sizes.insert(p.size_pct);
+        }
+    });
+    assert_each_once_ok(reg, &done, &sent);
+    let l = b.layout.lock().unwrap().clone();
+    (sizes, l)
+}
+
 #[test]
 fn requests_of_several_clients_are_batched_and_each_output_is_right() {
     let reg = registry();
@@ -530,15 +549,7 @@ fn the_gpulet_int_planner_serves_on_gpulet_sizes() {
         0,
     )
     .unwrap();
-    let mut sizes = std::collections::BTreeSet::new();
-    let arrivals = steady(&reg, 400, 2_000_000);
-    let (done, sent) = run_watching(&mut b, &reg, &arrivals, |_, b| {
-        for p in b.parts.iter().flatten().filter(|p| !p.draining) {
-            sizes.insert(p.size_pct);
-        }
-    });
-    assert_each_once_ok(&reg, &done, &sent);
-    let l = b.layout.lock().unwrap().clone();
+    let (sizes, l) = serve_steady_watching_sizes(&mut b, &reg);
     assert_eq!(l.planner, "gpulet+int");
     assert!(l.switches >= 2 && l.plan_error.is_none(), "{l:?}");
     assert!(
@@ -721,15 +732,7 @@ fn the_inss_planner_serves_every_request_on_the_grid() {
     let planner = sluice_inss::planner::InssPlanner::load(&shipped_inss_agents()).unwrap();
     let mut b =
         ClusterBackend::new(setup(&reg, 4, 50), Box::new(planner), Arc::clone(&reg), 0).unwrap();
-    let mut sizes = std::collections::BTreeSet::new();
-    let arrivals = steady(&reg, 400, 2_000_000);
-    let (done, sent) = run_watching(&mut b, &reg, &arrivals, |_, b| {
-        for p in b.parts.iter().flatten().filter(|p| !p.draining) {
-            sizes.insert(p.size_pct);
-        }
-    });
-    assert_each_once_ok(&reg, &done, &sent);
-    let l = b.layout.lock().unwrap().clone();
+    let (sizes, l) = serve_steady_watching_sizes(&mut b, &reg);
     assert_eq!(l.planner, "inss");
     assert!(l.switches >= 1 && l.plan_error.is_none(), "{l:?}");
     // The setup's grid is 25 % steps.
