@@ -193,7 +193,8 @@ impl InssPlanner {
     /// The instance the planner makes of a served model: the agents' model
     /// index and the training rate ceiling of its first trained instance.
     fn instance(&self, m: &ModelSpec) -> Option<Instance> {
-        let model = self.models().iter().position(|&n| n == m.name)?;
+        let model =
+            (0..self.latency.model_count()).find(|&k| self.latency.model_name(k) == m.name)?;
         let max_rate_rps = self
             .trained
             .iter()
@@ -214,21 +215,16 @@ impl Planner for InssPlanner {
     }
 
     fn plan(&self, models: &[ModelSpec], gpus: &GpuSpec) -> Result<Placement, PlanError> {
+        sluice_planner::validate(models, gpus)?;
+        // Not empty: `validate` refuses a step or size list that allows none.
         let allowed = gpus.allowed_sizes();
-        if allowed.is_empty() {
-            return Err(PlanError::BadStep {
-                step: gpus.partition_step_pct,
-            });
-        }
         let group_gpus = self.ts.env_config().gpus;
         let count = gpus.count as usize;
         if count == 0 || count % group_gpus != 0 {
-            return Err(PlanError::SizeNotAllowed {
+            return Err(PlanError::GroupSize {
                 planner: "inss",
-                what: format!(
-                    "a multiple of {group_gpus} GPUs (its agents place on groups of {group_gpus}; given {count})"
-                ),
-                allowed,
+                group: group_gpus,
+                count,
             });
         }
         let mut served = Vec::new();
@@ -267,7 +263,7 @@ impl Planner for InssPlanner {
             let empty = Decision {
                 slots: vec![None; group.len()],
             };
-            let (d, _) = self
+            let (mut d, _) = self
                 .ts
                 .decide(&env, &self.latency, &empty, false, &mut rng)
                 .map_err(|_| PlanError::NotSchedulable {
@@ -275,16 +271,13 @@ impl Planner for InssPlanner {
                     needed: u64::from(gpus.count) + 1,
                     available: gpus.count,
                 })?;
+            for (slot, &i) in d.slots.iter_mut().zip(&members) {
+                if let Some(slot) = slot {
+                    slot.batch = snap_batch(served[i].0.profile.batches(), slot.batch);
+                }
+            }
             let p = d.to_placement(&group, &rates, group_gpus);
             for (k, mut gp) in p.gpus.into_iter().enumerate() {
-                for part in &mut gp.partitions {
-                    for a in &mut part.models {
-                        let spec = served.iter().find(|(m, _)| m.name == a.model).map(|s| s.0);
-                        if let Some(spec) = spec {
-                            a.batch = snap_batch(spec.profile.batches(), a.batch);
-                        }
-                    }
-                }
                 snap_sizes(&mut gp, &allowed, gpus.partition_step_pct)?;
                 placement.gpus[g * group_gpus + k] = gp;
             }

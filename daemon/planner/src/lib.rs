@@ -54,7 +54,7 @@ pub use interference::{
 pub use placement::{Assignment, GpuPlan, PartitionPlan, Placement};
 pub use sbp::Sbp;
 pub use scaling::plan_with_scaling;
-pub use spec::{GpuSpec, ModelSpec, PartitionSizes};
+pub use spec::{GpuSpec, ModelSpec, PartitionSizes, validate};
 pub use table::{LatencyTable, TableError};
 
 /// A multi-GPU placement planner.
@@ -258,6 +258,18 @@ pub enum PlanError {
         model: String,
         /// The models it knows, comma-separated.
         known: String,
+    },
+    /// A GPU count the planner cannot split into its groups.
+    #[error(
+        "the {planner} planner places on groups of {group} GPUs and was given {count}; give it a multiple of {group} GPUs"
+    )]
+    GroupSize {
+        /// The planner.
+        planner: &'static str,
+        /// GPUs per group.
+        group: usize,
+        /// GPUs given.
+        count: usize,
     },
     /// More GPUs needed than available.
     #[error("not schedulable by {planner}: needs {needed} GPUs, have {available}")]

@@ -128,7 +128,7 @@ impl std::fmt::Debug for PartitionSizes {
 /// Refuses inputs no planner can use: a step that does not divide 100,
 /// repeated or empty names, a non-positive or non-finite SLO, a negative or
 /// non-finite rate, a model larger than a GPU's memory.
-pub(crate) fn validate(models: &[ModelSpec], gpus: &GpuSpec) -> Result<(), PlanError> {
+pub fn validate(models: &[ModelSpec], gpus: &GpuSpec) -> Result<(), PlanError> {
     let step = gpus.partition_step_pct;
     if step == 0 || 100 % step != 0 {
         return Err(PlanError::BadStep { step });
