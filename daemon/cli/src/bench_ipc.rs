@@ -17,7 +17,10 @@
 //!    stores it back to another, the client spins until it sees it. Both
 //!    spin with the CPU's pause hint, as the request path does. No round
 //!    trip moves fewer cache lines, so `spin / floor` is the request
-//!    path's overhead over the machine;
+//!    path's overhead over the machine. Round trip `i` uses line `i % 256`
+//!    of each side, as the rings use their slots; `floor_pair`, the same on
+//!    one fixed pair of lines, is measured just before it
+//!    ([`crate::ipc_floor`] says why the ring is the yardstick);
 //! 2. `spin`: embedded daemon (dispatcher spinning), client spinning on the
 //!    completion ring, zero-time `null` model;
 //! 3. `nospin`: same daemon, zero-time model, client spin budget 0: it goes
@@ -46,7 +49,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
-use super::ipc_floor::{FLOOR_STOP, FloorMap};
+use super::ipc_floor::{FloorKind, FloorMap};
 use super::roles::{BenchReport, UDS_MSG};
 use super::{embedded_config, temp_socket};
 use sluice_service::Daemon;
@@ -120,14 +123,23 @@ pub struct Slept {
 #[derive(Debug, Clone, Serialize)]
 pub struct IpcResult {
     /// The hardware floor: a raw cross-process cache-line ping-pong with
-    /// the same placement as `spin`.
+    /// the same placement as `spin`, one line each way per round trip, the
+    /// lines rotating through 256 per side as a ring's slots do
+    /// ([`FloorKind::Ring`]).
     pub floor_rtt_ns: Pct,
+    /// The same ping-pong on one fixed pair of lines ([`FloorKind::Pair`]):
+    /// on a mesh CPU its cost depends on where those two lines live.
+    pub floor_pair_rtt_ns: Pct,
     /// Spinning client, spinning daemon.
     pub spin_rtt_ns: Pct,
     /// spin p50 / floor p50 (same run).
     pub ratio_p50: f64,
     /// spin p99 / floor p99 (same run).
     pub ratio_p99: f64,
+    /// spin p50 / pair floor p50 (same run).
+    pub ratio_pair_p50: f64,
+    /// spin p99 / pair floor p99 (same run).
+    pub ratio_pair_p99: f64,
     /// Where a `spin` round trip's time goes (medians, split at the
     /// daemon's `received_ns` stamp).
     pub spin_split_p50_ns: Split,
@@ -244,33 +256,23 @@ fn with_daemon<T>(
     r
 }
 
-fn floor_phase(exe: &Path, o: &IpcOptions) -> Result<BenchReport, String> {
+fn floor_phase(exe: &Path, o: &IpcOptions, kind: FloorKind) -> Result<BenchReport, String> {
     let path = temp_socket("bench-floor").map_err(|e| e.to_string())?;
-    let m = FloorMap::map(&path, true)?;
+    let m = FloorMap::map(&path, true, kind)?;
     let stop = AtomicBool::new(false);
+    let mode = match kind {
+        FloorKind::Ring => "floor",
+        FloorKind::Pair => "floor-pair",
+    };
     let r = std::thread::scope(|s| {
-        let (l, stop) = (m.lines(), &stop);
+        let (m, stop) = (&m, &stop);
         s.spawn(move || {
             if let Some((_, cpu)) = placement() {
                 let _ = sluice_service::sys::pin_current_thread(cpu);
             }
-            let mut last = 0;
-            loop {
-                let v = l.ping.0.load(Ordering::Acquire);
-                if v != last {
-                    if v == FLOOR_STOP {
-                        break;
-                    }
-                    l.pong.0.store(v, Ordering::Release);
-                    last = v;
-                } else if stop.load(Ordering::Relaxed) {
-                    break;
-                } else {
-                    std::hint::spin_loop();
-                }
-            }
+            m.serve(stop);
         });
-        let r = child(exe, &path, "floor", o);
+        let r = child(exe, &path, mode, o);
         stop.store(true, Ordering::Relaxed);
         r
     });
@@ -283,8 +285,9 @@ fn floor_phase(exe: &Path, o: &IpcOptions) -> Result<BenchReport, String> {
 pub fn run(exe: &Path, o: &IpcOptions) -> Result<IpcResult, String> {
     progress("bench ipc [1/6] Unix-socket baseline ...");
     let uds = uds_phase(exe, o)?;
-    progress("bench ipc [1/6] cache-line ping-pong floor ...");
-    let floor = floor_phase(exe, o)?;
+    progress("bench ipc [1/6] cache-line ping-pong floors ...");
+    let floor_pair = floor_phase(exe, o, FloorKind::Pair)?;
+    let floor = floor_phase(exe, o, FloorKind::Ring)?;
     let (spin, nospin, parked, tput) = with_daemon(1_000_000, |s| {
         progress("bench ipc [2/6] spinning client ...");
         let spin = child(exe, s, "spin", o)?;
@@ -309,6 +312,9 @@ pub fn run(exe: &Path, o: &IpcOptions) -> Result<IpcResult, String> {
     Ok(IpcResult {
         ratio_p50: ratio(spin.rtt_ns.p50, floor.rtt_ns.p50),
         ratio_p99: ratio(spin.rtt_ns.p99, floor.rtt_ns.p99),
+        ratio_pair_p50: ratio(spin.rtt_ns.p50, floor_pair.rtt_ns.p50),
+        ratio_pair_p99: ratio(spin.rtt_ns.p99, floor_pair.rtt_ns.p99),
+        floor_pair_rtt_ns: floor_pair.rtt_ns.into(),
         spin_split_p50_ns: Split {
             to_daemon: spin.to_daemon_p50_ns,
             from_daemon: spin.from_daemon_p50_ns,
@@ -352,6 +358,7 @@ pub fn table(r: &IpcResult) -> String {
         "round trip (ns)", "p50", "p99", "p99.9", "mean", "samples"
     );
     s += &row("cache-line ping-pong (floor)", &r.floor_rtt_ns);
+    s += &row("  the same on one pair of lines", &r.floor_pair_rtt_ns);
     s += &row("sluice, client spins", &r.spin_rtt_ns);
     s += &row("sluice, client spin budget 0", &r.nospin_rtt_ns);
     s += &row("sluice, client asleep (futex)", &r.parked_rtt_ns);
@@ -366,8 +373,14 @@ pub fn table(r: &IpcResult) -> String {
     );
     s += &row("Unix stream socket baseline", &r.uds_rtt_ns);
     s += &format!(
-        "\nspin / floor: p50 {:.2}x, p99 {:.2}x   spin p50 split: {} ns to the daemon, {} ns back\n",
-        r.ratio_p50, r.ratio_p99, r.spin_split_p50_ns.to_daemon, r.spin_split_p50_ns.from_daemon
+        "\nspin / floor: p50 {:.2}x, p99 {:.2}x (one pair of lines: {:.2}x, {:.2}x)   \
+         spin p50 split: {} ns to the daemon, {} ns back\n",
+        r.ratio_p50,
+        r.ratio_p99,
+        r.ratio_pair_p50,
+        r.ratio_pair_p99,
+        r.spin_split_p50_ns.to_daemon,
+        r.spin_split_p50_ns.from_daemon
     );
     s += &format!(
         "throughput: {:.0} requests/s (zero-time model, 64 in flight)\n\

@@ -323,8 +323,12 @@ pub enum BenchMode {
     /// (the library's default).
     Adaptive,
     /// The hardware floor: a raw cache-line ping-pong with a server thread
-    /// over the shared file at `socket` ([`crate::ipc_floor::FloorLines`]).
+    /// over the shared file at `socket`, over lines rotating as a ring's
+    /// slots ([`crate::ipc_floor::FloorKind::Ring`]).
     Floor,
+    /// The same over one fixed pair of lines
+    /// ([`crate::ipc_floor::FloorKind::Pair`]).
+    FloorPair,
 }
 
 /// An IPC benchmark client.
@@ -377,8 +381,12 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
         sluice_service::sys::pin_current_thread(cpu).map_err(|e| e.to_string())?;
     }
     let warmup = (role.samples / 10).max(100);
-    if role.mode == BenchMode::Floor {
-        let h = crate::ipc_floor::round_trips(&role.socket, warmup, role.samples)?;
+    if let Some(kind) = match role.mode {
+        BenchMode::Floor => Some(crate::ipc_floor::FloorKind::Ring),
+        BenchMode::FloorPair => Some(crate::ipc_floor::FloorKind::Pair),
+        _ => None,
+    } {
+        let h = crate::ipc_floor::round_trips(&role.socket, kind, warmup, role.samples)?;
         return Ok(BenchReport {
             rtt_ns: Summary::of(&h),
             throughput_rps: 0.0,
@@ -528,6 +536,8 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
                 from_daemon_p50_ns: 0,
             })
         }
-        BenchMode::Uds | BenchMode::Floor => unreachable!("handled above"),
+        BenchMode::Uds | BenchMode::Floor | BenchMode::FloorPair => {
+            unreachable!("handled above")
+        }
     }
 }

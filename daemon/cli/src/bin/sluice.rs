@@ -826,6 +826,7 @@ enum Mode {
     Uds,
     Throughput,
     Floor,
+    FloorPair,
     Spin50,
     Adaptive,
 }
@@ -1663,6 +1664,7 @@ fn main() -> ExitCode {
                     Mode::Uds => BenchMode::Uds,
                     Mode::Throughput => BenchMode::Throughput,
                     Mode::Floor => BenchMode::Floor,
+                    Mode::FloorPair => BenchMode::FloorPair,
                     Mode::Spin50 => BenchMode::Spin50,
                     Mode::Adaptive => BenchMode::Adaptive,
                 },
