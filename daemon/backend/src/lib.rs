@@ -119,6 +119,14 @@ pub trait Backend: Send {
     fn cancel_client(&mut self, client: u32) -> usize;
     /// Jobs queued or running.
     fn queued(&self) -> usize;
+    /// Drops what finished jobs still hold (their [`Job::memory`]
+    /// references). The dispatcher calls it once it has posted the
+    /// completions of a poll, so a backend may keep a poll's finished jobs
+    /// until then and release their regions (a locked decrement each) off
+    /// the request's path. A backend that does must also drop them at the
+    /// start of its next `poll`, for callers that never call this. The
+    /// default holds nothing back.
+    fn release_finished(&mut self) {}
     /// What runs where, for `sluice status`, when the backend serves
     /// several devices or partitions (`None`: one device, nothing to
     /// show). The backend updates it from its own thread; the status

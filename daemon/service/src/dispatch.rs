@@ -32,6 +32,9 @@
 //!   when there was one, and a device with nothing queued and no next
 //!   event is not polled at all until a request reaches it; an idle pass
 //!   reads the clock only every [`IDLE_CLOCK_EVERY`] passes;
+//! - a finished job's region reference (a locked decrement) is dropped
+//!   after its completion is posted, not before
+//!   ([`Backend::release_finished`]);
 //! - completion credit is reckoned from the completion ring's head as last
 //!   read, which never over-states the room; the shared head, a line the
 //!   client writes once per round trip, is reread only when that reckoning
@@ -588,6 +591,8 @@ impl<H: Host> Dispatcher<H> {
                 Err(_) => bad.push(d.slot),
             }
         }
+        // The completions are posted: now drop what the finished jobs held.
+        self.device.release_finished();
         let queued = self.device.queued();
         self.device_idle = queued == 0 && self.device.next_event_ns().is_none();
         if queued as u64 != self.queued_published {

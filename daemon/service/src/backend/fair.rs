@@ -235,6 +235,13 @@ impl FairShare {
         }
     }
 
+    /// Lets the wrapped device drop what its finished jobs still hold
+    /// ([`Backend::release_finished`]); call once their completions are
+    /// posted.
+    pub fn release_finished(&mut self) {
+        self.inner.release_finished();
+    }
+
     /// The `CLOCK_MONOTONIC` time of the next completion, or `None` when
     /// idle.
     pub fn next_event_ns(&self) -> Option<u64> {

@@ -79,6 +79,10 @@ pub struct FifoBackend {
     now_ns: u64,
     /// Staging buffer for input and output chunks, allocated once.
     buf: Box<[u8]>,
+    /// Jobs finished by the last `poll`, kept until
+    /// [`Backend::release_finished`] (or the next `poll`) drops their
+    /// region references, after the dispatcher has posted the completions.
+    finished_jobs: Vec<Job>,
 }
 
 impl std::fmt::Debug for FifoBackend {
@@ -121,6 +125,7 @@ impl FifoBackend {
             free_ns: 0,
             now_ns: 0,
             buf: vec![0u8; CHUNK].into_boxed_slice(),
+            finished_jobs: Vec::new(),
         })
     }
 
@@ -145,6 +150,11 @@ impl FifoBackend {
     /// `t`, else the first such best-effort job.
     fn take_next(&mut self, t: u64) -> Option<Job> {
         for queue in [&mut self.rt, &mut self.be] {
+            // Usually the first: jobs arrive in time order, except ones a
+            // wrapper (`FairShare`) held back and hands on later.
+            if queue.front().is_some_and(|j| j.received_ns <= t) {
+                return queue.pop_front();
+            }
             if let Some(i) = queue.iter().position(|j| j.received_ns <= t) {
                 return queue.remove(i);
             }
@@ -251,6 +261,7 @@ impl Backend for FifoBackend {
 
     fn poll(&mut self, now_ns: u64, done: &mut Vec<Finished>) {
         self.now_ns = self.now_ns.max(now_ns);
+        self.finished_jobs.clear();
         loop {
             if let Some(run) = self.running.take_if(|r| r.finished_ns <= now_ns) {
                 let (status, output_len) = compute_output(&self.models, &mut self.buf, &run.job);
@@ -264,6 +275,7 @@ impl Backend for FifoBackend {
                     finished_ns: run.finished_ns,
                 });
                 self.free_ns = run.finished_ns;
+                self.finished_jobs.push(run.job);
             }
             if self.running.is_some() {
                 return;
@@ -297,7 +309,12 @@ impl Backend for FifoBackend {
             self.free_ns = self.now_ns.clamp(run.started_ns, run.finished_ns);
             dropped += 1;
         }
+        self.finished_jobs.retain(|j| j.client != client);
         dropped
+    }
+
+    fn release_finished(&mut self) {
+        self.finished_jobs.clear();
     }
 
     fn queued(&self) -> usize {
@@ -535,6 +552,37 @@ mod tests {
         let mut out = [1u8; 64];
         assert!(mem.read(64, &mut out));
         assert_eq!(out, [0; 64], "a missed job writes no output");
+    }
+
+    #[test]
+    fn finished_jobs_hold_their_memory_until_released() {
+        let mut gpu = gpu();
+        let a = rt(1, 1, 0);
+        let memory = Arc::clone(&a.memory);
+        gpu.submit(a, 0);
+        assert_eq!(Arc::strong_count(&memory), 2);
+        assert_eq!(poll(&mut gpu, ECHO_NS).len(), 1);
+        // Finished, its completion not yet posted: still referenced.
+        assert_eq!(Arc::strong_count(&memory), 2);
+        gpu.release_finished();
+        assert_eq!(Arc::strong_count(&memory), 1);
+
+        // Without release_finished, the next poll drops them.
+        let b = rt(1, 2, 2 * ECHO_NS);
+        let memory = Arc::clone(&b.memory);
+        gpu.submit(b, 2 * ECHO_NS);
+        assert_eq!(poll(&mut gpu, 3 * ECHO_NS).len(), 1);
+        assert_eq!(Arc::strong_count(&memory), 2);
+        assert!(poll(&mut gpu, 4 * ECHO_NS).is_empty());
+        assert_eq!(Arc::strong_count(&memory), 1);
+
+        // A departed client's finished jobs go with it.
+        let c = rt(3, 3, 5 * ECHO_NS);
+        let memory = Arc::clone(&c.memory);
+        gpu.submit(c, 5 * ECHO_NS);
+        assert_eq!(poll(&mut gpu, 6 * ECHO_NS).len(), 1);
+        assert_eq!(gpu.cancel_client(3), 0);
+        assert_eq!(Arc::strong_count(&memory), 1);
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub struct ModeledBackend {
     failed: Vec<TaskFailed>,
     stats: PolicyStats,
     buf: Vec<u8>,
+    /// Jobs finished by the last `poll`, kept until
+    /// [`Backend::release_finished`] (or the next `poll`) drops their
+    /// region references, after the dispatcher has posted the completions.
+    finished_jobs: Vec<Job>,
 }
 
 impl std::fmt::Debug for ModeledBackend {
@@ -126,6 +130,7 @@ impl ModeledBackend {
             failed: Vec::new(),
             stats: PolicyStats::default(),
             buf: vec![0u8; super::fifo::CHUNK],
+            finished_jobs: Vec::new(),
         })
     }
 
@@ -210,6 +215,7 @@ impl Backend for ModeledBackend {
     }
 
     fn poll(&mut self, now_ns: u64, done: &mut Vec<Finished>) {
+        self.finished_jobs.clear();
         self.advance(now_ns);
         // A failed task completes with DEVICE_ERROR when the policy gave up
         // on it; a finished one with its output.
@@ -237,6 +243,7 @@ impl Backend for ModeledBackend {
                 started_ns: started,
                 finished_ns: finished,
             });
+            self.finished_jobs.push(p.job);
         }
     }
 
@@ -250,7 +257,12 @@ impl Backend for ModeledBackend {
     fn cancel_client(&mut self, client: u32) -> usize {
         let before = self.jobs.len();
         self.jobs.retain(|_, p| p.job.client != client);
+        self.finished_jobs.retain(|j| j.client != client);
         before - self.jobs.len()
+    }
+
+    fn release_finished(&mut self) {
+        self.finished_jobs.clear();
     }
 
     fn queued(&self) -> usize {
