@@ -12,7 +12,11 @@
 //! instance (§6.1's instances are copies of models; the daemon serves one
 //! queue per model). Instances are spread over groups of the agents' GPU
 //! count (§5.1: groups of four GPUs, models spread evenly, each group
-//! deciding on its own), so the GPU count must be a multiple of it. In a
+//! deciding on its own). A count that is not a multiple of it is planned
+//! on its whole groups (the placement covers only those GPUs; the rest
+//! stay idle), and fewer GPUs than one group is not schedulable, so
+//! gpulet's GPU scaling (`plan_with_scaling`) adds GPUs until a group is
+//! whole. In a
 //! group the global agent places each instance and the local agent sets
 //! shares and batches, greedily (no exploration), exactly as
 //! `sluice bench inss` plans. Each instance takes the training rate
@@ -162,6 +166,11 @@ impl InssPlanner {
         &self.device
     }
 
+    /// GPUs per group: the count the agents were trained on.
+    pub fn group_gpus(&self) -> usize {
+        self.ts.env_config().gpus
+    }
+
     /// The models the agents know, in their order.
     pub fn models(&self) -> Vec<&str> {
         (0..self.latency.model_count())
@@ -218,13 +227,14 @@ impl Planner for InssPlanner {
         sluice_planner::validate(models, gpus)?;
         // Not empty: `validate` refuses a step or size list that allows none.
         let allowed = gpus.allowed_sizes();
-        let group_gpus = self.ts.env_config().gpus;
-        let count = gpus.count as usize;
-        if count == 0 || count % group_gpus != 0 {
-            return Err(PlanError::GroupSize {
+        let group_gpus = self.group_gpus();
+        // Whole groups only; GPUs past the last whole group stay idle.
+        let groups = gpus.count as usize / group_gpus;
+        if groups == 0 {
+            return Err(PlanError::NotSchedulable {
                 planner: "inss",
-                group: group_gpus,
-                count,
+                needed: group_gpus as u64,
+                available: gpus.count,
             });
         }
         let mut served = Vec::new();
@@ -238,10 +248,9 @@ impl Planner for InssPlanner {
             };
             served.push((m, inst));
         }
-        let groups = count / group_gpus;
         let slots = group_gpus * self.ts.env_config().max_slots;
         let mut placement = Placement {
-            gpus: vec![GpuPlan::default(); count],
+            gpus: vec![GpuPlan::default(); groups * group_gpus],
         };
         let mut rng = sluice_rl::Rng::seed_from_u64(PLAN_SEED);
         for g in 0..groups {
@@ -507,9 +516,32 @@ mod tests {
         // The rate-0 model is not placed; the other two are, once each.
         assert_eq!(placed, ["fast", "slow"]);
         assert_eq!(p.plan(&specs, &spec).unwrap(), a);
-        // Three GPUs are not whole groups of two.
-        let e = p.plan(&specs, &GpuSpec::new(3, 10_000, 10)).unwrap_err();
-        assert!(e.to_string().contains("multiple of 2 GPUs"), "{e}");
+        // Three GPUs hold one whole group of two: the plan covers those two
+        // (the same plan as on two GPUs), the third stays idle.
+        let on_two = p.plan(&specs, &GpuSpec::new(2, 10_000, 10)).unwrap();
+        assert_eq!(on_two.gpus.len(), 2);
+        assert_eq!(
+            p.plan(&specs, &GpuSpec::new(3, 10_000, 10)).unwrap(),
+            on_two
+        );
+        // One GPU is less than a group: not schedulable, so GPU scaling
+        // goes on to two.
+        let e = p.plan(&specs, &GpuSpec::new(1, 10_000, 10)).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                PlanError::NotSchedulable {
+                    needed: 2,
+                    available: 1,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let (scaled, used) =
+            sluice_planner::plan_with_scaling(&p, &specs, &GpuSpec::new(3, 10_000, 10), 1, 3)
+                .unwrap();
+        assert_eq!((scaled, used), (on_two, 2));
         // A model the agents were not trained on is named, with those they know.
         let mut other = specs.clone();
         other[2].rate_rps = 10.0;

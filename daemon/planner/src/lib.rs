@@ -259,18 +259,6 @@ pub enum PlanError {
         /// The models it knows, comma-separated.
         known: String,
     },
-    /// A GPU count the planner cannot split into its groups.
-    #[error(
-        "the {planner} planner places on groups of {group} GPUs and was given {count}; give it a multiple of {group} GPUs"
-    )]
-    GroupSize {
-        /// The planner.
-        planner: &'static str,
-        /// GPUs per group.
-        group: usize,
-        /// GPUs given.
-        count: usize,
-    },
     /// More GPUs needed than available.
     #[error("not schedulable by {planner}: needs {needed} GPUs, have {available}")]
     NotSchedulable {

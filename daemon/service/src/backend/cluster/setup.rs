@@ -172,6 +172,15 @@ pub fn planner(config: &Config, served: &[&str]) -> Result<Box<dyn Planner + Sen
             let p = sluice_inss::planner::InssPlanner::load(dir).map_err(bad)?;
             let profiles: Vec<&str> = config.cluster.gpus.iter().map(String::as_str).collect();
             p.check(served, &profiles).map_err(bad)?;
+            let (count, group) = (profiles.len(), p.group_gpus());
+            if count % group != 0 {
+                tracing::warn!(
+                    "cluster: inss plans whole groups of {group} GPUs (its agents' group); \
+                     cluster.gpus lists {count}, so {} will stay idle: list a multiple of {group} \
+                     to use them all",
+                    count % group
+                );
+            }
             tracing::info!(
                 "cluster: inss: agents from {} ({} profile; models {})",
                 dir.display(),

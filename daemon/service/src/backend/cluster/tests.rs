@@ -726,6 +726,26 @@ fn start_up_refuses_inss_agents_that_cannot_serve_the_cluster() {
     );
 }
 
+/// Six GPUs with GPU scaling: InSS plans whole groups of four, so scaling
+/// grows from one GPU to four, never falls back, and leaves two idle.
+#[test]
+fn the_inss_planner_scales_to_a_whole_group_and_idles_the_rest() {
+    let reg = registry();
+    let planner = sluice_inss::planner::InssPlanner::load(&shipped_inss_agents()).unwrap();
+    let mut s = setup(&reg, 6, 50);
+    s.scaling = true;
+    let mut b = ClusterBackend::new(s, Box::new(planner), Arc::clone(&reg), 0).unwrap();
+    let (_, l) = serve_steady_watching_sizes(&mut b, &reg);
+    assert!(l.switches >= 1 && l.plan_error.is_none(), "{l:?}");
+    assert!(
+        !l.recent_plans.is_empty() && l.recent_plans.iter().all(|p| !p.fallback),
+        "{:?}",
+        l.recent_plans
+    );
+    assert!(l.gpus_in_use <= 4, "{l:?}");
+    assert!(l.gpus[4..].iter().all(|g| g.partitions.is_empty()), "{l:?}");
+}
+
 #[test]
 fn the_inss_planner_serves_every_request_on_the_grid() {
     let reg = registry();
