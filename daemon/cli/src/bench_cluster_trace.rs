@@ -8,7 +8,8 @@
 //! re-plans with GPU scaling (`sluice_planner::plan_with_scaling`, gpulet
 //! Algorithm 2: start from the previous period's GPU count, add GPUs up to
 //! the limit) for the rate each model showed in the period just ended
-//! (arrivals counted / period length, times `1 + headroom`; the first
+//! (arrivals counted / period length, times `1 + headroom`; with a rate
+//! window, arrivals over the newest periods covering it / their length; the first
 //! period plans for the trace's rate at 0), and the period is served by
 //! that placement in the request-level simulator of `sluice bench cluster`
 //! (`bench_cluster_sim`). gpulet re-plans every 20 s because a new
@@ -27,7 +28,7 @@
 //! - **GPU-seconds** are the GPUs the placement uses times the period.
 //! - Each period draws fresh arrivals (seed + period index).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -62,6 +63,9 @@ pub struct TraceOptions {
     pub window_s: f64,
     /// Planned rate over the counted rate, less 1.
     pub headroom: f64,
+    /// Count the rate over the last periods covering this many seconds
+    /// (at least the period just ended); `None`: the period just ended.
+    pub rate_window_s: Option<f64>,
     /// Planned latencies over served ones.
     pub latency_margin: f64,
     /// See [`Batching`].
@@ -88,6 +92,7 @@ impl Default for TraceOptions {
             gpu_limit: 10,
             window_s: 20.0,
             headroom: 0.1,
+            rate_window_s: None,
             latency_margin: 1.1,
             batching: Batching::Deadline,
             interference: Interference::Gpulet2080Ti,
@@ -96,6 +101,22 @@ impl Default for TraceOptions {
             seed: 1,
         }
     }
+}
+
+/// Each model's rate over the newest periods of `recent` that cover
+/// `window_s` seconds (at least the newest one): their arrivals over their
+/// length. Older periods are dropped from `recent`.
+fn windowed_rates(recent: &mut VecDeque<(f64, Vec<u64>)>, window_s: f64) -> Vec<f64> {
+    // Drop the oldest while the rest still cover the window.
+    let mut total: f64 = recent.iter().map(|r| r.0).sum();
+    while recent.len() > 1 && total - recent[0].0 >= window_s {
+        total -= recent[0].0;
+        recent.pop_front();
+    }
+    let models = recent.back().map_or(0, |r| r.1.len());
+    (0..models)
+        .map(|i| recent.iter().map(|r| r.1[i] as f64).sum::<f64>() / total)
+        .collect()
 }
 
 /// gpulet Fig. 15's two waves: the total rate at `t` s of a `len` s trace
@@ -263,6 +284,9 @@ pub fn run(
         let mut w_pct = vec![0.0f64; windows];
         let mut last: Option<Placement> = None;
         let mut counted: Vec<f64> = (0..nm).map(|_| per_model(0.0)).collect();
+        // The periods the rate window covers, newest last: (length, arrivals
+        // per model).
+        let mut recent: VecDeque<(f64, Vec<u64>)> = VecDeque::new();
         let mut prev_count = 1u32;
         let mut out = TraceRun {
             period_s: period,
@@ -364,8 +388,9 @@ pub fn run(
                 w_ok[w][i] += mo.arrived - mo.violated;
                 out.arrived += mo.arrived;
                 out.violated += mo.violated;
-                counted[i] = mo.arrived as f64 / len;
             }
+            recent.push_back((len, sim.models.iter().map(|m| m.arrived).collect()));
+            counted = windowed_rates(&mut recent, opts.rate_window_s.unwrap_or(0.0));
             done += 1;
             on_progress(done, total_periods);
         }
@@ -404,7 +429,7 @@ pub fn run(
         scenario: sc.name.clone(),
         planner: opts.planner.as_str().into(),
         rules: format!(
-            "trace: two waves over {} s (gpulet Fig. 15 shape), total {} -> {} -> {} -> {} -> {} rps, equal per model; every period the planner re-plans with GPU scaling (gpulet Algorithm 2, up to {} GPUs) for the rate counted in the period just ended x {:.2}, latencies x {}, partition sizes {}; an unschedulable period keeps the previous placement; each period is one simulation of bench cluster's serving (Poisson arrivals, work-conserving rounds, batching {:?}), queued requests drain on the placement they arrived under",
+            "trace: two waves over {} s (gpulet Fig. 15 shape), total {} -> {} -> {} -> {} -> {} rps, equal per model; every period the planner re-plans with GPU scaling (gpulet Algorithm 2, up to {} GPUs) for the rate counted {} x {:.2}, latencies x {}, partition sizes {}; an unschedulable period keeps the previous placement; each period is one simulation of bench cluster's serving (Poisson arrivals, work-conserving rounds, batching {:?}), queued requests drain on the placement they arrived under",
             opts.duration_s,
             opts.base_rps,
             opts.peak1_rps,
@@ -412,6 +437,11 @@ pub fn run(
             opts.peak2_rps,
             opts.base_rps,
             opts.gpu_limit,
+            match opts.rate_window_s {
+                Some(w) =>
+                    format!("over the last {w} s (whole periods, at least the one just ended)"),
+                None => "in the period just ended".into(),
+            },
             1.0 + opts.headroom,
             opts.latency_margin,
             match gpus.sizes_pct {
@@ -491,6 +521,28 @@ pub fn table(r: &TraceReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_rate_window_counts_whole_periods_covering_it() {
+        let mut recent = VecDeque::new();
+        // No window: the period just ended, older ones dropped.
+        recent.push_back((1.0, vec![10, 0]));
+        recent.push_back((1.0, vec![20, 4]));
+        assert_eq!(windowed_rates(&mut recent, 0.0), [20.0, 4.0]);
+        assert_eq!(recent.len(), 1);
+        // A 3 s window over 1 s periods: the newest three once there are
+        // three, fewer before.
+        recent.push_back((1.0, vec![30, 2]));
+        assert_eq!(windowed_rates(&mut recent, 3.0), [25.0, 3.0]);
+        recent.push_back((1.0, vec![40, 0]));
+        recent.push_back((1.0, vec![50, 6]));
+        assert_eq!(windowed_rates(&mut recent, 3.0), [40.0, 8.0 / 3.0]);
+        assert_eq!(recent.len(), 3);
+        // A window shorter than the period: that period alone; a short last
+        // period counts by its own length.
+        recent.push_back((0.5, vec![10, 1]));
+        assert_eq!(windowed_rates(&mut recent, 0.2), [20.0, 2.0]);
+    }
 
     #[test]
     fn the_waves_rise_and_fall_as_gpulets_figure_15() {

@@ -23,7 +23,13 @@
 //!    of the rate to the next round of the loop; latencies multiplied by
 //!    the interference factor against the GPU's other partitions. With
 //!    interference, the choice must also leave every other partition of
-//!    that GPU within its SLO and round under the new factors.
+//!    that GPU within its SLO and round under the new factors; a one-model
+//!    partition that the newcomer would push past them first has its batch
+//!    and duty cycle re-chosen by the same adaptive rule under those
+//!    factors, serving the same share (`Engine::rebatch`: a batching chosen
+//!    alone, e.g. a duty cycle cut to `SLO − L` at a low rate, leaves no
+//!    room for any slowdown, and keeping it would refuse every neighbour).
+//!    Temporal merges re-batch the host GPU's partitions the same way.
 //! 5. TEMPORALSCHEDULING (line 22): the new gpulet is merged with the
 //!    allocated gpulet that gives the busiest merged round, ties to the
 //!    lowest (GPU, position); repeated with the merged gpulet until no
@@ -53,6 +59,10 @@ use crate::{PlanError, Planner};
 /// (`getMaxReturnPart` ignores a larger partition that adds less than 5 %
 /// throughput, `MIN_THRESHOLD = 1.05`).
 pub const KNEE_TOLERANCE: f64 = 0.05;
+
+/// Rounds of [`Engine::rebatch`] on one GPU: each re-chooses the batching of
+/// the partitions the previous one left breaking their rules.
+const REBATCH_ROUNDS: usize = 3;
 
 /// Whole `p_eff` gpulets one model may take before planning stops with a
 /// lower bound on the GPUs needed.
@@ -201,13 +211,15 @@ impl Part {
 }
 
 /// A possible merge: the merged round's busy fraction, the host and guest
-/// gpulets as (GPU, position), and the merged gpulet.
+/// gpulets as (GPU, position), and the host GPU as the merge leaves it
+/// (the merged gpulet in the host's place, the guest freed when it is on
+/// the same GPU, the neighbours re-batched).
 #[derive(Debug, Clone, PartialEq)]
 struct Merge {
     busy: f64,
     host: (usize, usize),
     guest: (usize, usize),
-    part: Part,
+    host_gpu: Gpu,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -315,34 +327,72 @@ impl<'a> Engine<'a> {
 
     /// Every rule `check` tests, on GPU `g`, with interference factors.
     fn gpu_ok(&self, g: usize) -> bool {
-        if self.used_mb(g) > self.spec.mem_mb {
+        self.used_mb(g) <= self.spec.mem_mb
+            && (0..self.gpus[g].parts.len()).all(|k| self.part_ok(g, k))
+    }
+
+    /// The rules `check` tests for partition `k` of GPU `g` (a free one
+    /// passes): a positive duty cycle, every member's share served and its
+    /// `d + L·factor` within its SLO, and the round `Σ L·factor ≤ d`.
+    fn part_ok(&self, g: usize, k: usize) -> bool {
+        let p = &self.gpus[g].parts[k];
+        if p.members.is_empty() {
+            return true;
+        }
+        let d = p.duty_ms;
+        if !(d.is_finite() && d > 0.0) {
             return false;
         }
-        for (k, p) in self.gpus[g].parts.iter().enumerate() {
-            if p.members.is_empty() {
-                continue;
-            }
-            let d = p.duty_ms;
-            if !(d.is_finite() && d > 0.0) {
+        let mut sum = 0.0;
+        for m in &p.members {
+            let Some(l) = self.lat(m.model, m.batch, p.size, g, k) else {
+                return false;
+            };
+            if !le(m.share_rps, capacity_rps(m.batch, d)) || !le(d + l, self.models[m.model].slo_ms)
+            {
                 return false;
             }
-            let mut sum = 0.0;
-            for m in &p.members {
-                let Some(l) = self.lat(m.model, m.batch, p.size, g, k) else {
-                    return false;
-                };
-                if !le(m.share_rps, capacity_rps(m.batch, d))
-                    || !le(d + l, self.models[m.model].slo_ms)
-                {
-                    return false;
+            sum += l;
+        }
+        le(sum, d)
+    }
+
+    /// With interference, a partition placed beside others slows them, and
+    /// a batching chosen alone (Nexus's rule, or a duty cycle cut to
+    /// `SLO − L`) may leave no room for that. Re-chooses, by the same
+    /// adaptive rule under the GPU's new interference factors, the batch
+    /// and duty cycle of every one-model partition of GPU `g` that breaks
+    /// its rules, serving the same share; a partition the re-choice cannot
+    /// save, or one of several models (a temporal merge), stays as it is.
+    /// A re-choice changes that partition's batch and so its interference
+    /// on the others: repeated until nothing changes, at most
+    /// [`REBATCH_ROUNDS`] times. The caller checks the GPU afterwards.
+    fn rebatch(&mut self, g: usize) {
+        if self.intf.is_none() {
+            return;
+        }
+        for _ in 0..REBATCH_ROUNDS {
+            let mut changed = false;
+            for k in 0..self.gpus[g].parts.len() {
+                let p = &self.gpus[g].parts[k];
+                if p.members.len() != 1 || self.part_ok(g, k) {
+                    continue;
                 }
-                sum += l;
+                let (x, size) = (p.members[0], p.size);
+                let m = &self.models[x.model];
+                let lat = |b: u32| self.lat(x.model, b, size, g, k);
+                let Some(b) = adaptive_with(m.profile.batches(), lat, x.share_rps, m.slo_ms) else {
+                    continue;
+                };
+                let p = &mut self.gpus[g].parts[k];
+                p.duty_ms = b.duty_ms;
+                p.members[0].batch = b.batch;
+                changed = true;
             }
-            if !le(sum, d) {
-                return false;
+            if !changed {
+                return;
             }
         }
-        true
     }
 
     /// Algorithm 1's loop for model `i`: gpulets until its rate is served.
@@ -438,6 +488,7 @@ impl<'a> Engine<'a> {
                 batch: b.batch,
                 share_rps: share,
             }];
+            self.rebatch(g);
             if !self.gpu_ok(g) {
                 self.gpus[g] = saved;
                 continue;
@@ -468,12 +519,15 @@ impl<'a> Engine<'a> {
                 }
             }
             let Some(Merge {
-                host, guest, part, ..
+                host,
+                guest,
+                host_gpu,
+                ..
             }) = best
             else {
                 return;
             };
-            self.gpus[host.0].parts[host.1] = part;
+            self.gpus[host.0] = host_gpu;
             let guest_size = self.gpus[guest.0].parts[guest.1].size;
             self.gpus[guest.0].parts[guest.1] = Part::free(guest_size);
             if self.elastic
@@ -522,16 +576,18 @@ impl<'a> Engine<'a> {
         let saved = (self.gpus[host.0].clone(), self.gpus[guest.0].clone());
         let guest_size = self.gpus[guest.0].parts[guest.1].size;
         self.gpus[guest.0].parts[guest.1] = Part::free(guest_size);
-        self.gpus[host.0].parts[host.1] = merged.clone();
+        self.gpus[host.0].parts[host.1] = merged;
+        self.rebatch(host.0);
         let ok = self.gpu_ok(host.0);
         let busy = self.busy(host.0, host.1);
+        let host_gpu = ok.then(|| self.gpus[host.0].clone());
         self.gpus[guest.0] = saved.1;
         self.gpus[host.0] = saved.0;
-        ok.then_some(Merge {
+        host_gpu.map(|host_gpu| Merge {
             busy,
             host,
             guest,
-            part: merged,
+            host_gpu,
         })
     }
 
@@ -778,6 +834,57 @@ mod tests {
             "{e}"
         );
         assert_eq!(planner.plan(&ms, &g).unwrap(), with, "deterministic");
+    }
+
+    #[test]
+    fn a_neighbour_re_batches_a_partition_it_slows_instead_of_opening_a_gpu() {
+        // One batch size; L(1, p) = 200 / p ms. Order by rate × SLO: low
+        // 5·60 = 300, then busy 400·100 = 40 000.
+        // low: 5 rps takes 200 ms to collect, over its 60 ms SLO, so the
+        //   duty cycle is cut to SLO − L: on 20 % (p_req; the knee is 100 %),
+        //   L = 10, d = 50, d + L = 60 = SLO, no room left → GPU 0: 20 | 80.
+        // busy: 400 rps collects in 2.5 ms, which only 80 % runs in (L =
+        //   2.5): p_req = p_ideal = 80, GPU 0's 80 %, d = 2.5, busy back to
+        //   back (so no temporal merge).
+        // Interference: busy's L2 utilisation 0.25 on 80 % slows low by
+        // 1 + 0.25·0.8 = 1.2 (low's own utilisation is 0: busy is not
+        // slowed).
+        // low's round would run d + 1.2·L = 50 + 12 = 62 > 60. Re-batched
+        // under the new factor, d = 60 − 12 = 48 still serves 1000/48 =
+        // 20.8 ≥ 5 rps, so both fit on one GPU; kept as chosen alone, busy
+        // would need a second GPU.
+        let one = |name: &str, slo_ms: f64, rate_rps: f64| {
+            model(name, slo_ms, rate_rps, 1_000, &[1], P, |_, p| {
+                200.0 / f64::from(p)
+            })
+        };
+        let ms = [one("low", 60.0, 5.0), one("busy", 100.0, 400.0)];
+        let g = gpulet_gpus(1);
+        let intf = LinearInterference::new(LinearCoefficients {
+            l2_own: 0.0,
+            l2_other: 1.0,
+            dram_own: 0.0,
+            dram_other: 0.0,
+            constant: 1.0,
+        })
+        .with_util("busy", UtilTable::new(vec![(1, 0.25, 0.0)]).unwrap())
+        .with_util("low", UtilTable::new(vec![(1, 0.0, 0.0)]).unwrap());
+        let plan = GpuletInt::new(intf.clone()).plan(&ms, &g).unwrap();
+        assert_eq!(
+            layout(&plan),
+            [vec![(20, vec![("low", 1)]), (80, vec![("busy", 1)])]]
+        );
+        let low = &plan.gpus[0].partitions[0];
+        assert!((low.duty_cycle_ms - 48.0).abs() < 1e-9, "{low:?}");
+        check_with_interference(&plan, &ms, &g, &intf).unwrap();
+        // low's batching as chosen alone (d = 50) breaks under busy's
+        // interference: that is what had to change.
+        let mut alone = plan.clone();
+        alone.gpus[0].partitions[0].duty_cycle_ms = 50.0;
+        assert!(check_with_interference(&alone, &ms, &g, &intf).is_err());
+        // Without interference nothing is re-batched: d stays 50.
+        let plain = Gpulet.plan(&ms, &g).unwrap();
+        assert_eq!(plain.gpus[0].partitions[0].duty_cycle_ms, 50.0);
     }
 
     #[test]

@@ -549,6 +549,13 @@ enum Bench {
         /// Plan for the counted rate times 1 + HEADROOM.
         #[arg(long, default_value_t = 0.1, value_parser = parse_headroom)]
         headroom: f64,
+        /// Count each model's rate over the last SECONDS (whole periods,
+        /// at least one) instead of the period just ended: a 1 s period
+        /// with a 5 s window plans on a count with √5 less Poisson noise
+        /// (the daemon's `rate_window_ms` beside its `replan_ms`). Default:
+        /// the period.
+        #[arg(long, value_name = "SECONDS", value_parser = parse_duration)]
+        rate_window: Option<f64>,
         /// Plan with latencies times MARGIN (gpulet's artifact: 1.1).
         #[arg(long, default_value_t = 1.1, value_parser = parse_margin)]
         latency_margin: f64,
@@ -1222,6 +1229,7 @@ fn main() -> ExitCode {
                     peak2,
                     gpus,
                     headroom,
+                    rate_window,
                     latency_margin,
                     interference,
                     gpulet_data,
@@ -1255,6 +1263,7 @@ fn main() -> ExitCode {
                 peak2_rps: peak2,
                 gpu_limit: gpus,
                 headroom,
+                rate_window_s: rate_window,
                 latency_margin,
                 interference,
                 gpulet_data,
