@@ -59,7 +59,6 @@ mod conn;
 pub mod ffi;
 
 use std::cell::RefCell;
-use std::io::Write as _;
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -887,11 +886,9 @@ fn status_query(path: &Path, request: &Msg<'_>) -> Result<String, Error> {
         ));
         Error::DaemonUnreachable
     })?;
-    conn::send(&mut sock, request)?;
-    let _ = sock.flush();
     let mut body = Vec::new();
     let mut fds = Vec::new();
-    conn::recv(&mut sock, &mut body, &mut fds)?;
+    conn::first_exchange(&mut sock, request, &mut body, &mut fds)?;
     match Msg::decode(&body).map_err(|_| Error::Protocol)? {
         Msg::StatusReply { json } => Ok(json.to_owned()),
         Msg::Refused { code, message } => {
