@@ -760,6 +760,22 @@ mod tests {
         );
     }
 
+    /// `factor = 1 + L2_other · (p_other / 100)`: each listed model's L2
+    /// utilisation at batch 1; a model not listed is unmeasured (factor 1
+    /// for it and against it).
+    fn l2_other_only(utils: &[(&str, f64)]) -> LinearInterference {
+        utils.iter().fold(
+            LinearInterference::new(LinearCoefficients {
+                l2_own: 0.0,
+                l2_other: 1.0,
+                dram_own: 0.0,
+                dram_other: 0.0,
+                constant: 1.0,
+            }),
+            |i, &(name, l2)| i.with_util(name, UtilTable::new(vec![(1, l2, 0.0)]).unwrap()),
+        )
+    }
+
     /// `L(b, p) = 1000·b / p` ms (10 ms per request on a whole GPU).
     fn slow(name: &str, slo_ms: f64, rate_rps: f64, mem_mb: u64) -> ModelSpec {
         model(name, slo_ms, rate_rps, mem_mb, B, P, |b, p| {
@@ -799,15 +815,7 @@ mod tests {
         // 1 + 0.5·0.6 = 1.3, L(1, 40) = 25 · 1.3 = 32.5 and 2·32.5 > 60: no
         // batch. Beside c: factor 1, on 60 %: L = 16.7, d 26.3 → b moves to
         // the larger gpulet.
-        let intf = LinearInterference::new(LinearCoefficients {
-            l2_own: 0.0,
-            l2_other: 1.0,
-            dram_own: 0.0,
-            dram_other: 0.0,
-            constant: 1.0,
-        })
-        .with_util("a", UtilTable::new(vec![(1, 0.5, 0.0)]).unwrap())
-        .with_util("b", UtilTable::new(vec![(1, 0.0, 0.0)]).unwrap());
+        let intf = l2_other_only(&[("a", 0.5), ("b", 0.0)]);
         let planner = GpuletInt::new(intf.clone());
         let with = planner.plan(&ms, &g).unwrap();
         assert_eq!(
@@ -860,15 +868,7 @@ mod tests {
         };
         let ms = [one("low", 60.0, 5.0), one("busy", 100.0, 400.0)];
         let g = gpulet_gpus(1);
-        let intf = LinearInterference::new(LinearCoefficients {
-            l2_own: 0.0,
-            l2_other: 1.0,
-            dram_own: 0.0,
-            dram_other: 0.0,
-            constant: 1.0,
-        })
-        .with_util("busy", UtilTable::new(vec![(1, 0.25, 0.0)]).unwrap())
-        .with_util("low", UtilTable::new(vec![(1, 0.0, 0.0)]).unwrap());
+        let intf = l2_other_only(&[("busy", 0.25), ("low", 0.0)]);
         let plan = GpuletInt::new(intf.clone()).plan(&ms, &g).unwrap();
         assert_eq!(
             layout(&plan),
