@@ -1769,10 +1769,34 @@ mod tests {
         assert_eq!(c.planner, PlannerKind::Inss);
         assert_eq!(c.planner.as_str(), "inss");
         assert_eq!(c.inss_agents.as_deref(), Some(Path::new("agents/inss")));
-        let c = load("[cluster]\npartition_sizes = [25, 50, 100]\npartition_step_pct = 25\n")
-            .unwrap()
-            .cluster;
+        let c = load(
+            "[cluster]\ngpus = [\"mi50\"]\npartition_sizes = [25, 50, 100]\n\
+             partition_step_pct = 25\n",
+        )
+        .unwrap()
+        .cluster;
         assert_eq!(c.partition_sizes, Some(vec![25, 50, 100]));
+        // Keys only the cluster backend reads, with no GPU listed: refused,
+        // not ignored (found by fuzzing: `--check-config` could not show
+        // them, so its summary did not load back to the same config).
+        for text in [
+            "[cluster]\nslo_ms_per_model = { resnet18 = 50 }\n",
+            "[cluster]\ngpus = []\nscaling = true\n",
+        ] {
+            let e = load(text).unwrap_err().to_string();
+            assert!(
+                e.contains("cluster.gpus") && e.contains("would be ignored"),
+                "{text}: {e}"
+            );
+        }
+        // An empty [cluster], or one that only repeats defaults, is fine.
+        assert!(!load("[cluster]\n").unwrap().cluster.enabled());
+        assert!(
+            !load("[cluster]\nplanner = \"greedy\"\n")
+                .unwrap()
+                .cluster
+                .enabled()
+        );
         // Defaults: the grid, every GPU, no interference data.
         let d = Config::default().cluster;
         assert_eq!(d.partition_sizes, None);

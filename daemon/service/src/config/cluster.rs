@@ -468,6 +468,20 @@ impl Validator {
             raw.util_names.unwrap_or_default(),
         );
         self.inss_keys(&mut c, raw.inss_agents);
+        if !c.enabled() && c != ClusterConfig::default() {
+            // Keys that only the cluster backend reads, with no GPU to
+            // serve on: they would be ignored without a word (and
+            // `--check-config` could not show them).
+            self.fail(
+                "cluster.gpus",
+                "[]",
+                "is empty, so the cluster backend is off and the other [cluster] keys set here \
+                 would be ignored",
+                "list the simulated GPUs to serve on (e.g. gpus = [\"mi50\", \"mi50\"]), or \
+                 remove the other keys of [cluster]"
+                    .to_owned(),
+            );
+        }
         c
     }
 
