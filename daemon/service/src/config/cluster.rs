@@ -474,7 +474,7 @@ impl Validator {
             // `--check-config` could not show them).
             self.fail(
                 "cluster.gpus",
-                "[]",
+                "[] (none listed)",
                 "is empty, so the cluster backend is off and the other [cluster] keys set here \
                  would be ignored",
                 "list the simulated GPUs to serve on (e.g. gpus = [\"mi50\", \"mi50\"]), or \
