@@ -124,15 +124,57 @@ pub(crate) fn knee(m: &ModelSpec, sizes: &[u32]) -> Option<u32> {
         .map(|x| x.0)
 }
 
+/// Algorithm 1 in the paper's order ([`order`]: ascending `rate × SLO`);
+/// when that needs more GPUs than there are, once more in the reverse order
+/// (largest `rate × SLO` first, as first-fit-decreasing packs bins), and
+/// that plan if it fits. A plan that fits in the paper's order is the
+/// paper's plan; when neither fits, the GPUs needed are the fewer of the
+/// two orders' counts. This retry is sluice's, not the paper's (docs/gpulet.md,
+/// Fig. 16/17): Algorithm 1 gives a partitioned GPU's free gpulet whole to
+/// the next model, so which model comes first decides the layout.
 fn elastic(
     name: &'static str,
     models: &[ModelSpec],
     gpus: &GpuSpec,
     intf: Option<&dyn Interference>,
 ) -> Result<Placement, PlanError> {
+    let paper = order(models);
+    match elastic_in(name, models, gpus, intf, &paper) {
+        Err(PlanError::NotSchedulable { needed, .. }) => {
+            let reverse: Vec<usize> = paper.iter().rev().copied().collect();
+            match elastic_in(name, models, gpus, intf, &reverse) {
+                // Either order fits from its own count up (each opens GPUs
+                // one at a time), so the fewer of the two is what is needed.
+                Err(PlanError::NotSchedulable { needed: r, .. }) => {
+                    Err(PlanError::NotSchedulable {
+                        planner: name,
+                        needed: needed.min(r),
+                        available: gpus.count,
+                    })
+                }
+                Ok(p) => Ok(p),
+                Err(_) => Err(PlanError::NotSchedulable {
+                    planner: name,
+                    needed,
+                    available: gpus.count,
+                }),
+            }
+        }
+        r => r,
+    }
+}
+
+/// Algorithm 1 with the models taken in `order`.
+fn elastic_in(
+    name: &'static str,
+    models: &[ModelSpec],
+    gpus: &GpuSpec,
+    intf: Option<&dyn Interference>,
+    order: &[usize],
+) -> Result<Placement, PlanError> {
     validate(models, gpus)?;
     let mut e = Engine::new(models, gpus, intf, true);
-    for i in order(models) {
+    for &i in order {
         let m = &models[i];
         if m.rate_rps == 0.0 {
             continue;
@@ -885,6 +927,46 @@ mod tests {
         // Without interference nothing is re-batched: d stays 50.
         let plain = Gpulet.plan(&ms, &g).unwrap();
         assert_eq!(plain.gpus[0].partitions[0].duty_cycle_ms, 50.0);
+    }
+
+    #[test]
+    fn when_the_papers_order_needs_more_gpus_the_reverse_order_is_tried() {
+        // Ascending rate × SLO (the paper's order) is c (1,000), a (16,000),
+        // b (32,000), and needs two GPUs; largest first, the three share one
+        // 60 % gpulet in a 19.5 ms round.
+        let a = model("a", 40.0, 400.0, 2_000, B, P, |b, p| {
+            10.0 * f64::from(b) / f64::from(p.min(60))
+        });
+        let b = model("b", 40.0, 800.0, 2_000, B, P, |b, p| {
+            40.0 * f64::from(b) / f64::from(p.min(40))
+        });
+        let c = model("c", 20.0, 50.0, 2_000, B, P, |b, p| {
+            20.0 * f64::from(b) / f64::from(p)
+        });
+        let ms = [a, b, c];
+        let g = gpulet_gpus(1);
+        let paper = order(&ms);
+        assert_eq!(paper, [2, 0, 1]);
+        assert_eq!(
+            elastic_in("gpulet", &ms, &g, None, &paper)
+                .unwrap_err()
+                .to_string(),
+            "not schedulable by gpulet: needs 2 GPUs, have 1"
+        );
+        let plan = Gpulet.plan(&ms, &g).unwrap();
+        assert_eq!(
+            layout(&plan),
+            [vec![(60, vec![("a", 8), ("b", 16), ("c", 1)])]]
+        );
+        assert_eq!(plan.gpus[0].partitions[0].duty_cycle_ms, 19.5);
+        check(&plan, &ms, &g).unwrap();
+        // Where the paper's order fits, its plan is kept: two GPUs take
+        // what it places, as it places it.
+        let g2 = gpulet_gpus(2);
+        assert_eq!(
+            Gpulet.plan(&ms, &g2).unwrap(),
+            elastic_in("gpulet", &ms, &g2, None, &paper).unwrap()
+        );
     }
 
     #[test]
