@@ -515,6 +515,13 @@ pub struct ScenarioResult {
     pub partition_sum: u64,
     /// GPU time executing, whole GPUs (simulated).
     pub busy_gpus: f64,
+    /// The most violations served at any rate the search accepted (with
+    /// `--pass planned`, every rate the planner calls schedulable up to
+    /// `max_rps`); 0 without a search.
+    pub worst_violation_rate: f64,
+    /// The offered rate, rps, where `worst_violation_rate` was served (0:
+    /// no accepted rate had violations).
+    pub worst_violation_rps: f64,
     /// What stopped the search: the first failing factor and why.
     pub limit: String,
     /// Simulations run.
@@ -611,6 +618,11 @@ pub struct Fig14Row {
     pub rate_rps: f64,
     /// Violations served there.
     pub violation_rate: f64,
+    /// The most violations served at any rate the planner calls
+    /// schedulable, up to `rate_rps`.
+    pub worst_violation_rate: f64,
+    /// The rate, rps, where that was served (0: none had violations).
+    pub worst_violation_rps: f64,
 }
 
 /// The SLO of each of `sc`'s models, ms, by the rule of the module docs.
@@ -924,6 +936,8 @@ fn result_of(
             pl.partitions().map(|(_, q)| u64::from(q.size_pct)).sum()
         }),
         busy_gpus: sim.map_or(0.0, |s| s.busy_gpus),
+        worst_violation_rate: 0.0,
+        worst_violation_rps: 0.0,
         limit,
         probes,
         requests: sim.map_or(0, |s| s.arrived()),
@@ -942,7 +956,19 @@ fn run_pair(
     opts: &ClusterOptions,
 ) -> Result<ScenarioResult, ClusterError> {
     if opts.search {
-        let run = |f| probe(prep, kind, f, opts);
+        // The most violations served at any rate the search accepts:
+        // (factor, violation rate).
+        let worst = std::cell::Cell::new((0.0f64, 0.0f64));
+        let run = |f| {
+            let p = probe(prep, kind, f, opts)?;
+            if p.pass(opts.pass)
+                && let Some(s) = &p.sim
+                && s.violation_rate() > worst.get().1
+            {
+                worst.set((f, s.violation_rate()));
+            }
+            Ok(p)
+        };
         let (lo, hi, n) = match opts.search_mode {
             SearchMode::Bisect => search(run, opts.search_steps, opts.pass)?,
             SearchMode::Scan { step, from_rps } => {
@@ -958,7 +984,16 @@ fn run_pair(
         let limit = hi
             .as_ref()
             .map_or_else(|| "no limit found up to 65536x".into(), Probe::why);
-        Ok(result_of(prep, kind, lo.as_ref(), limit, n, opts))
+        let mut r = result_of(prep, kind, lo.as_ref(), limit, n, opts);
+        let (f, v) = worst.get();
+        r.worst_violation_rate = v;
+        r.worst_violation_rps = prep
+            .sc
+            .models
+            .iter()
+            .map(|m| m.mean_rps(opts.duration_s) * f)
+            .sum();
+        Ok(r)
     } else {
         let p = probe(prep, kind, 1.0, opts)?;
         let limit = if p.pass(opts.pass) {
@@ -1080,6 +1115,8 @@ pub fn run(
                     planner: r.planner.clone(),
                     rate_rps: r.max_rps.unwrap_or(0.0),
                     violation_rate: r.violation_rate,
+                    worst_violation_rate: r.worst_violation_rate,
+                    worst_violation_rps: r.worst_violation_rps,
                 })
                 .collect()
         }),
@@ -1190,11 +1227,12 @@ pub fn table(r: &ClusterReport) -> String {
     let head = if r.search { "max rps" } else { "offered rps" };
     let _ = writeln!(
         s,
-        "{:<14} {:<10} {:>8} {:>7} {:>7} {:>10} {:>9} {:>8} {:>6} {:>8}  limit",
+        "{:<14} {:<10} {:>8} {:>7} {:>7} {:>7} {:>10} {:>9} {:>8} {:>6} {:>8}  limit",
         "scenario",
         "planner",
         head,
         "viol %",
+        "worst %",
         "GPUs",
         "part. %",
         "busy GPU",
@@ -1205,11 +1243,12 @@ pub fn table(r: &ClusterReport) -> String {
     for x in &r.scenarios {
         let _ = writeln!(
             s,
-            "{:<14} {:<10} {:>8.1} {:>7.2} {:>3}/{:<3} {:>10} {:>9.2} {:>8.3} {:>6} {:>8.2}  {}",
+            "{:<14} {:<10} {:>8.1} {:>7.2} {:>7.2} {:>3}/{:<3} {:>10} {:>9.2} {:>8.3} {:>6} {:>8.2}  {}",
             x.name,
             x.planner,
             x.max_rps.unwrap_or(x.offered_rps),
             100.0 * x.violation_rate,
+            100.0 * x.worst_violation_rate,
             x.gpus,
             x.gpus_available,
             x.partition_sum,
@@ -1218,6 +1257,12 @@ pub fn table(r: &ClusterReport) -> String {
             x.probes,
             x.wall_s,
             x.limit
+        );
+    }
+    if r.search {
+        let _ = writeln!(
+            s,
+            "worst %: the most violations served at any rate the search accepted, up to max rps"
         );
     }
     let _ = writeln!(s);
