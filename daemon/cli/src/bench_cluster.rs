@@ -1391,6 +1391,16 @@ mem_mb = 100
 
     /// SBP serving [`one_model`] with the [`flat_table`] for 20 virtual s.
     fn sbp_on_flat(rate: f64, slo_ms: f64, headroom: f64) -> ScenarioResult {
+        sbp_on_flat_passing(rate, slo_ms, headroom, PassRule::Served)
+    }
+
+    /// [`sbp_on_flat`] with the search's pass rule `pass`.
+    fn sbp_on_flat_passing(
+        rate: f64,
+        slo_ms: f64,
+        headroom: f64,
+        pass: PassRule,
+    ) -> ScenarioResult {
         let sc = one_model(rate, slo_ms);
         let t = flat_table();
         let prep = Prepared {
@@ -1404,6 +1414,7 @@ mem_mb = 100
         let opts = ClusterOptions {
             duration_s: 20.0,
             headroom,
+            pass,
             ..ClusterOptions::default()
         };
         run_pair(&prep, PlannerKind::Sbp, &opts).unwrap()
@@ -1454,6 +1465,26 @@ mem_mb = 100
         let r = sbp_on_flat(100.0, 100.0, 0.0);
         assert!(r.factor > 0.0 && r.factor < 9.697, "{r:?}");
         assert!(r.limit.contains("% violations"), "{}", r.limit);
+    }
+
+    #[test]
+    fn the_worst_violations_over_the_accepted_rates_are_reported() {
+        // As above, but passing on the planner's word alone: the search
+        // runs up to the placement limit (9.697), and on the way it accepts
+        // rates where queueing makes more than 1 % late. The worst of those
+        // is reported beside the violations at the maximum.
+        let r = sbp_on_flat_passing(100.0, 100.0, 0.0, PassRule::Planned);
+        assert!(r.limit.contains("needs 2 GPUs, have 1"), "{}", r.limit);
+        assert!(r.worst_violation_rate > MAX_VIOLATION_RATE, "{r:?}");
+        assert!(r.worst_violation_rate >= r.violation_rate, "{r:?}");
+        let max = r.max_rps.unwrap();
+        assert!(
+            r.worst_violation_rps > 0.0 && r.worst_violation_rps <= max + 1e-9,
+            "{r:?}"
+        );
+        // Passing on what is served, no accepted rate is above 1 %.
+        let r = sbp_on_flat(100.0, 100.0, 0.0);
+        assert!(r.worst_violation_rate <= MAX_VIOLATION_RATE, "{r:?}");
     }
 
     #[test]
