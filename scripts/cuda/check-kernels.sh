@@ -15,33 +15,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 # CUDA 12.4.1's NVRTC and ptxas (the cudarc bindings are pinned to 12.4).
-NVRTC_PIN="nvidia-cuda-nvrtc-cu12==12.4.127"
-NVCC_PIN="nvidia-cuda-nvcc-cu12==12.4.131"
 ARCHES=(80 90)
-
-venv="${SLUICE_CUDA_VENV:-$HOME/.cache/sluice/cuda-venv}"
-stamp="$venv/.sluice-pins"
-pins="$NVRTC_PIN $NVCC_PIN"
-
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$pins" ] || [ ! -x "$venv/bin/python" ]; then
-  echo "==> installing $pins into $venv"
-  if ! python3 -m venv "$venv"; then
-    echo "error: python3 -m venv failed; install python3-venv (apt-get install python3-venv)" >&2
-    exit 1
-  fi
-  "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$NVRTC_PIN" "$NVCC_PIN"
-  echo "$pins" > "$stamp"
-fi
-
-site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
-nvrtc_lib="$site/nvidia/cuda_nvrtc/lib"
-ptxas="$site/nvidia/cuda_nvcc/bin/ptxas"
-for f in "$nvrtc_lib/libnvrtc.so.12" "$ptxas"; do
-  if [ ! -e "$f" ]; then
-    echo "error: $f is missing from the venv; delete $venv and rerun" >&2
-    exit 1
-  fi
-done
+# shellcheck source=scripts/cuda/venv.sh
+. scripts/cuda/venv.sh
 
 out="${CARGO_TARGET_DIR:-target}/cuda-kernels"
 rm -rf "$out"

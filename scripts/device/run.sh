@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# The measurements to take on a lent GPU machine, as one prepared run: from the
+# repository root, with device-kit/ carried (build it here first with
+# scripts/device/kit.sh; the device machine has no network and no Rust build).
+#
+#   run(command="scripts/device/run.sh --budget 420", carry=["device-kit"], timeout_s=540)
+#
+# Steps go most valuable first (docs/hardware.md lists them and where each
+# figure goes); each runs under its own timeout, and a step whose timeout would
+# overrun the budget is skipped and said so. A failing step does not stop the
+# ones after it, except that real-layer profiles are skipped when the
+# correctness check fails (they would time wrong kernels). Everything is
+# written under $OUT (the device tool's folder; results/hardware/ when OUT is
+# unset): NAME.out (stdout), NAME.err (stderr) per step, and summary.txt with
+# one line per step: `NAME rc=N Ss` or `NAME skipped: why`.
+#
+# Usage: scripts/device/run.sh [--budget SECONDS] [--dry-run]
+# Env:   SLUICE_DEVICE_KIT  the kit (default device-kit)
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+
+budget=420
+dry=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --budget) budget="${2:?--budget needs seconds}"; shift 2 ;;
+    --dry-run) dry=1; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    *) echo "error: unknown argument $1; see --help" >&2; exit 2 ;;
+  esac
+done
+case "$budget" in
+  ''|*[!0-9]*) echo "error: --budget $budget is not a whole number of seconds" >&2; exit 2 ;;
+esac
+
+kit="${SLUICE_DEVICE_KIT:-device-kit}"
+out="${OUT:-results/hardware}"
+mkdir -p "$out/models"
+summary="$out/summary.txt"
+: > "$summary"
+start=$(date +%s)
+# --dry-run: a virtual clock that charges each step its whole timeout.
+dry_spent=0
+
+say() { echo "$*" | tee -a "$summary"; }
+
+if [ ! -x "$kit/sluice" ]; then
+  say "error: $kit/sluice is missing; run scripts/device/kit.sh here and carry device-kit"
+  exit 2
+fi
+sluice="$kit/sluice"
+say "kit: $(head -c 12 "$kit/commit" 2>/dev/null || echo unknown) built on $(cat "$kit/glibc" 2>/dev/null || echo unknown); budget ${budget}s"
+
+# step NAME TIMEOUT CMD...: runs CMD under TIMEOUT seconds if the budget allows.
+step() {
+  local name=$1 t=$2
+  shift 2
+  local left=$((budget - ($(date +%s) - start) - dry_spent))
+  if [ "$t" -gt "$left" ]; then
+    say "$name skipped: needs up to ${t}s, ${left}s of the budget left"
+    return 1
+  fi
+  if [ "$dry" -eq 1 ]; then
+    say "$name would run (up to ${t}s): $*"
+    dry_spent=$((dry_spent + t))
+    return 0
+  fi
+  local t0 rc
+  t0=$(date +%s)
+  if [ "$(type -t "$1")" = function ]; then
+    # `timeout` runs programs, not shell functions: hand it the function's text.
+    timeout -k 5 "$t" bash -c "$(declare -f "$1"); $*" > "$out/$name.out" 2> "$out/$name.err"
+  else
+    timeout -k 5 "$t" "$@" > "$out/$name.out" 2> "$out/$name.err"
+  fi
+  rc=$?
+  say "$name rc=$rc $(($(date +%s) - t0))s$([ "$rc" -eq 124 ] && echo ' (timed out)')"
+  return "$rc"
+}
+
+machine() {
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_cap --format=csv
+  nvidia-smi
+  uname -a
+  nproc
+  ldd --version 2>&1 | sed -n 1p
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+  return 0
+}
+step machine 20 machine
+
+# NVRTC: the machine's own if it has one, else the kit's (CUDA 12.4.1).
+if [ "$dry" -eq 1 ]; then
+  say "nvrtc: would use the machine's libnvrtc.so.12, else unpack $kit/nvrtc.tar.xz"
+elif ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so\.12 '; then
+  nv="${TMPDIR:-/tmp}/sluice-nvrtc"
+  mkdir -p "$nv"
+  if tar -xJf "$kit/nvrtc.tar.xz" -C "$nv" 2>> "$out/machine.err"; then
+    export LD_LIBRARY_PATH="$nv${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    say "nvrtc: the kit's, unpacked in $nv"
+  else
+    say "nvrtc: none on the machine and the kit's did not unpack; real layers will fail"
+  fi
+else
+  say "nvrtc: the machine's"
+fi
+
+# 0. The driver on hardware (launch, prologue, flag, VirtualQueue; green
+#    contexts on CUDA >= 12.4).
+step driver-test 90 "$kit/sluice-cuda-tests" real --test-threads=1 --nocapture
+# 1. Correctness of the real layers (Small builds).
+correct=1
+step check-small 120 "$sluice" check --device cuda --small || correct=0
+# 3. Preemption latency (REEF Fig. 19): synthetic kernels, not the real layers.
+step preempt 90 "$sluice" bench preempt --device cuda --json
+# 2. Measured kernel profiles (manifests), two models first.
+profile() {
+  if [ "$correct" -eq 0 ]; then
+    say "profile-$1 skipped: check-small failed"
+    return 1
+  fi
+  step "profile-$1" 60 "$sluice" profile --device cuda "$1" --reps 10 --out "$out/models/$1.json"
+}
+profile vgg19
+profile resnet152
+# 7. Green-context partitions: latency curve and switch cost.
+step partitions-resnet152 90 "$sluice" profile --device cuda resnet152 \
+  --partitions 10,25,50,75,100 --batches 1,8 --reps 10 --json
+# 4. DISB on the device.
+step disb 150 "$sluice" bench disb --device cuda --workload all --policy reef,streams --json
+profile bert_base
+profile gpt2
+# 5. The daemon's job path with real layers and client processes.
+step demo 60 "$sluice" demo --backend cuda --seconds 10 --json
+step partitions-vgg19 90 "$sluice" profile --device cuda vgg19 \
+  --partitions 10,25,50,75,100 --batches 1,8 --reps 10 --json
+
+say "done in $(($(date +%s) - start + dry_spent))s of ${budget}s$([ "$dry" -eq 1 ] && echo ' (dry run: every step charged its timeout)')"
+exit 0

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Checks scripts/device/run.sh without a GPU: a stub kit whose `sluice` and
+# test binary only echo (and whose `check` can fail), run in a scratch OUT.
+# What it checks: every step is reported in summary.txt, a failed correctness
+# check skips the real-layer profiles and nothing else, the budget skips the
+# steps that no longer fit and says so, the kit's NVRTC is unpacked when the
+# machine has none, and a missing kit is refused with exit 2.
+# Usage: scripts/device/selftest.sh   (CI runs it)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+kit="$tmp/kit"
+mkdir -p "$kit" "$tmp/nvrtc-src"
+cat > "$kit/sluice" <<'STUB'
+#!/bin/sh
+if [ "$1" = check ]; then echo "stub check"; exit "${STUB_CHECK_RC:-0}"; fi
+echo "stub sluice $*"
+STUB
+printf '#!/bin/sh\necho "stub tests $*"\n' > "$kit/sluice-cuda-tests"
+chmod +x "$kit/sluice" "$kit/sluice-cuda-tests"
+echo "0123456789abcdef" > "$kit/commit"
+echo "stub glibc" > "$kit/glibc"
+touch "$tmp/nvrtc-src/libnvrtc.so.12" "$tmp/nvrtc-src/libnvrtc-builtins.so.12.4"
+tar -cJf "$kit/nvrtc.tar.xz" -C "$tmp/nvrtc-src" libnvrtc.so.12 libnvrtc-builtins.so.12.4
+
+fail=0
+expect() { # expect FILE PATTERN WHAT
+  if ! grep -qE "$2" "$1"; then
+    echo "selftest: FAIL: $3 (no line matching /$2/ in $1):" >&2
+    sed 's/^/  /' "$1" >&2
+    fail=1
+  fi
+}
+reject() { # reject FILE PATTERN WHAT
+  if grep -qE "$2" "$1"; then
+    echo "selftest: FAIL: $3 (a line matches /$2/ in $1)" >&2
+    fail=1
+  fi
+}
+
+# 1. The whole run, the correctness check failing.
+out1="$tmp/out1"
+SLUICE_DEVICE_KIT="$kit" OUT="$out1" TMPDIR="$tmp" STUB_CHECK_RC=1 \
+  scripts/device/run.sh --budget 2000 > "$tmp/run1.log"
+s="$out1/summary.txt"
+expect "$s" '^check-small rc=1 ' "the failed check is reported with its exit status"
+for p in vgg19 resnet152 bert_base gpt2; do
+  expect "$s" "^profile-$p skipped: check-small failed" "profile-$p is skipped after a failed check"
+done
+for n in machine driver-test preempt partitions-resnet152 disb demo partitions-vgg19; do
+  expect "$s" "^$n rc=0 " "$n still runs after a failed check"
+done
+expect "$out1/preempt.out" 'stub sluice bench preempt --device cuda --json' "a step's stdout lands in NAME.out"
+expect "$out1/driver-test.out" 'stub tests real' "the driver test runs from the kit"
+expect "$s" '^nvrtc: (the kit.s, unpacked|the machine.s)' "NVRTC is set up"
+expect "$s" '^done in ' "the run ends with its time"
+
+# 2. A budget that fits only some steps: the rest are skipped, saying why.
+out2="$tmp/out2"
+SLUICE_DEVICE_KIT="$kit" OUT="$out2" TMPDIR="$tmp" \
+  scripts/device/run.sh --budget 100 > "$tmp/run2.log"
+s="$out2/summary.txt"
+expect "$s" '^driver-test rc=0 ' "a step within the budget runs"
+expect "$s" '^check-small skipped: needs up to 120s, [0-9]+s of the budget left' "a step over the budget is skipped"
+reject "$s" '^disb rc=' "disb (150 s) must not run on a 100 s budget"
+
+# 3. No kit: refused, naming the fix.
+rc=0
+SLUICE_DEVICE_KIT="$tmp/none" OUT="$tmp/out3" scripts/device/run.sh > "$tmp/run3.log" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] || { echo "selftest: FAIL: a missing kit exits $rc, not 2" >&2; fail=1; }
+expect "$tmp/run3.log" 'scripts/device/kit.sh' "a missing kit names the command that builds it"
+
+# 4. A bad budget is refused.
+rc=0
+SLUICE_DEVICE_KIT="$kit" OUT="$tmp/out4" scripts/device/run.sh --budget soon > "$tmp/run4.log" 2>&1 || rc=$?
+[ "$rc" -eq 2 ] || { echo "selftest: FAIL: --budget soon exits $rc, not 2" >&2; fail=1; }
+
+if [ "$fail" -eq 0 ]; then
+  echo "device run selftest: ok (4 cases)"
+fi
+exit "$fail"
