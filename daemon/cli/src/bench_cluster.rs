@@ -143,7 +143,8 @@ pub enum PassRule {
     Served,
     /// The planner finds a placement: the largest rate the planner calls
     /// schedulable (the simulation still runs, and its violations at that
-    /// rate are reported; gpulet's Fig. 14).
+    /// rate are reported, with the worst at any rate accepted on the way
+    /// up; gpulet's Fig. 14).
     Planned,
 }
 

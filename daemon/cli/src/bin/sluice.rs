@@ -656,7 +656,8 @@ enum Bench {
         /// What a rate must do to pass: served (placed, and at most 1 % of
         /// requests late, dropped or unserved: the SLO-preserved maximum)
         /// or planned (placed: the largest rate the planner calls
-        /// schedulable, with the violations served there; gpulet Fig. 14).
+        /// schedulable, with the violations served there and the worst
+        /// served at any rate accepted on the way up; gpulet Fig. 14).
         #[arg(long, value_enum, default_value = "served")]
         pass: sluice_cli::bench_cluster::PassRule,
         /// Scan: relative step between probes.
