@@ -1501,6 +1501,7 @@ mem_mb = 100
                 end_s: 0.0,
                 busy_gpus: 0.0,
                 partition_completed: vec![],
+                goodput_per_s: vec![],
             }),
             interference: vec![],
             sim_wall_s: 0.0,

@@ -175,6 +175,10 @@ pub struct SimResult {
     pub busy_gpus: f64,
     /// Requests each partition completed, in input order.
     pub partition_completed: Vec<u64>,
+    /// Requests completed within their SLO in each whole second of the
+    /// arrival window (`duration_s`, a last partial second included), by
+    /// completion time, all models together: goodput over time.
+    pub goodput_per_s: Vec<u64>,
 }
 
 impl ModelOutcome {
@@ -327,6 +331,9 @@ struct ModelState {
     slo: u64,
     out: ModelOutcome,
     hist: hdrhistogram::Histogram<u64>,
+    /// Requests completed within the SLO in each whole second of the
+    /// arrival window, by completion time.
+    good: Vec<u64>,
 }
 
 /// Runs one simulation.
@@ -433,6 +440,8 @@ pub fn simulate(
     }
 
     let end = opts.duration_s;
+    // Whole seconds of the arrival window (a last partial one counts).
+    let seconds = end.ceil().min(1e7) as usize;
     let max_slo = models.iter().map(|m| m.slo_ms).fold(0.0, f64::max);
     let stop_ns = ns(end * 1e3 + 2.0 * max_slo + 1e3);
     let mut st: Vec<ModelState> = models
@@ -449,6 +458,7 @@ pub fn simulate(
             },
             hist: hdrhistogram::Histogram::new_with_bounds(1, 86_400_000_000, 3)
                 .expect("valid bounds: 1 µs to a day, 3 significant figures"),
+            good: vec![0; seconds],
         })
         .collect();
     let mut arr: Vec<Arrivals> = models
@@ -538,6 +548,8 @@ pub fn simulate(
                 m.out.completed += 1;
                 if lat > m.slo {
                     m.out.violated += 1;
+                } else if let Some(c) = m.good.get_mut((done / 1_000_000_000) as usize) {
+                    *c += 1;
                 }
                 m.hist.saturating_record(lat / 1000);
             }
@@ -641,6 +653,12 @@ pub fn simulate(
     }
     let busy_gpus =
         ps.iter().map(|p| p.size * p.busy_ns as f64).sum::<f64>() / (opts.duration_s * 1e9);
+    let mut goodput_per_s = vec![0u64; seconds];
+    for m in &st {
+        for (g, c) in goodput_per_s.iter_mut().zip(&m.good) {
+            *g += c;
+        }
+    }
     let models = st
         .into_iter()
         .map(|mut m| {
@@ -657,6 +675,7 @@ pub fn simulate(
         end_s: last_t as f64 / 1e9,
         busy_gpus,
         partition_completed: ps.iter().map(|p| p.completed).collect(),
+        goodput_per_s,
     })
 }
 
@@ -721,6 +740,38 @@ mod tests {
         assert_eq!(m.latency_ms[0], 2.0);
         assert!(m.latency_ms[2] < 6.1, "max {}", m.latency_ms[2]);
         assert_eq!(r.partition_completed, vec![m.arrived]);
+    }
+
+    #[test]
+    fn goodput_over_time_counts_on_time_completions_per_second() {
+        // 500 rps into a partition that serves 1000 (batches of 4 taking
+        // L(n) = n ms), SLO 100 ms: every request is on time. Over 3.5 s of
+        // arrivals there are four windows, the last a half second; a whole
+        // one holds a Poisson count of mean 500 (σ ≈ 22), the half one of
+        // mean 250, and together they hold every on-time completion but
+        // the few still running when arrivals stop.
+        let r = serve(model(500.0, 100.0), part(4, 1.0, f64::from), opts(3.5, 3));
+        let m = &r.models[0];
+        assert_eq!(m.violated, 0);
+        assert_eq!(r.goodput_per_s.len(), 4);
+        for &g in &r.goodput_per_s[..3] {
+            assert!((400..=600).contains(&g), "{:?}", r.goodput_per_s);
+        }
+        assert!(
+            (180..=320).contains(&r.goodput_per_s[3]),
+            "{:?}",
+            r.goodput_per_s
+        );
+        let counted: u64 = r.goodput_per_s.iter().sum();
+        assert!(
+            counted <= m.completed && counted + 8 >= m.completed,
+            "{counted} of {}",
+            m.completed
+        );
+        // Nothing on time: every window is empty.
+        let late = serve(model(10.0, 1.0), part(1, 1.0, |_| 5.0), opts(2.0, 3));
+        assert_eq!(late.goodput_per_s, vec![0, 0]);
+        assert_eq!(late.models[0].violated, late.models[0].arrived);
     }
 
     #[test]

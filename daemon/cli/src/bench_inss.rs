@@ -257,10 +257,13 @@ pub fn setup(
 }
 
 /// One serving run's outcome.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Served {
     /// Requests completed within their SLO, per second.
     pub goodput_rps: f64,
+    /// Of those, the ones completed in each second of the run (InSS Fig.
+    /// 11's throughput over time).
+    pub goodput_per_s: Vec<u64>,
     /// Late over arrived.
     pub violation: f64,
     /// Dropped or never served over arrived.
@@ -353,6 +356,7 @@ pub fn serve_schedule(
     Ok((
         Served {
             goodput_rps: (arrived - violated) as f64 / duration_s,
+            goodput_per_s: r.goodput_per_s.clone(),
             violation: (violated - lost) as f64 / n,
             drop: lost as f64 / n,
         },
@@ -605,6 +609,7 @@ pub fn at_load(
         gpus_used: 0,
         used_pct: 0,
         decision_ms: f64::NAN,
+        goodput_per_s: Vec::new(),
         note: None,
     };
     match plan(kind, &s.latency, agents, &inst, &rates, gpus, opts.seed) {
@@ -618,6 +623,7 @@ pub fn at_load(
                 opts.seed,
             )?;
             row.throughput_rps = sv.goodput_rps;
+            row.goodput_per_s = sv.goodput_per_s;
             row.violation = sv.violation;
             row.drop = sv.drop;
             row.fragment = p.fragment_pct;
@@ -655,6 +661,9 @@ pub struct ThroughputRow {
     pub used_pct: u32,
     /// Wall ms of one planning call at that load (this VM).
     pub decision_ms: f64,
+    /// Requests served within their SLO in each second of the run at that
+    /// load (InSS Fig. 11: throughput over time); empty when none ran.
+    pub goodput_per_s: Vec<u64>,
     /// Why no load passed, if none did.
     pub note: Option<String>,
 }
@@ -864,6 +873,7 @@ pub fn max_load(
             gpus_used: p.gpus_used,
             used_pct: p.used_pct,
             decision_ms: p.decision_ms,
+            goodput_per_s: sv.goodput_per_s,
             note: None,
         },
         None => ThroughputRow {
@@ -877,6 +887,7 @@ pub fn max_load(
             gpus_used: 0,
             used_pct: 0,
             decision_ms: f64::NAN,
+            goodput_per_s: Vec::new(),
             note: Some(format!(
                 "no load factor down to {f} kept violations within 1 %"
             )),
@@ -994,6 +1005,7 @@ pub fn run(
                 gpus_used: 0,
                 used_pct: 0,
                 decision_ms: f64::NAN,
+                goodput_per_s: Vec::new(),
                 note: Some(format!(
                     "not run: no agents (sluice train inss{} --out DIR, then --agents{} DIR)",
                     if p == PlannerKind::InssNi {

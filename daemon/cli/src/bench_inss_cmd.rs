@@ -117,6 +117,28 @@ pub fn table(r: &InssReport) -> String {
             f.load_factor
         );
         rows_table(&mut o, &r.fixed_load, false);
+        let _ = writeln!(
+            o,
+            "\nThroughput over time at that load (Fig. 11): requests within SLO per second of the run\n"
+        );
+        let _ = writeln!(o, "| GPUs | planner | min | median | max | seconds |");
+        let _ = writeln!(o, "|---|---|---|---|---|---|");
+        for f in &r.fixed_load {
+            let mut v = f.goodput_per_s.clone();
+            v.sort_unstable();
+            if let (Some(lo), Some(hi)) = (v.first(), v.last()) {
+                let _ = writeln!(
+                    o,
+                    "| {} | {} | {} | {} | {} | {} |",
+                    f.gpus,
+                    f.planner,
+                    lo,
+                    v[v.len() / 2],
+                    hi,
+                    v.len()
+                );
+            }
+        }
     }
     if let Some(rules) = &r.trace_rules {
         let _ = writeln!(o, "\nBursty trace, re-planned every period ({rules}):\n");
@@ -460,8 +482,9 @@ pub struct BenchInssArgs {
     /// Print one JSON object (`model_error`, `training`, `throughput`, …).
     #[arg(long)]
     pub json: bool,
-    /// Write the plots (inss-training.svg, inss-throughput.svg, and with
-    /// `--trace` inss-trace.svg) into this directory.
+    /// Write the plots (inss-training.svg, inss-throughput.svg,
+    /// inss-fixed-load.svg, and with `--trace` inss-trace.svg) into this
+    /// directory.
     #[arg(long)]
     pub plot: Option<std::path::PathBuf>,
     /// Skip the ceilings on the load factor (a scan of every share and
@@ -763,7 +786,9 @@ fn line_panel(
 /// The plots: `inss-training.svg` (Fig. 8–9: reward, throughput and
 /// violation per episode) when there is a training record, and
 /// `inss-throughput.svg` (Fig. 10, 12, 15–19: per GPU count, each
-/// planner's throughput, violations, fragments and decision time).
+/// planner's throughput, violations, fragments and decision time),
+/// `inss-fixed-load.svg` (Fig. 11: each planner's requests within SLO per
+/// second at the common load) and, with the trace, `inss-trace.svg`.
 pub fn plots(r: &InssReport) -> Vec<(&'static str, String)> {
     use crate::svg::{Anchor, Bar, Frame, PALETTE, Svg, bar_chart};
     let mut out = Vec::new();
@@ -873,6 +898,109 @@ pub fn plots(r: &InssReport) -> Vec<(&'static str, String)> {
         }
         out.push(("inss-trace.svg", doc.finish()));
     }
+    let fixed: Vec<&ThroughputRow> = r
+        .fixed_load
+        .iter()
+        .filter(|f| !f.goodput_per_s.is_empty())
+        .collect();
+    if let Some(first) = fixed.first() {
+        // One panel per GPU count, every planner on one axis from 0, so that
+        // the gaps between planners read as they are.
+        let (pw, ph) = (560.0, 240.0);
+        let mut gpus: Vec<usize> = fixed.iter().map(|f| f.gpus).collect();
+        gpus.dedup();
+        let mut doc = Svg::new(pw * gpus.len() as f64, 30.0 + ph);
+        doc.text(
+            pw * gpus.len() as f64 / 2.0,
+            16.0,
+            &format!(
+                "Throughput over time at load {:.2} × base (Fig. 11), SIMULATED ({} profile)",
+                first.load_factor, r.device
+            ),
+            Anchor::Middle,
+            12.0,
+            true,
+        );
+        for (col, &g) in gpus.iter().enumerate() {
+            let rows: Vec<&&ThroughputRow> = fixed.iter().filter(|f| f.gpus == g).collect();
+            let (x0, y0, w, h) = (pw * col as f64 + 70.0, 50.0, pw - 200.0, ph - 70.0);
+            doc.text(
+                x0 + w / 2.0,
+                42.0,
+                &format!("{g} GPUs: requests within SLO per second"),
+                Anchor::Middle,
+                11.0,
+                true,
+            );
+            doc.rect(x0, y0, w, h, "#ffffff", Some("#888888"));
+            let hi = rows
+                .iter()
+                .flat_map(|f| f.goodput_per_s.iter().copied())
+                .max()
+                .unwrap_or(1)
+                .max(1) as f64;
+            let n = rows
+                .iter()
+                .map(|f| f.goodput_per_s.len())
+                .max()
+                .unwrap_or(2)
+                .max(2);
+            for (k, f) in rows.iter().enumerate() {
+                let color = PALETTE[(k + 1) % PALETTE.len()];
+                let pts: Vec<(f64, f64)> = f
+                    .goodput_per_s
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| {
+                        (
+                            x0 + i as f64 / (n - 1) as f64 * w,
+                            y0 + h - v as f64 / hi * h,
+                        )
+                    })
+                    .collect();
+                doc.polyline(&pts, color, 1.4, None);
+                let ly = y0 + 12.0 + 16.0 * k as f64;
+                doc.line(
+                    x0 + w + 10.0,
+                    ly - 4.0,
+                    x0 + w + 28.0,
+                    ly - 4.0,
+                    color,
+                    2.0,
+                    None,
+                );
+                doc.text(
+                    x0 + w + 32.0,
+                    ly,
+                    &format!("{} ({:.0}/s)", f.planner, f.throughput_rps),
+                    Anchor::Start,
+                    10.0,
+                    false,
+                );
+            }
+            for (v, y) in [(hi, y0 + 4.0), (0.0, y0 + h)] {
+                doc.text(x0 - 4.0, y, &format!("{v:.0}"), Anchor::End, 9.0, false);
+            }
+            doc.text(x0, y0 + h + 14.0, "1", Anchor::Middle, 9.0, false);
+            doc.text(
+                x0 + w,
+                y0 + h + 14.0,
+                &format!("{n}"),
+                Anchor::Middle,
+                9.0,
+                false,
+            );
+            doc.text(
+                x0 + w / 2.0,
+                y0 + h + 26.0,
+                "second of the run",
+                Anchor::Middle,
+                9.5,
+                false,
+            );
+        }
+        out.push(("inss-fixed-load.svg", doc.finish()));
+    }
     let mut gpus: Vec<usize> = r.throughput.iter().map(|t| t.gpus).collect();
     gpus.dedup();
     if !gpus.is_empty() {
@@ -972,6 +1100,16 @@ mod tests {
         let row = max_load(&s, None, PlannerKind::Gpulet, 4, &opts).unwrap();
         assert!(row.load_factor > 0.0, "{row:?}");
         assert!(row.violation + row.drop <= 0.01, "{row:?}");
+        // Throughput over time: one count per second of the run, adding up
+        // to about the run's goodput (requests finishing after arrivals
+        // stop are not in a window).
+        assert_eq!(row.goodput_per_s.len(), 3, "{row:?}");
+        let per_s: u64 = row.goodput_per_s.iter().sum();
+        let whole = row.throughput_rps * opts.duration_s;
+        assert!(
+            per_s as f64 <= whole + 1e-6 && per_s as f64 >= 0.95 * whole,
+            "{per_s} of {whole}"
+        );
         assert!(row.gpus_used <= 4 && row.fragment <= 400);
         // Without agents InSS is reported as not run, not as zero.
         let r = run(
@@ -980,7 +1118,7 @@ mod tests {
             &[],
             &InssBenchOptions {
                 planners: vec![PlannerKind::Inss],
-                ..opts
+                ..opts.clone()
             },
             &mut |_, _| {},
         )
@@ -993,6 +1131,22 @@ mod tests {
                 .contains("sluice train inss")
         );
         assert!(r.model_error.len() == 28 && r.simulated);
+        // gpulet at the common load: its per-second series, and the Fig. 11
+        // plot drawn from it.
+        let g = run(&s, None, &[], &opts, &mut |_, _| {}).unwrap();
+        assert_eq!(g.fixed_load.len(), 1);
+        assert_eq!(g.fixed_load[0].goodput_per_s.len(), 3);
+        let fig11: Vec<String> = plots(&g)
+            .into_iter()
+            .filter(|(n, _)| *n == "inss-fixed-load.svg")
+            .map(|(_, svg)| svg)
+            .collect();
+        assert_eq!(fig11.len(), 1);
+        assert!(
+            fig11[0].contains("SIMULATED")
+                && fig11[0].contains("4 GPUs")
+                && fig11[0].contains("gpulet (")
+        );
         // The bursty trace: every period re-planned and served, arrivals
         // following the trace (the same seeds give the same arrivals
         // whatever the planner), windows covering it.
