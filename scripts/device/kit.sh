@@ -44,7 +44,7 @@ fi
 
 rm -rf "$kit"
 mkdir -p "$kit"
-cp target/release/sluice "$kit/sluice"
+cp "${CARGO_TARGET_DIR:-target}/release/sluice" "$kit/sluice"
 cp "$tests_bin" "$kit/sluice-cuda-tests"
 strip "$kit/sluice" "$kit/sluice-cuda-tests"
 echo "==> packing NVRTC from $nvrtc_lib"

@@ -67,27 +67,16 @@ step() {
   fi
   local t0 rc
   t0=$(date +%s)
-  if [ "$(type -t "$1")" = function ]; then
-    # `timeout` runs programs, not shell functions: hand it the function's text.
-    timeout -k 5 "$t" bash -c "$(declare -f "$1"); $*" > "$out/$name.out" 2> "$out/$name.err"
-  else
-    timeout -k 5 "$t" "$@" > "$out/$name.out" 2> "$out/$name.err"
-  fi
+  timeout -k 5 "$t" "$@" > "$out/$name.out" 2> "$out/$name.err"
   rc=$?
   say "$name rc=$rc $(($(date +%s) - t0))s$([ "$rc" -eq 124 ] && echo ' (timed out)')"
   return "$rc"
 }
 
-machine() {
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_cap --format=csv
-  nvidia-smi
-  uname -a
-  nproc
-  ldd --version 2>&1 | sed -n 1p
-  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
-  return 0
-}
-step machine 20 machine
+# shellcheck disable=SC2016  # expanded by the inner shell
+step machine 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_cap --format=csv
+  nvidia-smi; uname -a; nproc; ldd --version 2>&1 | sed -n 1p
+  echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; true'
 
 # NVRTC: the machine's own if it has one, else the kit's (CUDA 12.4.1).
 if [ "$dry" -eq 1 ]; then
@@ -116,7 +105,7 @@ step preempt 90 "$sluice" bench preempt --device cuda --json
 # 2. Measured kernel profiles (manifests), two models first.
 profile() {
   if [ "$correct" -eq 0 ]; then
-    say "profile-$1 skipped: check-small failed"
+    say "profile-$1 skipped: check-small did not pass (failed or skipped)"
     return 1
   fi
   step "profile-$1" 60 "$sluice" profile --device cuda "$1" --reps 10 --out "$out/models/$1.json"

@@ -47,7 +47,7 @@ SLUICE_DEVICE_KIT="$kit" OUT="$out1" TMPDIR="$tmp" STUB_CHECK_RC=1 \
 s="$out1/summary.txt"
 expect "$s" '^check-small rc=1 ' "the failed check is reported with its exit status"
 for p in vgg19 resnet152 bert_base gpt2; do
-  expect "$s" "^profile-$p skipped: check-small failed" "profile-$p is skipped after a failed check"
+  expect "$s" "^profile-$p skipped: check-small did not pass" "profile-$p is skipped after a failed check"
 done
 for n in machine driver-test preempt partitions-resnet152 disb demo partitions-vgg19; do
   expect "$s" "^$n rc=0 " "$n still runs after a failed check"

@@ -348,7 +348,7 @@ pub fn serve_schedule(
         rounds: Rounds::WorkConserving,
         batching: Batching::Deadline,
     };
-    let r = simulate(&models, &parts, &opts).map_err(|e| InssBenchError::Run(e.to_string()))?;
+    let mut r = simulate(&models, &parts, &opts).map_err(|e| InssBenchError::Run(e.to_string()))?;
     let arrived: u64 = r.models.iter().map(|m| m.arrived).sum();
     let violated: u64 = r.models.iter().map(|m| m.violated).sum();
     let lost: u64 = r.models.iter().map(|m| m.dropped + m.unserved).sum();
@@ -356,7 +356,7 @@ pub fn serve_schedule(
     Ok((
         Served {
             goodput_rps: (arrived - violated) as f64 / duration_s,
-            goodput_per_s: r.goodput_per_s.clone(),
+            goodput_per_s: std::mem::take(&mut r.goodput_per_s),
             violation: (violated - lost) as f64 / n,
             drop: lost as f64 / n,
         },

@@ -1142,6 +1142,7 @@ mod tests {
             .map(|(_, svg)| svg)
             .collect();
         assert_eq!(fig11.len(), 1);
+        crate::svg::check_well_formed(&fig11[0]).unwrap();
         assert!(
             fig11[0].contains("SIMULATED")
                 && fig11[0].contains("4 GPUs")

@@ -139,28 +139,17 @@ fn elastic(
     intf: Option<&dyn Interference>,
 ) -> Result<Placement, PlanError> {
     let paper = order(models);
-    match elastic_in(name, models, gpus, intf, &paper) {
-        Err(PlanError::NotSchedulable { needed, .. }) => {
-            let reverse: Vec<usize> = paper.iter().rev().copied().collect();
-            match elastic_in(name, models, gpus, intf, &reverse) {
-                // Either order fits from its own count up (each opens GPUs
-                // one at a time), so the fewer of the two is what is needed.
-                Err(PlanError::NotSchedulable { needed: r, .. }) => {
-                    Err(PlanError::NotSchedulable {
-                        planner: name,
-                        needed: needed.min(r),
-                        available: gpus.count,
-                    })
-                }
-                Ok(p) => Ok(p),
-                Err(_) => Err(PlanError::NotSchedulable {
-                    planner: name,
-                    needed,
-                    available: gpus.count,
-                }),
-            }
-        }
-        r => r,
+    let first = elastic_in(name, models, gpus, intf, &paper);
+    let Err(PlanError::NotSchedulable { needed, .. }) = first else {
+        return first;
+    };
+    let reverse: Vec<usize> = paper.iter().rev().copied().collect();
+    match elastic_in(name, models, gpus, intf, &reverse) {
+        Ok(p) => Ok(p),
+        // Either order fits from its own count up (each opens GPUs one at a
+        // time), so the fewer of the two is what is needed.
+        Err(e @ PlanError::NotSchedulable { needed: r, .. }) if r < needed => Err(e),
+        Err(_) => first,
     }
 }
 
