@@ -6,9 +6,10 @@
 //!   MobileNet, ResNet-50, DenseNet, Inception), open loop, lognormal
 //!   inter-arrival times with σ = 1.5 and σ = 2 (Paella §7 methodology), p99
 //!   latency and throughput against offered load.
-//! - **Fig. 12**: ResNet-18 (short) beside Inception (long), the ratio of
-//!   short to long requests inversely proportional to their standalone times
-//!   (so each gets the same GPU time), p99 latency of each against load.
+//! - **Fig. 12**: ResNet-18 (short) beside Inception (long; another model
+//!   with [`PaellaBenchOptions::long`], `--long`), the ratio of short to
+//!   long requests inversely proportional to their standalone times (so
+//!   each gets the same GPU time), p99 latency of each against load.
 //!
 //! Policies (Paella Table 3): `paella`; `streams` (CUDA-MS: one stream per
 //! client; every request goes to its own client, up to
@@ -118,6 +119,11 @@ pub struct PaellaBenchOptions {
     pub seed: u64,
     /// Worker threads.
     pub jobs: usize,
+    /// Fig. 12's long model; `None`: [`PAPER_LONG`] (the paper's
+    /// InceptionV3). The paper's point is the size difference (Table 2:
+    /// InceptionV3 19.7× ResNet-18 on a T4); on the `mi50` manifests
+    /// `inception` is 3.9× `resnet18` and `resnet50` 9.2×.
+    pub long: Option<String>,
 }
 
 impl Default for PaellaBenchOptions {
@@ -131,6 +137,7 @@ impl Default for PaellaBenchOptions {
             clients_per_model: 16,
             seed: 1,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            long: None,
         }
     }
 }
@@ -147,6 +154,9 @@ pub enum PaellaBenchError {
     /// Nothing to run.
     #[error("no {0} given; give at least one")]
     Empty(&'static str),
+    /// `--long` names no built-in model, or the short one.
+    #[error("--long `{0}`: {1}")]
+    Long(String, String),
 }
 
 /// A model of the mix.
@@ -465,6 +475,23 @@ pub fn run(
     } else {
         (PAPER_MODELS, (PAPER_SHORT, PAPER_LONG))
     };
+    let long = match &opts.long {
+        None => long,
+        Some(l) if l == short => {
+            return Err(PaellaBenchError::Long(
+                l.clone(),
+                format!("it is Fig. 12's short model; give a longer one, e.g. {PAPER_LONG}"),
+            ));
+        }
+        Some(l) if models.lookup(l).is_none() => {
+            let names: Vec<&str> = models.iter().map(|(_, m)| m.name()).collect();
+            return Err(PaellaBenchError::Long(
+                l.clone(),
+                format!("no such built-in model; use one of {}", names.join(", ")),
+            ));
+        }
+        Some(l) => l.as_str(),
+    };
     let info = |name: &str| -> Result<(u32, ModelInfo), PaellaBenchError> {
         let (id, m) = models
             .lookup(name)
@@ -481,6 +508,15 @@ pub fn run(
     let mix: Vec<(u32, ModelInfo)> = mix.iter().map(|n| info(n)).collect::<Result<_, _>>()?;
     let (short_id, short_info) = info(short)?;
     let (long_id, long_info) = info(long)?;
+    if opts.long.is_some() && long_info.standalone_ms <= short_info.standalone_ms {
+        return Err(PaellaBenchError::Long(
+            long.to_owned(),
+            format!(
+                "it takes {:.2} ms alone on `{}`, not longer than {short}'s {:.2} ms; give a longer model, e.g. {PAPER_LONG}",
+                long_info.standalone_ms, profile.name, short_info.standalone_ms
+            ),
+        ));
+    }
     let mean_ms = mix.iter().map(|(_, m)| m.standalone_ms).sum::<f64>() / mix.len() as f64;
     let capacity = 1e3 / mean_ms;
     let (ts, tl) = (short_info.standalone_ms, long_info.standalone_ms);
@@ -987,16 +1023,23 @@ mod tests {
     #[test]
     #[ignore = "prints a sensitivity table"]
     fn paella_drain_sensitivity() {
-        use sluice_sched::paella::{Paella, PaellaConfig};
+        use sluice_sched::paella::{Backlog, Paella, PaellaConfig};
         let profile = DeviceProfile::builtin("mi50").expect("mi50");
         let models = Arc::new(ModelRegistry::builtin());
         let (s, _) = models.lookup(PAPER_SHORT).expect("resnet18");
         let (l, _) = models.lookup(PAPER_LONG).expect("inception");
         let d = PaellaConfig::default();
-        let configs: [(&str, Option<PaellaConfig>); 9] = [
+        let configs: [(&str, Option<PaellaConfig>); 10] = [
             ("streams", None),
             ("seq", None),
             ("paella", Some(d)),
+            (
+                "B=8 (before stop 30)",
+                Some(PaellaConfig {
+                    backlog: Backlog::Blocks(8),
+                    ..d
+                }),
+            ),
             (
                 "launch_ahead=0",
                 Some(PaellaConfig {
@@ -1007,14 +1050,14 @@ mod tests {
             (
                 "B=64",
                 Some(PaellaConfig {
-                    extra_blocks: 64,
+                    backlog: Backlog::Blocks(64),
                     ..d
                 }),
             ),
             (
                 "B=1000",
                 Some(PaellaConfig {
-                    extra_blocks: 1000,
+                    backlog: Backlog::Blocks(1000),
                     ..d
                 }),
             ),
@@ -1029,7 +1072,7 @@ mod tests {
                 "threshold=inf,B=1000",
                 Some(PaellaConfig {
                     deficit_threshold: f64::INFINITY,
-                    extra_blocks: 1000,
+                    backlog: Backlog::Blocks(1000),
                     ..d
                 }),
             ),
@@ -1086,6 +1129,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_long_model_that_is_unknown_or_the_short_one_is_refused() {
+        for (long, says) in [
+            ("resnet18", "short model"),
+            ("nope", "no such built-in model"),
+            ("mobilenet", "not longer than resnet18"),
+        ] {
+            let opts = PaellaBenchOptions {
+                long: Some(long.to_owned()),
+                ..PaellaBenchOptions::default()
+            };
+            let e = run(&opts, &mut |_| {}).expect_err(long).to_string();
+            assert!(e.contains(long) && e.contains(says), "{e}");
+        }
+        let opts = PaellaBenchOptions {
+            seconds: 0.05,
+            loads: vec![0.5],
+            sigmas: vec![1.5],
+            policies: vec![PolicyKind::Paella],
+            long: Some("resnet50".to_owned()),
+            jobs: 1,
+            ..PaellaBenchOptions::default()
+        };
+        let r = run(&opts, &mut |_| {}).expect("runs");
+        assert_eq!(r.long.name, "resnet50");
     }
 
     #[test]
