@@ -20,8 +20,9 @@
 //!   kernel is dispatched whether or not its blocks fit now (those that do
 //!   not become pending), and this repeats until `B` or more is pending.
 //!   By default `B` is device time ([`Backlog::DispatchPath`]): a pending
-//!   block counts its kernel's time per block alone on the device, and `B`
-//!   is the profile's dispatch path (host push + fetch + launch).
+//!   block counts the time a device full of its kernel's blocks takes per
+//!   block, and `B` is the profile's dispatch path (host push + fetch +
+//!   launch).
 //!   With nothing pending a kernel goes if some block of it fits (so
 //!   `B = 0` fills the device and sends nothing beyond it). When the chosen
 //!   kernel is not admitted, nothing else is dispatched either (no
