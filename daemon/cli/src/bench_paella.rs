@@ -63,6 +63,7 @@ use shm_proto::Priority;
 use sluice_gpu::{DeviceProfile, Ns};
 use sluice_gpusim::GpuSim;
 use sluice_model::ModelRegistry;
+use sluice_sched::paella::{Paella, PaellaConfig};
 use sluice_sched::workload::{self, Arrival, ClientSpec, Workload};
 use sluice_sched::{PolicyKind, make_policy};
 
@@ -124,6 +125,10 @@ pub struct PaellaBenchOptions {
     /// InceptionV3 19.7× ResNet-18 on a T4); on the `mi50` manifests
     /// `inception` is 3.9× `resnet18` and `resnet50` 9.2×.
     pub long: Option<String>,
+    /// `paella`'s deficit threshold (Paella §6 (2); its Fig. 13 sweeps it);
+    /// `None`: the policy's default (16 kernels); infinity turns fairness
+    /// off. Only `paella` has one.
+    pub deficit_threshold: Option<f64>,
 }
 
 impl Default for PaellaBenchOptions {
@@ -138,6 +143,7 @@ impl Default for PaellaBenchOptions {
             seed: 1,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             long: None,
+            deficit_threshold: None,
         }
     }
 }
@@ -154,6 +160,9 @@ pub enum PaellaBenchError {
     /// Nothing to run.
     #[error("no {0} given; give at least one")]
     Empty(&'static str),
+    /// A deficit threshold that is not a positive number of kernels.
+    #[error("deficit threshold {0} is not positive; give kernels > 0, or inf to turn fairness off")]
+    Threshold(f64),
     /// `--long` names no built-in model, or the short one.
     #[error("--long `{0}`: {1}")]
     Long(String, String),
@@ -244,6 +253,8 @@ pub struct PaellaBenchResult {
     pub short: ModelInfo,
     /// Fig. 12's long model.
     pub long: ModelInfo,
+    /// `paella`'s deficit threshold, kernels (`null`: fairness off).
+    pub deficit_threshold: Option<f64>,
     /// Serial capacity of Fig. 12's pair, requests/s.
     pub fig12_capacity_rps: f64,
     /// Fig. 11 points.
@@ -399,12 +410,18 @@ fn run_point(
     pt: &Point,
     nmodels: usize,
     until: Ns,
+    paella: PaellaConfig,
 ) -> Outcome {
     let w = Workload {
         clients: pt.clients.clone(),
         duration_ns: until,
     };
-    let Some(mut policy) = make_policy(pt.policy, models) else {
+    let policy: Option<Box<dyn sluice_sched::Policy>> = if pt.policy == PolicyKind::Paella {
+        Some(Box::new(Paella::with_config(models, paella)))
+    } else {
+        make_policy(pt.policy, models)
+    };
+    let Some(mut policy) = policy else {
         return Outcome {
             p99_all_ms: 0.0,
             samples_all: 0,
@@ -527,6 +544,13 @@ pub fn run(
         1e3 / (rs * ts + rl * tl)
     };
     let until = (opts.seconds * 1e9) as Ns;
+    let mut paella = PaellaConfig::default();
+    if let Some(t) = opts.deficit_threshold {
+        if t.is_nan() || t <= 0.0 {
+            return Err(PaellaBenchError::Threshold(t));
+        }
+        paella.deficit_threshold = t;
+    }
     let mut points = Vec::new();
     for &sigma in &opts.sigmas {
         for &load in &opts.loads {
@@ -595,7 +619,7 @@ pub fn run(
         opts.jobs,
         |pt| {
             let n = if pt.fig == 11 { mix.len() } else { 2 };
-            run_point(&profile, &models, pt, n, until)
+            run_point(&profile, &models, pt, n, until, paella)
         },
         progress,
     );
@@ -676,6 +700,7 @@ pub fn run(
         capacity_rps: capacity,
         short: short_info,
         long: long_info,
+        deficit_threshold: Some(paella.deficit_threshold).filter(|t| t.is_finite()),
         fig12_capacity_rps: cap12,
         fig11,
         fig12,
@@ -819,6 +844,12 @@ pub fn table(r: &PaellaBenchResult) -> String {
         s,
         "Fig. 11 serial capacity {:.1} req/s; Fig. 12 ({} : {}) {:.1} req/s",
         r.capacity_rps, r.short.name, r.long.name, r.fig12_capacity_rps
+    );
+    let _ = writeln!(
+        s,
+        "paella: backlog B = the device's dispatch path; deficit threshold {}",
+        r.deficit_threshold
+            .map_or_else(|| "off (inf)".to_owned(), |t| format!("{t} kernels"))
     );
     let _ = writeln!(
         s,
@@ -1156,6 +1187,33 @@ mod tests {
         };
         let r = run(&opts, &mut |_| {}).expect("runs");
         assert_eq!(r.long.name, "resnet50");
+    }
+
+    #[test]
+    fn a_threshold_that_is_not_positive_is_refused_and_a_given_one_is_reported() {
+        for t in [0.0, -1.0, f64::NAN] {
+            let opts = PaellaBenchOptions {
+                deficit_threshold: Some(t),
+                ..PaellaBenchOptions::default()
+            };
+            let e = run(&opts, &mut |_| {}).expect_err("refused").to_string();
+            assert!(e.contains("not positive"), "{e}");
+        }
+        let small = |t| PaellaBenchOptions {
+            seconds: 0.05,
+            loads: vec![0.5],
+            sigmas: vec![1.5],
+            policies: vec![PolicyKind::Paella],
+            deficit_threshold: t,
+            jobs: 1,
+            ..PaellaBenchOptions::default()
+        };
+        let r = run(&small(Some(64.0)), &mut |_| {}).expect("runs");
+        assert_eq!(r.deficit_threshold, Some(64.0));
+        let r = run(&small(Some(f64::INFINITY)), &mut |_| {}).expect("runs");
+        assert_eq!(r.deficit_threshold, None, "fairness off is null");
+        let r = run(&small(None), &mut |_| {}).expect("runs");
+        assert_eq!(r.deficit_threshold, Some(16.0));
     }
 
     #[test]

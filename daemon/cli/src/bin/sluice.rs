@@ -436,6 +436,11 @@ enum Bench {
         /// paper's Table 2: resnet50 is 9.2x, the largest measured ratio).
         #[arg(long, value_name = "MODEL")]
         long: Option<String>,
+        /// paella's deficit threshold in kernels (Paella §6 (2); its Fig. 13
+        /// sweeps it; default 16), or `inf` to turn fairness off. Only
+        /// paella has one.
+        #[arg(long, value_name = "KERNELS", value_parser = parse_threshold)]
+        threshold: Option<f64>,
         /// Print one JSON object instead of tables.
         #[arg(long)]
         json: bool,
@@ -1450,6 +1455,7 @@ fn main() -> ExitCode {
                     seed,
                     jobs,
                     long,
+                    threshold,
                     json,
                 },
         } => {
@@ -1485,6 +1491,7 @@ fn main() -> ExitCode {
                 seed,
                 jobs: jobs.map_or(d.jobs, |j| usize::try_from(j).unwrap_or(1)),
                 long,
+                deficit_threshold: threshold,
                 ..d
             };
             let mut progress = bench_paella::stderr_progress();
@@ -1936,6 +1943,18 @@ fn parse_margin(s: &str) -> Result<f64, String> {
         Ok(m) if m.is_finite() && (1.0..=10.0).contains(&m) => Ok(m),
         _ => Err(format!(
             "`{s}` is not a latency margin in [1, 10]; give e.g. 1.1 to plan with latencies 10 % longer than measured"
+        )),
+    }
+}
+
+fn parse_threshold(s: &str) -> Result<f64, String> {
+    if s.eq_ignore_ascii_case("inf") {
+        return Ok(f64::INFINITY);
+    }
+    match s.parse::<f64>() {
+        Ok(t) if t.is_finite() && t > 0.0 => Ok(t),
+        _ => Err(format!(
+            "`{s}` is not a deficit threshold; give a positive number of kernels (e.g. 16) or inf"
         )),
     }
 }
