@@ -645,7 +645,7 @@ struct InFlight {
     /// they are not pending (not in `Shadow::pending`).
     queued: bool,
     /// While queued: its estimate of the blocks that will wait for room
-    /// once it may start (counted in `Shadow::ahead_pend`).
+    /// once it may start (counted, weighted, in `Shadow::ahead_backlog`).
     ahead_est: u32,
     /// The kernel launched behind it on its stream (NONE: none).
     behind: u32,
@@ -806,18 +806,16 @@ struct Shadow {
     pending: [VecDeque<u32>; 2],
     /// Blocks of `pending` in all, and per class.
     pending_blocks: u64,
-    pending_class: [u64; 2],
-    /// Sum of `ahead_est` over the kernels launched ahead and still queued.
-    ahead_pend: u64,
     /// What the admission rule counts ([`PaellaConfig::backlog`]): pending
-    /// blocks weighted by [`Shadow::unit`], in all and per class, and the
-    /// same of the kernels launched ahead (`ahead_est` weighted).
-    backlog: u64,
+    /// blocks weighted by [`Shadow::unit`], per class, and the same of the
+    /// kernels launched ahead (`ahead_est` weighted).
     backlog_class: [u64; 2],
     ahead_backlog: u64,
     /// Whether a pending block counts its kernel's `Fig::drain_ps`
     /// ([`Backlog::DispatchPath`]) rather than 1.
     by_time: bool,
+    /// `B` in the unit of `backlog` ([`backlog_limit`]), fixed at start.
+    limit: u64,
     placed_blocks: u64,
     /// Blocks per completion notification asked of each new stream; 0 once
     /// the device said it cannot (then kernels are given back whole).
@@ -835,7 +833,7 @@ fn backlog_limit(backlog: Backlog, p: &DeviceProfile) -> u64 {
 
 /// The delay between a dispatch and its blocks becoming placeable on an
 /// idle device, ns: host push + command-processor fetch + launch.
-pub fn dispatch_path_ns(p: &DeviceProfile) -> u64 {
+fn dispatch_path_ns(p: &DeviceProfile) -> u64 {
     p.queues
         .host_launch_ns
         .saturating_add(p.queues.cp_fetch_ns)
@@ -953,15 +951,19 @@ impl Shadow {
             hwq_cursor: 0,
             pending: [VecDeque::new(), VecDeque::new()],
             pending_blocks: 0,
-            pending_class: [0; 2],
-            ahead_pend: 0,
-            backlog: 0,
             backlog_class: [0; 2],
             ahead_backlog: 0,
             by_time: false,
+            limit: 0,
             placed_blocks: 0,
             notify_every,
         }
+    }
+
+    /// Pending work of both classes plus that of the kernels launched
+    /// ahead: what best-effort admission compares with `B`.
+    fn backlog(&self) -> u64 {
+        self.backlog_class[RT] + self.backlog_class[BE] + self.ahead_backlog
     }
 
     /// What one pending block of `fig` adds to the backlog.
@@ -973,8 +975,6 @@ impl Shadow {
     fn add_pending(&mut self, fig: &Fig, class: usize, blocks: u32) {
         let w = u64::from(blocks) * self.unit(fig);
         self.pending_blocks += u64::from(blocks);
-        self.pending_class[class] += u64::from(blocks);
-        self.backlog += w;
         self.backlog_class[class] += w;
     }
 
@@ -982,8 +982,6 @@ impl Shadow {
     fn sub_pending(&mut self, fig: &Fig, class: usize, blocks: u32) {
         let w = u64::from(blocks) * self.unit(fig);
         self.pending_blocks -= u64::from(blocks);
-        self.pending_class[class] -= u64::from(blocks);
-        self.backlog -= w;
         self.backlog_class[class] -= w;
     }
 
@@ -1581,26 +1579,6 @@ impl Shadow {
             .map(|&s| u64::from(self.kernels[s as usize].unplaced))
             .sum();
         assert_eq!(pending, self.pending_blocks);
-        let rt: u64 = self.pending[RT]
-            .iter()
-            .map(|&s| u64::from(self.kernels[s as usize].unplaced))
-            .sum();
-        assert_eq!(
-            self.pending_class,
-            [rt, self.pending_blocks - rt],
-            "pending per class"
-        );
-        let ahead: u64 = self
-            .kernels
-            .iter()
-            .enumerate()
-            .filter(|(i, k)| k.queued && !self.free_kernels.contains(&(*i as u32)))
-            .map(|(_, k)| u64::from(k.ahead_est))
-            .sum();
-        assert_eq!(
-            ahead, self.ahead_pend,
-            "estimates of the kernels launched ahead"
-        );
         let weigh = |s: &u32| {
             let k = &self.kernels[*s as usize];
             u64::from(k.unplaced) * self.unit(&k.fig)
@@ -1608,7 +1586,6 @@ impl Shadow {
         let rt: u64 = self.pending[RT].iter().map(weigh).sum();
         let be: u64 = self.pending[BE].iter().map(weigh).sum();
         assert_eq!([rt, be], self.backlog_class, "backlog per class");
-        assert_eq!(rt + be, self.backlog, "backlog");
         let ahead: u64 = self
             .kernels
             .iter()
@@ -1887,7 +1864,7 @@ impl Paella {
             let launch = &self.launches[job.task.model as usize][job.next as usize];
             let grid = launch.grid_blocks;
             let class = class_of(job.task.priority);
-            let b = backlog_limit(self.cfg.backlog, cx.gpu.profile());
+            let b = dev.limit;
             // Paella §6, "Efficient implementation" and (3): once placements
             // bring the work waiting on the device below `B`, the chosen
             // kernel is dispatched, whether or not its blocks fit now, and
@@ -1905,7 +1882,7 @@ impl Paella {
                 }
                 fit = dev.fits(&fig, grid);
             } else {
-                let pending = dev.backlog + dev.ahead_backlog;
+                let pending = dev.backlog();
                 if pending >= b && (pending > 0 || dev.fit_bound(&fig) == 0) {
                     return;
                 }
@@ -2028,15 +2005,11 @@ impl Paella {
         let pending = if class == RT {
             dev.backlog_class[RT]
         } else {
-            dev.backlog + dev.ahead_backlog
+            dev.backlog()
         } - own_backlog;
         // As for a kernel dispatched now: less than B waiting, or nothing
         // and some room for it once the kernel in front is done.
-        if !within_backlog(
-            pending,
-            backlog_limit(self.cfg.backlog, cx.gpu.profile()),
-            room,
-        ) {
+        if !within_backlog(pending, dev.limit, room) {
             return false;
         }
         let stream = tail.stream;
@@ -2056,7 +2029,6 @@ impl Paella {
         });
         dev.kernels[tail_slot as usize].behind = kslot;
         let est_backlog = u64::from(est) * dev.unit(&fig);
-        dev.ahead_pend += u64::from(est);
         dev.ahead_backlog += est_backlog;
         dev.busy_hwq[h] += 1;
         let mut l = launch.clone();
@@ -2064,7 +2036,6 @@ impl Paella {
         if let Err(e) = cx.gpu.launch(StreamId(stream), l) {
             // Undo it; the job fails once its kernels in flight are done.
             dev.kernels[tail_slot as usize].behind = NONE;
-            dev.ahead_pend -= u64::from(est);
             dev.ahead_backlog -= est_backlog;
             dev.busy_hwq[h] -= 1;
             dev.kernels[kslot as usize].queued = false;
@@ -2129,6 +2100,7 @@ impl Paella {
         if self.dev.is_none() {
             let mut dev = Shadow::new(cx.gpu.profile(), self.cfg.notify_every);
             dev.by_time = self.cfg.backlog == Backlog::DispatchPath;
+            dev.limit = backlog_limit(self.cfg.backlog, cx.gpu.profile());
             self.dev = Some(dev);
         }
     }
@@ -2172,7 +2144,6 @@ impl Paella {
             b.queued = false;
             let (est, fig, class, unplaced, hwq) = (b.ahead_est, b.fig, b.class, b.unplaced, b.hwq);
             b.ahead_est = 0;
-            dev.ahead_pend -= u64::from(est);
             dev.ahead_backlog -= u64::from(est) * dev.unit(&fig);
             if unplaced > 0 {
                 dev.add_pending(&fig, class, unplaced);
