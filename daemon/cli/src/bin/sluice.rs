@@ -437,8 +437,10 @@ enum Bench {
         #[arg(long, value_name = "MODEL")]
         long: Option<String>,
         /// paella's deficit threshold in kernels (Paella §6 (2); its Fig. 13
-        /// sweeps it; default 16), or `inf` to turn fairness off. Only
-        /// paella has one.
+        /// sweeps it), or `inf` to turn fairness off. Only paella has one.
+        /// Default 1000000: what the paper's Fig. 11 and 12 ran with (the
+        /// authors' artifact leaves llis_server's --unfair at its default);
+        /// the daemon's paella uses 16
         #[arg(long, value_name = "KERNELS", value_parser = parse_threshold)]
         threshold: Option<f64>,
         /// Print one JSON object instead of tables.
