@@ -12,13 +12,21 @@
 //!   each gets the same GPU time), p99 latency of each against load.
 //!
 //! Policies (Paella Table 3): `paella`; `streams` (CUDA-MS: one stream per
-//! client; every request goes to its own client, up to
-//! [`PaellaBenchOptions::clients_per_model`] concurrent ones per model, so
-//! that concurrent requests have their own streams); `seq` (CUDA-SS: one
+//! client); `seq` (CUDA-SS: one
 //! stream, FIFO; it launches a job's kernels when the previous job has
 //! finished, so it also pays one launch and fetch per job, which CUDA-SS
 //! overlaps); `paella-sjf` and `paella-rr` (Paella's dispatcher with SJF and
 //! round-robin queueing).
+//!
+//! **Clients** (Paella's artifact, [`PAPER_CONCURRENCY`]): each model's
+//! requests are served by a pool of [`instances`] clients
+//! (`Arrival::Pool`), one request each at a time, 187 in all for Fig. 11
+//! and 125 for Fig. 12 split by the models' shares; a request arriving with
+//! every instance of its model busy waits in the client, its latency
+//! counted from its arrival. Under `streams` each client is one stream, so
+//! CUDA-MS has as many streams as the artifact's (125 for Fig. 12). Before
+//! stop 31 every model had 16 clients and a client's requests queued on its
+//! stream (under `paella`, unlimited in flight).
 //!
 //! **Models.** The measured manifests of Table 2's models are looked up by
 //! name ([`PAPER_MODELS`], [`PAPER_SHORT`], [`PAPER_LONG`]); where they are
@@ -114,8 +122,10 @@ pub struct PaellaBenchOptions {
     pub sigmas: Vec<f64>,
     /// Policies.
     pub policies: Vec<PolicyKind>,
-    /// Clients per model; requests of a model go to them in turn.
-    pub clients_per_model: u32,
+    /// Requests in flight at most, Fig. 11 and Fig. 12: each model gets a
+    /// pool of [`instances`] clients, one request each at a time (Paella's
+    /// artifact client); default [`PAPER_CONCURRENCY`].
+    pub concurrency: (u32, u32),
     /// Seed of the arrival times and model choices.
     pub seed: u64,
     /// Worker threads.
@@ -140,6 +150,14 @@ pub struct PaellaBenchOptions {
 /// `paella` keeps its own default ([`PaellaConfig::default`], 16 kernels).
 pub const PAPER_THRESHOLD: f64 = 1_000_000.0;
 
+/// Requests in flight at most in Paella's own Fig. 11 and Fig. 12 runs:
+/// `llis_client --concurrency 187` (`gen_data_fig11_paella.sh`) and
+/// `llis_app_client --concurrency 125` (`gen_data_fig12_paella.sh`), split
+/// over the models by their shares (e.g. 119 resnet18 and 6 inception
+/// instances), and CUDA-MS with as many streams (`gen_data_fig12_cuda.sh`:
+/// 125). Requests of a model with every instance busy wait in the client.
+pub const PAPER_CONCURRENCY: (u32, u32) = (187, 125);
+
 impl Default for PaellaBenchOptions {
     fn default() -> Self {
         Self {
@@ -148,7 +166,7 @@ impl Default for PaellaBenchOptions {
             loads: vec![0.2, 0.4, 0.6, 0.8, 1.0, 1.2, 1.4, 1.6],
             sigmas: vec![1.5, 2.0],
             policies: POLICIES.to_vec(),
-            clients_per_model: 16,
+            concurrency: PAPER_CONCURRENCY,
             seed: 1,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
             long: None,
@@ -346,6 +364,8 @@ struct Point {
     clients: Vec<ClientSpec>,
     /// Per client, the index of its model in `mix`.
     client_model: Vec<usize>,
+    /// Per model index, its requests' arrival times.
+    arrivals: Arc<Vec<Vec<Ns>>>,
     /// Requests arriving in the window, per second of it.
     arrived_rps: f64,
 }
@@ -362,20 +382,20 @@ struct Outcome {
 
 /// Builds the clients of one point: one lognormal arrival stream of
 /// `total_rps`, each request of model `i` with probability `share[i]`,
-/// handed to the `k` clients of its model in turn.
+/// served by model `i`'s pool of [`instances`]`(concurrency, share[i])`
+/// clients (`Arrival::Pool`, one task each at a time). Returns the
+/// clients, each client's model index, and each model's arrival times.
 fn clients_for(
     ids: &[u32],
     share: &[f64],
     total_rps: f64,
     sigma: f64,
     until: Ns,
-    k: u32,
+    concurrency: u32,
     seed: u64,
-) -> (Vec<ClientSpec>, Vec<usize>) {
+) -> (Vec<ClientSpec>, Vec<usize>, Vec<Vec<Ns>>) {
     let times = lognormal_arrivals(1e9 / total_rps, sigma, until, seed);
-    let k = k.max(1) as usize;
-    let mut traces: Vec<Vec<Ns>> = vec![Vec::new(); ids.len() * k];
-    let mut turn = vec![0usize; ids.len()];
+    let mut traces: Vec<Vec<Ns>> = vec![Vec::new(); ids.len()];
     let mut rng = seed ^ 0x5eed;
     for t in times {
         let u = unit(&mut rng);
@@ -388,20 +408,32 @@ fn clients_for(
                 break;
             }
         }
-        traces[m * k + turn[m] % k].push(t);
-        turn[m] += 1;
+        traces[m].push(t);
     }
     let mut clients = Vec::new();
     let mut client_model = Vec::new();
-    for (c, trace) in traces.into_iter().enumerate() {
-        clients.push(ClientSpec {
-            priority: Priority::BestEffort,
-            model: ids[c / k],
-            arrival: Arrival::Trace(trace),
-        });
-        client_model.push(c / k);
+    for (m, trace) in traces.iter().enumerate() {
+        let times: Arc<[Ns]> = trace.as_slice().into();
+        for _ in 0..instances(concurrency, share[m]) {
+            clients.push(ClientSpec {
+                priority: Priority::BestEffort,
+                model: ids[m],
+                arrival: Arrival::Pool {
+                    pool: m as u32,
+                    times: times.clone(),
+                },
+            });
+            client_model.push(m);
+        }
     }
-    (clients, client_model)
+    (clients, client_model, traces)
+}
+
+/// Instances of a model's pool: the client's concurrency times the model's
+/// share of the requests, rounded, at least one (the artifact's rule:
+/// 125 × 0.952 = 119 resnet18 and 125 × 0.048 = 6 inception instances).
+pub fn instances(concurrency: u32, share: f64) -> u32 {
+    ((f64::from(concurrency) * share).round() as u32).max(1)
 }
 
 fn p99(mut v: Vec<Ns>) -> f64 {
@@ -443,25 +475,28 @@ fn run_point(
     let r = workload::run_on(&mut gpu, models, policy.as_mut(), &w);
     let mut lat: Vec<Vec<Ns>> = vec![Vec::new(); nmodels];
     let mut in_window = 0u64;
-    let mut seen = std::collections::HashSet::new();
+    // (model index, arrival) of every finished request, with multiplicity.
+    let mut seen: std::collections::HashMap<(usize, Ns), u32> = std::collections::HashMap::new();
     // Arrivals before this are the warm-up: run, not measured.
     let warm = (until as f64 * WARM_UP) as Ns;
     for d in &r.done {
         if d.task.arrival >= warm {
             lat[pt.client_model[d.task.client as usize]].push(d.finished - d.task.arrival);
         }
-        seen.insert((d.task.client, d.task.arrival));
+        *seen
+            .entry((pt.client_model[d.task.client as usize], d.task.arrival))
+            .or_default() += 1;
         if d.finished <= until {
             in_window += 1;
         }
     }
     // Unfinished requests: the time they had waited when the run stopped.
-    for (c, spec) in pt.clients.iter().enumerate() {
-        if let Arrival::Trace(ts) = &spec.arrival {
-            for &t in ts {
-                if t >= warm && !seen.contains(&(c as u32, t)) {
-                    lat[pt.client_model[c]].push(r.end_ns.saturating_sub(t));
-                }
+    for (m, ts) in pt.arrivals.iter().enumerate() {
+        for &t in ts {
+            match seen.get_mut(&(m, t)) {
+                Some(n) if *n > 0 => *n -= 1,
+                _ if t >= warm => lat[m].push(r.end_ns.saturating_sub(t)),
+                _ => {}
             }
         }
     }
@@ -568,36 +603,23 @@ pub fn run(
             let ids: Vec<u32> = mix.iter().map(|(id, _)| *id).collect();
             let share = vec![1.0 / ids.len() as f64; ids.len()];
             let rps = load * capacity;
-            let (c11, m11) = clients_for(
-                &ids,
-                &share,
-                rps,
-                sigma,
-                until,
-                opts.clients_per_model,
-                seed,
-            );
+            let (c11, m11, t11) =
+                clients_for(&ids, &share, rps, sigma, until, opts.concurrency.0, seed);
             let rps12 = load * cap12;
             let (rs, _) = fig12_rates(rps12, ts, tl);
-            let (c12, m12) = clients_for(
+            let (c12, m12, t12) = clients_for(
                 &[short_id, long_id],
                 &[rs / rps12, 1.0 - rs / rps12],
                 rps12,
                 sigma,
                 until,
-                opts.clients_per_model,
+                opts.concurrency.1,
                 seed ^ 12,
             );
-            let arrived = |cs: &[ClientSpec]| {
-                cs.iter()
-                    .map(|c| match &c.arrival {
-                        Arrival::Trace(ts) => ts.len(),
-                        _ => 0,
-                    })
-                    .sum::<usize>() as f64
-                    / opts.seconds
-            };
-            let (a11, a12) = (arrived(&c11), arrived(&c12));
+            let arrived =
+                |ts: &[Vec<Ns>]| ts.iter().map(Vec::len).sum::<usize>() as f64 / opts.seconds;
+            let (a11, a12) = (arrived(&t11), arrived(&t12));
+            let (t11, t12) = (Arc::new(t11), Arc::new(t12));
             for &policy in &opts.policies {
                 points.push(Point {
                     fig: 11,
@@ -606,6 +628,7 @@ pub fn run(
                     policy,
                     clients: c11.clone(),
                     client_model: m11.clone(),
+                    arrivals: t11.clone(),
                     arrived_rps: a11,
                 });
                 points.push(Point {
@@ -615,6 +638,7 @@ pub fn run(
                     policy,
                     clients: c12.clone(),
                     client_model: m12.clone(),
+                    arrivals: t12.clone(),
                     arrived_rps: a12,
                 });
             }
@@ -1195,6 +1219,47 @@ mod tests {
         };
         let r = run(&opts, &mut |_| {}).expect("runs");
         assert_eq!(r.long.name, "resnet50");
+    }
+
+    #[test]
+    fn the_pools_follow_the_artifacts_split_of_its_concurrency() {
+        // gen_data_fig12_paella.sh: --concurrency 125, resnet18 0.952 119,
+        // inception 0.048 6; gen_data_fig11_paella.sh: --concurrency 187 and
+        // eight models with their instance counts.
+        assert_eq!(instances(125, 0.952), 119);
+        assert_eq!(instances(125, 0.048), 6);
+        for (share, n) in [
+            (0.257, 48),
+            (0.0706, 13),
+            (0.0546, 10),
+            (0.0138, 3),
+            (0.272, 51),
+            (0.168, 31),
+            (0.0745, 14),
+            (0.0895, 17),
+        ] {
+            assert_eq!(instances(187, share), n, "share {share}");
+        }
+        assert_eq!(instances(10, 0.001), 1, "every model gets an instance");
+        // A point's clients: one pool per model, every instance with the
+        // model's whole trace, and every arrival in exactly one trace.
+        let (clients, model, traces) =
+            clients_for(&[7, 9], &[0.8, 0.2], 2000.0, 1.5, 1_000_000_000, 125, 3);
+        assert_eq!(clients.len(), 125);
+        assert_eq!(model.iter().filter(|&&m| m == 0).count(), 100);
+        assert_eq!(model.iter().filter(|&&m| m == 1).count(), 25);
+        let all = lognormal_arrivals(1e9 / 2000.0, 1.5, 1_000_000_000, 3);
+        assert_eq!(traces.iter().map(Vec::len).sum::<usize>(), all.len());
+        for (c, m) in clients.iter().zip(&model) {
+            assert_eq!(c.model, [7, 9][*m]);
+            match &c.arrival {
+                Arrival::Pool { pool, times } => {
+                    assert_eq!(*pool as usize, *m);
+                    assert_eq!(times[..], traces[*m][..]);
+                }
+                other => panic!("not pooled: {other:?}"),
+            }
+        }
     }
 
     #[test]

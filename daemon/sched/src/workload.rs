@@ -14,7 +14,7 @@
 //! preemption calls (on a GPU, hardware and driver work).
 
 use std::cmp::Reverse;
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -55,6 +55,21 @@ pub enum Arrival {
     ClosedLoop,
     /// Arrival times given explicitly (sorted).
     Trace(Vec<Ns>),
+    /// One instance of a pool of clients sharing one arrival trace: every
+    /// client with the same `pool` is an instance (give them the same
+    /// `times`). A time is issued on a free instance (the lowest-numbered
+    /// client), or, when all are busy, waits in the pool's FIFO and is
+    /// issued on the first instance whose task finishes; an instance has one
+    /// task at a time, and a task's latency counts from its own time. This
+    /// is the client side of Paella's artifact (`app/client.cpp`: a pool of
+    /// job instances per model; a job with none free waits, stamped with
+    /// its arrival time).
+    Pool {
+        /// Which pool.
+        pool: u32,
+        /// Its arrival times (sorted), the same for every instance.
+        times: Arc<[Ns]>,
+    },
 }
 
 /// One client of a workload.
@@ -115,6 +130,48 @@ struct ClientState {
     spec: ClientSpec,
     rng: u64,
     trace_pos: usize,
+    /// Index of its pool in `run_on`'s pools, for [`Arrival::Pool`].
+    pool: Option<u32>,
+    /// The arrival time of the pool task this instance issues next.
+    pool_at: Option<Ns>,
+}
+
+/// Heap tag of a pool's arrival (`POOL | pool index`), apart from client ids.
+const POOL: u32 = 1 << 31;
+
+/// The shared side of an [`Arrival::Pool`].
+struct PoolState {
+    id: u32,
+    times: Arc<[Ns]>,
+    /// Index of the next time to arrive.
+    next: usize,
+    /// Times that arrived with every instance busy, oldest first.
+    waiting: VecDeque<Ns>,
+    /// Free instances, the lowest-numbered last.
+    free: Vec<u32>,
+}
+
+impl PoolState {
+    /// Instance `member`'s task ended at `t`: it takes the oldest waiting
+    /// time, issued at `t`, or becomes free.
+    fn instance_free(
+        &mut self,
+        member: u32,
+        t: Ns,
+        c: &mut ClientState,
+        arrivals: &mut BinaryHeap<Reverse<(Ns, u32)>>,
+    ) {
+        match self.waiting.pop_front() {
+            Some(at) => {
+                c.pool_at = Some(at);
+                arrivals.push(Reverse((t, member)));
+            }
+            None => {
+                let i = self.free.partition_point(|&m| m > member);
+                self.free.insert(i, member);
+            }
+        }
+    }
 }
 
 impl ClientState {
@@ -135,6 +192,8 @@ impl ClientState {
                 Some(if first { 0 } else { t } + gap as Ns)
             }
             Arrival::ClosedLoop => first.then_some(0),
+            // A pool issues its instances' tasks (see `run_on`).
+            Arrival::Pool { .. } => None,
             Arrival::Trace(times) => {
                 let v = times.get(self.trace_pos).copied();
                 self.trace_pos += 1;
@@ -182,6 +241,8 @@ pub fn run_on(
                 _ => i as u64,
             },
             trace_pos: 0,
+            pool: None,
+            pool_at: None,
         })
         .collect();
     // Arrival times are relative to the start; the device's are absolute.
@@ -191,6 +252,36 @@ pub fn run_on(
             && t < workload.duration_ns
         {
             arrivals.push(Reverse((t, i as u32)));
+        }
+    }
+    // Pools: their arrivals enter the heap as `POOL | index`.
+    let mut pools: Vec<PoolState> = Vec::new();
+    for (i, c) in workload.clients.iter().enumerate() {
+        if let Arrival::Pool { pool, times } = &c.arrival {
+            let k = match pools.iter().position(|p| p.id == *pool) {
+                Some(k) => k,
+                None => {
+                    pools.push(PoolState {
+                        id: *pool,
+                        times: times.clone(),
+                        next: 0,
+                        waiting: VecDeque::new(),
+                        free: Vec::new(),
+                    });
+                    pools.len() - 1
+                }
+            };
+            pools[k].free.push(i as u32);
+            clients[i].pool = Some(k as u32);
+        }
+    }
+    for (k, p) in pools.iter_mut().enumerate() {
+        // Lowest-numbered instance first: popped from the back.
+        p.free.sort_unstable_by(|a, b| b.cmp(a));
+        if let Some(&t) = p.times.first()
+            && t < workload.duration_ns
+        {
+            arrivals.push(Reverse((t, POOL | k as u32)));
         }
     }
     let mut done = Vec::new();
@@ -242,7 +333,38 @@ pub fn run_on(
                 break;
             }
             arrivals.pop();
+            if ci & POOL != 0 {
+                // A pool's arrival: to a free instance now, else it waits.
+                let p = &mut pools[(ci & !POOL) as usize];
+                p.waiting.push_back(p.times[p.next]);
+                p.next += 1;
+                if let Some(&tn) = p.times.get(p.next)
+                    && tn < workload.duration_ns
+                {
+                    arrivals.push(Reverse((tn, ci)));
+                }
+                if let Some(member) = p.free.pop() {
+                    let at = p.waiting.pop_front().expect("just queued");
+                    clients[member as usize].pool_at = Some(at);
+                    arrivals.push(Reverse((ta, member)));
+                }
+                continue;
+            }
             let c = &mut clients[ci as usize];
+            if let Some(at) = c.pool_at.take() {
+                // A pool instance's task, stamped with its arrival time.
+                let task = Task {
+                    id: next_id,
+                    client: ci,
+                    priority: c.spec.priority,
+                    model: c.spec.model,
+                    arrival: t0 + at,
+                };
+                next_id += 1;
+                arrived += 1;
+                decide(&mut *gpu, &mut fresh, &mut |p, cx| p.on_arrival(cx, task));
+                continue;
+            }
             let task = Task {
                 id: next_id,
                 client: ci,
@@ -266,6 +388,9 @@ pub fn run_on(
             if c.spec.arrival == Arrival::ClosedLoop && d.finished < workload.duration_ns {
                 arrivals.push(Reverse((d.finished, d.task.client)));
             }
+            if let Some(k) = c.pool {
+                pools[k as usize].instance_free(d.task.client, d.finished, c, &mut arrivals);
+            }
             done.push(d);
         }
         for mut f in fresh_failed.drain(..) {
@@ -275,6 +400,9 @@ pub fn run_on(
             let next = f.at.saturating_add(RETRY_AFTER_FAILURE_NS);
             if c.spec.arrival == Arrival::ClosedLoop && next < workload.duration_ns {
                 arrivals.push(Reverse((next, f.task.client)));
+            }
+            if let Some(k) = c.pool {
+                pools[k as usize].instance_free(f.task.client, f.at, c, &mut arrivals);
             }
             failed.push(f);
         }
@@ -463,6 +591,8 @@ mod tests {
             },
             rng: 7,
             trace_pos: 0,
+            pool: None,
+            pool_at: None,
         };
         let mut t = c.next_after(0, true).unwrap();
         let n = 20_000;
@@ -472,5 +602,53 @@ mod tests {
         }
         let mean_ms = (t - start) as f64 / n as f64 / 1e6;
         assert!((mean_ms - 1.0).abs() < 0.05, "mean gap {mean_ms} ms");
+    }
+
+    #[test]
+    fn a_pool_runs_one_task_per_instance_and_keeps_each_arrival_time() {
+        let models = Arc::new(ModelRegistry::builtin());
+        let id = models.lookup("resnet18").expect("resnet18").0;
+        let profile = DeviceProfile::mi50();
+        // Four arrivals 100 µs apart, each task far longer than that.
+        let times: Arc<[Ns]> = vec![0, 100_000, 200_000, 300_000].into();
+        let pool = |instances: u32| Workload {
+            clients: (0..instances)
+                .map(|_| ClientSpec {
+                    priority: Priority::BestEffort,
+                    model: id,
+                    arrival: Arrival::Pool {
+                        pool: 3,
+                        times: times.clone(),
+                    },
+                })
+                .collect(),
+            duration_ns: 1_000_000,
+        };
+        for kind in [PolicyKind::Paella, PolicyKind::Streams] {
+            let mut ends = Vec::new();
+            for instances in [1, 2, 4] {
+                let mut p = make_policy(kind, &models).expect("policy");
+                let r = run(&profile, &models, p.as_mut(), &pool(instances));
+                let mut done = r.done.clone();
+                done.sort_by_key(|d| d.task.arrival);
+                let arrivals: Vec<Ns> = done.iter().map(|d| d.task.arrival).collect();
+                assert_eq!(arrivals[..], times[..], "{kind:?} x{instances}: own times");
+                // Instances in use: the lowest-numbered, one task each at a time.
+                let mut clients: Vec<u32> = done.iter().map(|d| d.task.client).collect();
+                clients.sort_unstable();
+                clients.dedup();
+                assert_eq!(clients, (0..instances).collect::<Vec<_>>(), "{kind:?}");
+                for c in 0..instances {
+                    let mine: Vec<&TaskDone> = done.iter().filter(|d| d.task.client == c).collect();
+                    for w in mine.windows(2) {
+                        // The next one was issued only when this one ended.
+                        assert!(w[1].finished > w[0].finished + 1_000_000, "{kind:?}: {w:?}");
+                    }
+                }
+                ends.push(done.iter().map(|d| d.finished).max().unwrap_or(0));
+            }
+            // More instances, more side by side: the last ends sooner.
+            assert!(ends[0] > ends[1] && ends[1] > ends[2], "{kind:?}: {ends:?}");
+        }
     }
 }
