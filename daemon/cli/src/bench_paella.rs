@@ -282,6 +282,13 @@ pub struct PaellaBenchResult {
     pub long: ModelInfo,
     /// `paella`'s deficit threshold, kernels (`null`: fairness off).
     pub deficit_threshold: Option<f64>,
+    /// Requests in flight at most, Fig. 11 and Fig. 12 (the artifact's
+    /// client concurrency, [`PAPER_CONCURRENCY`] by default).
+    pub concurrency: [u32; 2],
+    /// Fig. 11: client instances per model, in `models` order.
+    pub fig11_instances: Vec<u32>,
+    /// Fig. 12: client instances of the short and the long model.
+    pub fig12_instances: [u32; 2],
     /// Serial capacity of Fig. 12's pair, requests/s.
     pub fig12_capacity_rps: f64,
     /// Fig. 11 points.
@@ -587,6 +594,19 @@ pub fn run(
         let (rs, rl) = fig12_rates(1.0, ts, tl);
         1e3 / (rs * ts + rl * tl)
     };
+    // The pools `clients_for` builds at every load (the shares do not
+    // depend on it), for the report.
+    let fig11_instances: Vec<u32> = mix
+        .iter()
+        .map(|_| instances(opts.concurrency.0, 1.0 / mix.len() as f64))
+        .collect();
+    let fig12_instances = {
+        let (rs, rl) = fig12_rates(1.0, ts, tl);
+        [
+            instances(opts.concurrency.1, rs),
+            instances(opts.concurrency.1, rl),
+        ]
+    };
     let until = (opts.seconds * 1e9) as Ns;
     let mut paella = PaellaConfig::default();
     let t = opts.deficit_threshold.unwrap_or(PAPER_THRESHOLD);
@@ -733,6 +753,9 @@ pub fn run(
         short: short_info,
         long: long_info,
         deficit_threshold: Some(paella.deficit_threshold).filter(|t| t.is_finite()),
+        concurrency: [opts.concurrency.0, opts.concurrency.1],
+        fig11_instances,
+        fig12_instances,
         fig12_capacity_rps: cap12,
         fig11,
         fig12,
@@ -882,6 +905,21 @@ pub fn table(r: &PaellaBenchResult) -> String {
         "paella: backlog B = the device's dispatch path; deficit threshold {}",
         r.deficit_threshold
             .map_or_else(|| "off (inf)".to_owned(), |t| format!("{t} kernels"))
+    );
+    let _ = writeln!(
+        s,
+        "clients: a pool per model, one request per instance at a time; Fig. 11 {} in flight ({} per model), Fig. 12 {} ({} {}, {} {})",
+        r.concurrency[0],
+        r.fig11_instances
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join("/"),
+        r.concurrency[1],
+        r.short.name,
+        r.fig12_instances[0],
+        r.long.name,
+        r.fig12_instances[1]
     );
     let _ = writeln!(
         s,
@@ -1302,6 +1340,19 @@ mod tests {
         let v = serde_json::to_value(&r).expect("serialises");
         assert_eq!(v["device"], "mi50");
         assert_eq!(v["simulated"], true);
+        // The pools that ran: the artifact's concurrency split by share
+        // (Fig. 11 uniform over its five models; Fig. 12 by GPU time).
+        assert_eq!(v["concurrency"], serde_json::json!([187, 125]));
+        assert_eq!(
+            v["fig11_instances"],
+            serde_json::json!([37, 37, 37, 37, 37])
+        );
+        let f12 = &v["fig12_instances"];
+        assert_eq!(f12[0].as_u64().unwrap() + f12[1].as_u64().unwrap(), 125);
+        assert!(
+            f12[0].as_u64() > f12[1].as_u64(),
+            "more short instances: {f12}"
+        );
         for (fig, fields) in [
             (
                 "fig11",
