@@ -403,8 +403,12 @@ enum Bench {
     /// (Fig. 12: p99 of each), for paella, streams (CUDA-MS), seq
     /// (CUDA-SS), paella-sjf and paella-rr. Loads are fractions of the
     /// serial capacity measured on the GPU model; the output gives them in
-    /// requests/s. Without the paper's measured manifests it runs a
-    /// fallback mix of the built-in models and says so.
+    /// requests/s. Clients and paella's deficit threshold are as in the
+    /// authors' artifact (eniac/paella): each model's requests go to a pool
+    /// of client instances, one request each at a time (187 in flight for
+    /// Fig. 11, 125 for Fig. 12, split by share; one stream each under
+    /// streams), and the threshold is 1000000. Without the paper's measured
+    /// manifests it runs a fallback mix of the built-in models and says so.
     Paella {
         /// Device profile of the simulated GPU (mi50, gv100, h100).
         #[arg(long, default_value = "mi50", value_parser = parse_device)]
