@@ -2,8 +2,11 @@
 //! virtual time on the GPU model. Every figure it prints is **simulated**
 //! and names its device profile.
 //!
-//! - **Fig. 11**: a uniform mix of the models of Table 2 (ResNet-18,
-//!   MobileNet, ResNet-50, DenseNet, Inception), open loop, lognormal
+//! - **Fig. 11**: a mix of the models of Table 2 (ResNet-18, MobileNet,
+//!   ResNet-50, DenseNet, Inception) with equal GPU time per model (request
+//!   shares ∝ 1 / standalone time, [`gpu_time_shares`]: the paper's
+//!   "uniform mix" as its artifact builds it; before stop 31, equal request
+//!   shares), open loop, lognormal
 //!   inter-arrival times with σ = 1.5 and σ = 2 (Paella §7 methodology), p99
 //!   latency and throughput against offered load.
 //! - **Fig. 12**: ResNet-18 (short) beside Inception (long; another model
@@ -38,7 +41,7 @@
 //! the standalone times the GPU model gives each model (one request alone
 //! under `seq`): the *serial capacity* is the rate at which back-to-back
 //! requests of the mix would keep the device busy, `1 / mean standalone
-//! time` (Fig. 12: two equal halves of GPU time, `2 / (1/t_s + 1/t_l)`...
+//! time` of its requests (Fig. 12: two equal halves of GPU time, `2 / (1/t_s + 1/t_l)`...
 //! see [`fig12_rates`]). The sweep is a list of fractions of it.
 //!
 //! **Measurement** (Paella §7: "we waited for results to stabilize before
@@ -436,6 +439,15 @@ fn clients_for(
     (clients, client_model, traces)
 }
 
+/// Request shares that give each model the same GPU time: proportional to
+/// 1 / its standalone time. Paella's artifact mixes Fig. 11 so
+/// (`gen_data_fig11_paella.sh`'s proportions are 1 / Table 2's TVM times,
+/// normalised, to three digits), and Fig. 12 likewise ([`fig12_rates`]).
+pub fn gpu_time_shares(standalone_ms: &[f64]) -> Vec<f64> {
+    let total: f64 = standalone_ms.iter().map(|t| 1.0 / t).sum();
+    standalone_ms.iter().map(|t| 1.0 / t / total).collect()
+}
+
 /// Instances of a model's pool: the client's concurrency times the model's
 /// share of the requests, rounded, at least one (the artifact's rule:
 /// 125 × 0.952 = 119 resnet18 and 125 × 0.048 = 6 inception instances).
@@ -585,7 +597,14 @@ pub fn run(
             ),
         ));
     }
-    let mean_ms = mix.iter().map(|(_, m)| m.standalone_ms).sum::<f64>() / mix.len() as f64;
+    // Fig. 11's mix: equal GPU time per model, as the artifact's (module
+    // docs); a request's mean standalone time is then Σ sᵢ tᵢ.
+    let share11 = gpu_time_shares(&mix.iter().map(|(_, m)| m.standalone_ms).collect::<Vec<_>>());
+    let mean_ms: f64 = mix
+        .iter()
+        .zip(&share11)
+        .map(|((_, m), s)| s * m.standalone_ms)
+        .sum();
     let capacity = 1e3 / mean_ms;
     let (ts, tl) = (short_info.standalone_ms, long_info.standalone_ms);
     // At capacity the two halves of GPU time add up to the whole device:
@@ -596,9 +615,9 @@ pub fn run(
     };
     // The pools `clients_for` builds at every load (the shares do not
     // depend on it), for the report.
-    let fig11_instances: Vec<u32> = mix
+    let fig11_instances: Vec<u32> = share11
         .iter()
-        .map(|_| instances(opts.concurrency.0, 1.0 / mix.len() as f64))
+        .map(|&s| instances(opts.concurrency.0, s))
         .collect();
     let fig12_instances = {
         let (rs, rl) = fig12_rates(1.0, ts, tl);
@@ -621,7 +640,7 @@ pub fn run(
             // *Measurement*): the seed does not depend on the load.
             let seed = opts.seed ^ (sigma.to_bits() >> 40);
             let ids: Vec<u32> = mix.iter().map(|(id, _)| *id).collect();
-            let share = vec![1.0 / ids.len() as f64; ids.len()];
+            let share = share11.clone();
             let rps = load * capacity;
             let (c11, m11, t11) =
                 clients_for(&ids, &share, rps, sigma, until, opts.concurrency.0, seed);
@@ -923,7 +942,7 @@ pub fn table(r: &PaellaBenchResult) -> String {
     );
     let _ = writeln!(
         s,
-        "\nFig. 11: uniform mix, p99 ms / throughput req/s (* = sustains: throughput >= {SUSTAIN} x the rate that arrived)"
+        "\nFig. 11: mix of equal GPU time per model, p99 ms / throughput req/s (* = sustains: throughput >= {SUSTAIN} x the rate that arrived)"
     );
     let policies: Vec<&str> = {
         let mut v: Vec<&str> = Vec::new();
@@ -1279,6 +1298,12 @@ mod tests {
             assert_eq!(instances(187, share), n, "share {share}");
         }
         assert_eq!(instances(10, 0.001), 1, "every model gets an instance");
+        // Fig. 11's proportions are equal GPU time over Table 2's TVM times.
+        let table2_ms = [1.58, 1.67, 2.55, 4.79, 5.76, 6.08, 7.86, 31.2];
+        let artifact = [0.272, 0.257, 0.168, 0.0895, 0.0745, 0.0706, 0.0546, 0.0138];
+        for (s, a) in gpu_time_shares(&table2_ms).iter().zip(artifact) {
+            assert!((s - a).abs() < 0.0006, "{s} against the artifact's {a}");
+        }
         // A point's clients: one pool per model, every instance with the
         // model's whole trace, and every arrival in exactly one trace.
         let (clients, model, traces) =
@@ -1341,12 +1366,25 @@ mod tests {
         assert_eq!(v["device"], "mi50");
         assert_eq!(v["simulated"], true);
         // The pools that ran: the artifact's concurrency split by share
-        // (Fig. 11 uniform over its five models; Fig. 12 by GPU time).
+        // (both figures by GPU time).
         assert_eq!(v["concurrency"], serde_json::json!([187, 125]));
-        assert_eq!(
-            v["fig11_instances"],
-            serde_json::json!([37, 37, 37, 37, 37])
-        );
+        let f11: Vec<u64> = v["fig11_instances"]
+            .as_array()
+            .expect("array")
+            .iter()
+            .map(|n| n.as_u64().expect("count"))
+            .collect();
+        let ms: Vec<f64> = r.models.iter().map(|m| m.standalone_ms).collect();
+        let want: Vec<u64> = gpu_time_shares(&ms)
+            .iter()
+            .map(|&s| u64::from(instances(187, s)))
+            .collect();
+        assert_eq!(f11, want);
+        // The shortest model has the most instances, the longest the fewest.
+        let (short, long) = ms.iter().enumerate().fold((0, 0), |(a, b), (i, &t)| {
+            (if t < ms[a] { i } else { a }, if t > ms[b] { i } else { b })
+        });
+        assert!(f11[short] > f11[long], "{f11:?} for {ms:?}");
         let f12 = &v["fig12_instances"];
         assert_eq!(f12[0].as_u64().unwrap() + f12[1].as_u64().unwrap(), 125);
         assert!(

@@ -398,7 +398,7 @@ enum Bench {
     },
     /// Paella's own evaluation (Paella SOSP'23 §7, Fig. 11 and Fig. 12) on
     /// the simulated GPU: open-loop lognormal arrivals (sigma 1.5 and 2) of
-    /// a uniform mix of Table 2's models (Fig. 11: p99 latency and
+    /// a mix of Table 2's models with equal GPU time each (Fig. 11: p99 latency and
     /// throughput against offered load) and of ResNet-18 beside Inception
     /// (Fig. 12: p99 of each), for paella, streams (CUDA-MS), seq
     /// (CUDA-SS), paella-sjf and paella-rr. Loads are fractions of the
