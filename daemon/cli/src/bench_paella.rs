@@ -128,7 +128,7 @@ pub struct PaellaBenchOptions {
     /// Requests in flight at most, Fig. 11 and Fig. 12: each model gets a
     /// pool of [`instances`] clients, one request each at a time (Paella's
     /// artifact client); default [`PAPER_CONCURRENCY`].
-    pub concurrency: (u32, u32),
+    pub concurrency: [u32; 2],
     /// Seed of the arrival times and model choices.
     pub seed: u64,
     /// Worker threads.
@@ -159,7 +159,7 @@ pub const PAPER_THRESHOLD: f64 = 1_000_000.0;
 /// over the models by their shares (e.g. 119 resnet18 and 6 inception
 /// instances), and CUDA-MS with as many streams (`gen_data_fig12_cuda.sh`:
 /// 125). Requests of a model with every instance busy wait in the client.
-pub const PAPER_CONCURRENCY: (u32, u32) = (187, 125);
+pub const PAPER_CONCURRENCY: [u32; 2] = [187, 125];
 
 impl Default for PaellaBenchOptions {
     fn default() -> Self {
@@ -392,8 +392,8 @@ struct Outcome {
 
 /// Builds the clients of one point: one lognormal arrival stream of
 /// `total_rps`, each request of model `i` with probability `share[i]`,
-/// served by model `i`'s pool of [`instances`]`(concurrency, share[i])`
-/// clients (`Arrival::Pool`, one task each at a time). Returns the
+/// served by model `i`'s pool of `pool[i]` clients (`Arrival::Pool`, one
+/// task each at a time; [`instances`] sizes them). Returns the
 /// clients, each client's model index, and each model's arrival times.
 fn clients_for(
     ids: &[u32],
@@ -401,7 +401,7 @@ fn clients_for(
     total_rps: f64,
     sigma: f64,
     until: Ns,
-    concurrency: u32,
+    pool: &[u32],
     seed: u64,
 ) -> (Vec<ClientSpec>, Vec<usize>, Vec<Vec<Ns>>) {
     let times = lognormal_arrivals(1e9 / total_rps, sigma, until, seed);
@@ -424,7 +424,7 @@ fn clients_for(
     let mut client_model = Vec::new();
     for (m, trace) in traces.iter().enumerate() {
         let times: Arc<[Ns]> = trace.as_slice().into();
-        for _ in 0..instances(concurrency, share[m]) {
+        for _ in 0..pool[m] {
             clients.push(ClientSpec {
                 priority: Priority::BestEffort,
                 model: ids[m],
@@ -613,17 +613,17 @@ pub fn run(
         let (rs, rl) = fig12_rates(1.0, ts, tl);
         1e3 / (rs * ts + rl * tl)
     };
-    // The pools `clients_for` builds at every load (the shares do not
-    // depend on it), for the report.
+    // Each model's pool (the shares do not depend on the load): what
+    // `clients_for` builds at every load, and what the report gives.
     let fig11_instances: Vec<u32> = share11
         .iter()
-        .map(|&s| instances(opts.concurrency.0, s))
+        .map(|&s| instances(opts.concurrency[0], s))
         .collect();
     let fig12_instances = {
         let (rs, rl) = fig12_rates(1.0, ts, tl);
         [
-            instances(opts.concurrency.1, rs),
-            instances(opts.concurrency.1, rl),
+            instances(opts.concurrency[1], rs),
+            instances(opts.concurrency[1], rl),
         ]
     };
     let until = (opts.seconds * 1e9) as Ns;
@@ -633,17 +633,16 @@ pub fn run(
         return Err(PaellaBenchError::Threshold(t));
     }
     paella.deficit_threshold = t;
+    let ids: Vec<u32> = mix.iter().map(|(id, _)| *id).collect();
     let mut points = Vec::new();
     for &sigma in &opts.sigmas {
         for &load in &opts.loads {
             // One trace per σ, scaled to each load (module docs,
             // *Measurement*): the seed does not depend on the load.
             let seed = opts.seed ^ (sigma.to_bits() >> 40);
-            let ids: Vec<u32> = mix.iter().map(|(id, _)| *id).collect();
-            let share = share11.clone();
             let rps = load * capacity;
             let (c11, m11, t11) =
-                clients_for(&ids, &share, rps, sigma, until, opts.concurrency.0, seed);
+                clients_for(&ids, &share11, rps, sigma, until, &fig11_instances, seed);
             let rps12 = load * cap12;
             let (rs, _) = fig12_rates(rps12, ts, tl);
             let (c12, m12, t12) = clients_for(
@@ -652,7 +651,7 @@ pub fn run(
                 rps12,
                 sigma,
                 until,
-                opts.concurrency.1,
+                &fig12_instances,
                 seed ^ 12,
             );
             let arrived =
@@ -772,7 +771,7 @@ pub fn run(
         short: short_info,
         long: long_info,
         deficit_threshold: Some(paella.deficit_threshold).filter(|t| t.is_finite()),
-        concurrency: [opts.concurrency.0, opts.concurrency.1],
+        concurrency: opts.concurrency,
         fig11_instances,
         fig12_instances,
         fig12_capacity_rps: cap12,
@@ -1306,8 +1305,15 @@ mod tests {
         }
         // A point's clients: one pool per model, every instance with the
         // model's whole trace, and every arrival in exactly one trace.
-        let (clients, model, traces) =
-            clients_for(&[7, 9], &[0.8, 0.2], 2000.0, 1.5, 1_000_000_000, 125, 3);
+        let (clients, model, traces) = clients_for(
+            &[7, 9],
+            &[0.8, 0.2],
+            2000.0,
+            1.5,
+            1_000_000_000,
+            &[instances(125, 0.8), instances(125, 0.2)],
+            3,
+        );
         assert_eq!(clients.len(), 125);
         assert_eq!(model.iter().filter(|&&m| m == 0).count(), 100);
         assert_eq!(model.iter().filter(|&&m| m == 1).count(), 25);

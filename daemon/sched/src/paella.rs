@@ -893,7 +893,7 @@ impl Shadow {
         Ok(())
     }
 
-    fn new(p: &DeviceProfile, notify_every: u32) -> Self {
+    fn new(p: &DeviceProfile, notify_every: u32, backlog: Backlog) -> Self {
         let ncu = p.compute_units as usize;
         let words = ncu.div_ceil(64);
         let nhwq = p.queues.hw_queues.max(1) as usize;
@@ -953,8 +953,8 @@ impl Shadow {
             pending_blocks: 0,
             backlog_class: [0; 2],
             ahead_backlog: 0,
-            by_time: false,
-            limit: 0,
+            by_time: backlog == Backlog::DispatchPath,
+            limit: backlog_limit(backlog, p),
             placed_blocks: 0,
             notify_every,
         }
@@ -2098,10 +2098,11 @@ impl Paella {
 
     fn ensure_init(&mut self, cx: &Ctx<'_>) {
         if self.dev.is_none() {
-            let mut dev = Shadow::new(cx.gpu.profile(), self.cfg.notify_every);
-            dev.by_time = self.cfg.backlog == Backlog::DispatchPath;
-            dev.limit = backlog_limit(self.cfg.backlog, cx.gpu.profile());
-            self.dev = Some(dev);
+            self.dev = Some(Shadow::new(
+                cx.gpu.profile(),
+                self.cfg.notify_every,
+                self.cfg.backlog,
+            ));
         }
     }
 
@@ -2664,8 +2665,7 @@ mod tests {
             duration_ns: 2_000_000,
         };
         let device = small_device();
-        let q = &device.queues;
-        let dispatch = q.host_launch_ns + q.cp_fetch_ns + q.launch_ns;
+        let dispatch = dispatch_path_ns(&device);
         let mut p = Paella::new(&models);
         let r = workload::run(&device, &models, &mut p, &w);
         assert_eq!(r.unfinished, 0);
@@ -3105,7 +3105,7 @@ mod tests {
             p in arb_device(),
             ops in prop::collection::vec(arb_op(), 1..40),
         ) {
-            let mut sh = Shadow::new(&p, 0);
+            let mut sh = Shadow::new(&p, 0, Backlog::Blocks(0));
             let ncu = p.compute_units as usize;
             let mut model = PerCuModel {
                 cus: vec![CuState::empty(&p); ncu],

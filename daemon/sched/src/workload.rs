@@ -351,30 +351,20 @@ pub fn run_on(
                 continue;
             }
             let c = &mut clients[ci as usize];
-            if let Some(at) = c.pool_at.take() {
-                // A pool instance's task, stamped with its arrival time.
-                let task = Task {
-                    id: next_id,
-                    client: ci,
-                    priority: c.spec.priority,
-                    model: c.spec.model,
-                    arrival: t0 + at,
-                };
-                next_id += 1;
-                arrived += 1;
-                decide(&mut *gpu, &mut fresh, &mut |p, cx| p.on_arrival(cx, task));
-                continue;
-            }
+            // A pool instance's task keeps its own arrival time, and the
+            // pool, not the client, issues the next one.
+            let pooled = c.pool_at.take();
             let task = Task {
                 id: next_id,
                 client: ci,
                 priority: c.spec.priority,
                 model: c.spec.model,
-                arrival: t0 + ta,
+                arrival: t0 + pooled.unwrap_or(ta),
             };
             next_id += 1;
             arrived += 1;
-            if let Some(tn) = c.next_after(ta, false)
+            if pooled.is_none()
+                && let Some(tn) = c.next_after(ta, false)
                 && tn < workload.duration_ns
             {
                 arrivals.push(Reverse((tn, ci)));
