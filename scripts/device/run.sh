@@ -10,12 +10,17 @@
 # overrun the budget is skipped and said so. A failing step does not stop the
 # ones after it, except that real-layer profiles are skipped when the
 # correctness check fails (they would time wrong kernels). Everything is
-# written under $OUT (the device tool's folder; results/hardware/ when OUT is
-# unset): NAME.out (stdout), NAME.err (stderr) per step, and summary.txt with
-# one line per step: `NAME rc=N Ss` or `NAME skipped: why`.
+# written under the results folder (results/hardware/, or SLUICE_RESULTS):
+# NAME.out (stdout), NAME.err (stderr) per step, the manifests under models/,
+# and summary.txt with one line per step: `NAME rc=N Ss` or `NAME skipped: why`.
+# The device tool brings back at most 8 files from $OUT, so when OUT is set the
+# results folder is packed into $OUT/results.tar.gz (with summary.txt beside
+# it) after every step: a run cut off by its limit still returns what it
+# measured. Each step's last lines are echoed too, for the tool's output tail.
 #
 # Usage: scripts/device/run.sh [--budget SECONDS] [--dry-run]
 # Env:   SLUICE_DEVICE_KIT  the kit (default device-kit)
+#        SLUICE_RESULTS     the results folder (default results/hardware)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 
@@ -34,10 +39,18 @@ case "$budget" in
 esac
 
 kit="${SLUICE_DEVICE_KIT:-device-kit}"
-out="${OUT:-results/hardware}"
+out="${SLUICE_RESULTS:-results/hardware}"
 mkdir -p "$out/models"
 summary="$out/summary.txt"
 : > "$summary"
+# pack: the results folder into $OUT (when the device tool set it).
+pack() {
+  if [ -n "${OUT:-}" ] && [ "$dry" -eq 0 ]; then
+    mkdir -p "$OUT"
+    tar -czf "$OUT/results.tar.gz.part" -C "$out" . && mv "$OUT/results.tar.gz.part" "$OUT/results.tar.gz"
+    cp "$summary" "$OUT/summary.txt"
+  fi
+}
 start=$(date +%s)
 # --dry-run: a virtual clock that charges each step its whole timeout.
 dry_spent=0
@@ -70,6 +83,9 @@ step() {
   timeout -k 5 "$t" "$@" > "$out/$name.out" 2> "$out/$name.err"
   rc=$?
   say "$name rc=$rc $(($(date +%s) - t0))s$([ "$rc" -eq 124 ] && echo ' (timed out)')"
+  tail -c 1500 "$out/$name.out" | sed "s/^/  [$name] /"
+  [ "$rc" -eq 0 ] || tail -c 1500 "$out/$name.err" | sed "s/^/  [$name err] /"
+  pack
   return "$rc"
 }
 
@@ -77,6 +93,17 @@ step() {
 step machine 20 bash -c 'nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,compute_cap --format=csv
   nvidia-smi; uname -a; nproc; ldd --version 2>&1 | sed -n 1p
   echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"; true'
+
+# The driver library: the machine's loader path, else the usual driver folders.
+if [ "$dry" -eq 0 ] && ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 '; then
+  for d in /usr/local/nvidia/lib64 /usr/local/nvidia/lib /usr/lib/x86_64-linux-gnu; do
+    if [ -e "$d/libcuda.so.1" ]; then
+      export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      say "libcuda: $d (not in ldconfig's cache)"
+      break
+    fi
+  done
+fi
 
 # NVRTC: the machine's own if it has one, else the kit's (CUDA 12.4.1).
 if [ "$dry" -eq 1 ]; then
@@ -125,4 +152,5 @@ step partitions-vgg19 90 "$sluice" profile --device cuda vgg19 \
   --partitions 10,25,50,75,100 --batches 1,8 --reps 10 --json
 
 say "done in $(($(date +%s) - start + dry_spent))s of ${budget}s$([ "$dry" -eq 1 ] && echo ' (dry run: every step charged its timeout)')"
+pack
 exit 0

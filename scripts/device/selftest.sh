@@ -4,7 +4,8 @@
 # What it checks: every step is reported in summary.txt, a failed correctness
 # check skips the real-layer profiles and nothing else, the budget skips the
 # steps that no longer fit and says so, the kit's NVRTC is unpacked when the
-# machine has none, and a missing kit is refused with exit 2.
+# machine has none, the results come back packed (the device tool returns at
+# most 8 files from $OUT), and a missing kit is refused with exit 2.
 # Usage: scripts/device/selftest.sh   (CI runs it)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,8 +42,8 @@ reject() { # reject FILE PATTERN WHAT
 }
 
 # 1. The whole run, the correctness check failing.
-out1="$tmp/out1"
-SLUICE_DEVICE_KIT="$kit" OUT="$out1" TMPDIR="$tmp" STUB_CHECK_RC=1 \
+out1="$tmp/res1"
+SLUICE_DEVICE_KIT="$kit" OUT="$tmp/ret1" SLUICE_RESULTS="$out1" TMPDIR="$tmp" STUB_CHECK_RC=1 \
   scripts/device/run.sh --budget 2000 > "$tmp/run1.log"
 s="$out1/summary.txt"
 expect "$s" '^check-small rc=1 ' "the failed check is reported with its exit status"
@@ -56,10 +57,18 @@ expect "$out1/preempt.out" 'stub sluice bench preempt --device cuda --json' "a s
 expect "$out1/driver-test.out" 'stub tests real' "the driver test runs from the kit"
 expect "$s" '^nvrtc: (the kit.s, unpacked|the machine.s)' "NVRTC is set up"
 expect "$s" '^done in ' "the run ends with its time"
+expect "$tmp/run1.log" '^  \[preempt\] stub sluice bench preempt' "a step's last lines are echoed"
+# What the device tool brings back: two files, the pack holding every step's output.
+returned=$(find "$tmp/ret1" -type f | wc -l)
+[ "$returned" -eq 2 ] || { echo "selftest: FAIL: OUT holds $returned files, not results.tar.gz and summary.txt" >&2; fail=1; }
+mkdir -p "$tmp/unpacked"
+tar -xzf "$tmp/ret1/results.tar.gz" -C "$tmp/unpacked"
+expect "$tmp/unpacked/partitions-vgg19.out" 'stub sluice profile --device cuda vgg19' "the pack holds the last step's output"
+expect "$tmp/ret1/summary.txt" '^done in ' "the returned summary is the whole one"
 
 # 2. A budget that fits only some steps: the rest are skipped, saying why.
-out2="$tmp/out2"
-SLUICE_DEVICE_KIT="$kit" OUT="$out2" TMPDIR="$tmp" \
+out2="$tmp/res2"
+SLUICE_DEVICE_KIT="$kit" SLUICE_RESULTS="$out2" TMPDIR="$tmp" \
   scripts/device/run.sh --budget 100 > "$tmp/run2.log"
 s="$out2/summary.txt"
 expect "$s" '^driver-test rc=0 ' "a step within the budget runs"
@@ -68,13 +77,13 @@ reject "$s" '^disb rc=' "disb (150 s) must not run on a 100 s budget"
 
 # 3. No kit: refused, naming the fix.
 rc=0
-SLUICE_DEVICE_KIT="$tmp/none" OUT="$tmp/out3" scripts/device/run.sh > "$tmp/run3.log" 2>&1 || rc=$?
+SLUICE_DEVICE_KIT="$tmp/none" SLUICE_RESULTS="$tmp/res3" scripts/device/run.sh > "$tmp/run3.log" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] || { echo "selftest: FAIL: a missing kit exits $rc, not 2" >&2; fail=1; }
 expect "$tmp/run3.log" 'scripts/device/kit.sh' "a missing kit names the command that builds it"
 
 # 4. A bad budget is refused.
 rc=0
-SLUICE_DEVICE_KIT="$kit" OUT="$tmp/out4" scripts/device/run.sh --budget soon > "$tmp/run4.log" 2>&1 || rc=$?
+SLUICE_DEVICE_KIT="$kit" SLUICE_RESULTS="$tmp/res4" scripts/device/run.sh --budget soon > "$tmp/run4.log" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] || { echo "selftest: FAIL: --budget soon exits $rc, not 2" >&2; fail=1; }
 
 if [ "$fail" -eq 0 ]; then
