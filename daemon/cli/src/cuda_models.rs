@@ -810,8 +810,10 @@ pub enum PartitionProfileError {
         source: sluice_gpu::GpuError,
     },
     /// The device stopped before the request finished.
-    #[error("the device stopped before {what} finished (a driver failure, logged above)")]
+    #[error("the device stopped before {what} finished: {why}")]
     Stopped {
+        /// The device's error, or why none is known.
+        why: String,
         /// What was running.
         what: String,
     },
@@ -844,7 +846,12 @@ fn one_request(
     while finished < n {
         out.clear();
         if gpu.advance(None, &mut out).is_none() && out.is_empty() {
-            return Err(PartitionProfileError::Stopped { what: what() });
+            return Err(PartitionProfileError::Stopped {
+                what: what(),
+                why: gpu
+                    .failure()
+                    .unwrap_or_else(|| "the device reported no error".to_owned()),
+            });
         }
         for e in &out {
             if let Event::KernelFinished { t, .. } = e {

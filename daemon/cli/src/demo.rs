@@ -176,6 +176,19 @@ pub fn reference_for(s: Scheduler) -> Scheduler {
     }
 }
 
+/// The best-effort models of `sluice demo` by default: one of each DISB
+/// model on the simulated GPU; on CUDA, `resnet152` (the real layers exist
+/// for vgg19, resnet152, bert_base and gpt2 only, and the real-time vgg19
+/// beside one best-effort client is the REEF-style pair docs/hardware.md
+/// describes).
+pub fn default_be_models(backend: BackendKind) -> Vec<String> {
+    let names: &[&str] = match backend {
+        BackendKind::Cuda => &["resnet152"],
+        BackendKind::Sim => &crate::disb::DISB_MODELS,
+    };
+    names.iter().map(|m| (*m).to_owned()).collect()
+}
+
 /// The schedulers `sluice demo` compares by default: `reef` against
 /// `streams` where this build has them, else `fifo`.
 pub fn default_schedulers() -> Vec<Scheduler> {
@@ -691,6 +704,25 @@ best-effort done: best-effort requests completed per second beside the real-time
 mod tests {
     use super::*;
     use sluice_stats::Summary;
+
+    #[test]
+    fn the_default_models_exist_on_each_backend() {
+        let builtin = ModelRegistry::builtin();
+        for m in default_be_models(BackendKind::Sim) {
+            assert!(
+                builtin.lookup(&m).is_some(),
+                "{m} is not a built-in manifest"
+            );
+        }
+        let cuda = default_be_models(BackendKind::Cuda);
+        assert!(!cuda.is_empty());
+        for m in cuda {
+            assert!(
+                sluice_nn::builders::MODEL_NAMES.contains(&m.as_str()),
+                "{m} has no real layers on cuda"
+            );
+        }
+    }
 
     fn summary(p50: u64, p99: u64) -> Summary {
         Summary {

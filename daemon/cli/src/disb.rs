@@ -306,14 +306,16 @@ pub enum DisbError {
     },
     /// A model's standalone run on the device did not finish.
     #[error(
-        "measuring the standalone time of `{model}` on {device}: the request did not finish \
-         (see the log for the device's error)"
+        "measuring the standalone time of `{model}` on {device}: the request did not finish: \
+         {why}"
     )]
     DeviceStandalone {
         /// The model.
         model: String,
         /// The device.
         device: String,
+        /// The device's error, or why none is known.
+        why: String,
     },
     /// A worker thread panicked (a policy bug).
     #[error("the run of policy `{policy}` on workload {workload} panicked: {message}")]
@@ -1116,7 +1118,7 @@ impl Backend {
                 device: p.name.clone(),
                 source,
             }),
-            Self::Device { name, .. } => {
+            Self::Device { gpu, name } => {
                 let w = Workload {
                     clients: vec![ClientSpec {
                         priority: Priority::RealTime,
@@ -1129,6 +1131,7 @@ impl Backend {
                     DisbError::DeviceStandalone {
                         model: m.name().to_owned(),
                         device: name.clone(),
+                        why: "this build has no rt-only policy".to_owned(),
                     }
                 })?;
                 let r = self.run(models, p.as_mut(), &w);
@@ -1138,6 +1141,11 @@ impl Backend {
                     .ok_or_else(|| DisbError::DeviceStandalone {
                         model: m.name().to_owned(),
                         device: name.clone(),
+                        why: gpu
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .failure()
+                            .unwrap_or_else(|| "the device reported no error".to_owned()),
                     })
             }
         }

@@ -1147,6 +1147,20 @@ impl CuDriver for FakeDriver {
                 dims.grid, dims.block
             )));
         }
+        // As the real driver: a block over the kernel's `__launch_bounds__`
+        // is refused (CUDA_ERROR_INVALID_VALUE), for the library's kernels.
+        let name = &st.defs[st.kernels[kernel.0 as usize]].0;
+        if let Some(k) = crate::kernels::Kernel::from_name(name) {
+            let threads: u64 = dims.block.iter().map(|&d| u64::from(d)).product();
+            if threads > u64::from(k.max_block_threads()) {
+                return Err(DriverError::Invalid(format!(
+                    "launch: a block of {threads} threads ({:?}) is over {name}'s \
+                     __launch_bounds__({}) (CUDA_ERROR_INVALID_VALUE on a real driver)",
+                    dims.block,
+                    k.max_block_threads()
+                )));
+            }
+        }
         let ctl = ctl_ptr
             .0
             .checked_sub(CTL_BASE)
@@ -1411,6 +1425,28 @@ mod tests {
         assert_eq!(d.max_kernels_in_stream(s), 2);
         d.release_event(e).unwrap();
         assert!(d.release_event(e).is_err(), "double release");
+    }
+
+    /// A library kernel's block over its `__launch_bounds__` is refused, as
+    /// the real driver refuses it; a kernel defined only in the fake is not
+    /// bounded.
+    #[test]
+    fn a_block_over_the_kernels_launch_bound_is_refused() {
+        let mut d = FakeDriver::default();
+        let s = d.create_stream(StreamPriority::BestEffort).unwrap();
+        let ctl = d.create_ctl().unwrap();
+        let mut p = KernelArgs::new().as_bytes().to_vec();
+        write_prologue(&mut p, d.ctl_device_ptr(ctl).unwrap(), 0);
+        for (name, ok, over) in [("sluice_synthetic", 1024, 1056), ("sluice_gemm", 256, 512)] {
+            let k = d.kernel_handle(name, FakeKernel::new(1_000));
+            d.launch(s, k, &LaunchDims::linear(1, ok), &p).unwrap();
+            let e = d
+                .launch(s, k, &LaunchDims::linear(1, over), &p)
+                .unwrap_err();
+            assert!(e.to_string().contains("__launch_bounds__"), "{e}");
+        }
+        let k = d.kernel_handle("k", FakeKernel::new(1_000));
+        d.launch(s, k, &LaunchDims::linear(1, 4096), &p).unwrap();
     }
 
     /// A wait is on the event's point at the call: a second stream (here in

@@ -9,7 +9,8 @@
 //!
 //! **Kernels are synthetic.** A [`KernelLaunch`] carries a grid, a block
 //! shape and a block time, not code, so each launch runs the kernel
-//! library's `sluice_synthetic` with that grid and block size and each
+//! library's `sluice_synthetic` with that grid and block size (rounded up
+//! to whole warps, at most 1024 threads: [`synthetic_block`]) and each
 //! block spinning for the launch's block time (dynamic shared memory as the
 //! launch asks, up to 48 KiB, so occupancy follows the manifest's footprint
 //! except for registers). The GPU then does the real scheduling work
@@ -64,6 +65,16 @@ pub const SYNTHETIC_KERNEL: &str = "sluice_synthetic";
 
 /// Largest grid the sink buffer covers (one `float` per block).
 pub const MAX_GRID: u32 = 1 << 20;
+
+/// The block the synthetic kernel runs for a manifest kernel of `threads`
+/// threads per block: rounded up to whole warps (its spin loop shuffles
+/// across a full warp) and kept within its launch bound.
+pub fn synthetic_block(threads: u32) -> u32 {
+    threads
+        .div_ceil(32)
+        .saturating_mul(32)
+        .clamp(32, crate::kernels::Kernel::Synthetic.max_block_threads())
+}
 
 /// Largest dynamic shared memory a launch asks for without opting in.
 const MAX_DYNAMIC_SMEM: u32 = 48 * 1024;
@@ -145,6 +156,9 @@ pub struct CudaGpu {
     /// Green contexts made so far, never destroyed (a switch back reuses
     /// them).
     partitions: Vec<Prepared>,
+    /// The driver error that stopped [`sluice_gpu::Clocked::advance`], if
+    /// one did ([`sluice_gpu::Clocked::failure`]).
+    failure: Option<String>,
 }
 
 /// Building a [`CudaGpu`] failed.
@@ -187,6 +201,7 @@ impl CudaGpu {
             reclaim: Vec::new(),
             granules: None,
             partitions: Vec::new(),
+            failure: None,
         })
     }
 
@@ -623,7 +638,7 @@ impl Gpu for CudaGpu {
         }
         let mut args = KernelArgs::new();
         args.ptr(self.sink).u64(k.block_time_ns);
-        let mut dims = LaunchDims::linear(k.grid_blocks, k.threads_per_block.clamp(1, 1024));
+        let mut dims = LaunchDims::linear(k.grid_blocks, synthetic_block(k.threads_per_block));
         dims.shared_mem = k.shared_mem.min(MAX_DYNAMIC_SMEM);
         self.launch_commands(
             stream,
@@ -741,6 +756,7 @@ impl sluice_gpu::Clocked for CudaGpu {
         loop {
             if let Err(e) = self.poll() {
                 tracing::error!("CUDA device: {e}; stopping the run");
+                self.failure = Some(e.to_string());
                 return None;
             }
             out.append(&mut self.out);
@@ -759,6 +775,10 @@ impl sluice_gpu::Clocked for CudaGpu {
 
     fn utilisation(&self) -> Option<f64> {
         None
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failure.clone()
     }
 }
 
@@ -861,6 +881,27 @@ pub(crate) mod tests {
             })
             .sum();
         assert_eq!(work, 6 * 132 * 10_000);
+    }
+
+    #[test]
+    fn a_manifest_kernels_block_runs_in_whole_warps_within_the_launch_bound() {
+        assert_eq!(
+            [1, 32, 100, 256, 1000, 1024, 2000, u32::MAX].map(synthetic_block),
+            [32, 32, 128, 256, 1024, 1024, 1024, 1024]
+        );
+        // The fake refuses a block over a kernel's launch bound, as the real
+        // driver does; every manifest block size still launches.
+        let (mut g, _) = gpu(Kill::Cooperative);
+        let s = g.create_stream(0).unwrap();
+        for (t, threads) in [64, 256, 512, 1024, 4096].into_iter().enumerate() {
+            let k = KernelLaunch {
+                threads_per_block: threads,
+                ..launch(5_000, t as u64)
+            };
+            g.launch(s, k).unwrap();
+        }
+        let evs = run(&mut g, |_| false);
+        assert_eq!(finished(&evs).len(), 5, "{evs:?}");
     }
 
     #[test]

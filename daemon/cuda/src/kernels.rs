@@ -150,12 +150,24 @@ impl Kernel {
         }
     }
 
-    /// Threads per block (1-D blocks); the kernel's `__launch_bounds__`.
+    /// Threads per block (1-D blocks) of the launch functions. For every
+    /// kernel but the synthetic one this is also its `__launch_bounds__`.
     pub fn block_threads(self) -> u32 {
         match self {
             Kernel::Attention => ATTENTION_ROWS_PER_BLOCK,
             Kernel::Synthetic => 128,
             _ => 256,
+        }
+    }
+
+    /// The most threads a block may have: the kernel's `__launch_bounds__`
+    /// (the driver refuses a larger block, `CUDA_ERROR_INVALID_VALUE`). The
+    /// synthetic kernel takes up to 1024, a whole number of warps, so that it
+    /// can stand in for a manifest kernel with that kernel's block size.
+    pub fn max_block_threads(self) -> u32 {
+        match self {
+            Kernel::Synthetic => SYNTHETIC_MAX_BLOCK,
+            k => k.block_threads(),
         }
     }
 
@@ -198,6 +210,9 @@ impl Kernel {
         )
     }
 }
+
+/// The synthetic kernel's launch bound (CUDA's largest block).
+pub const SYNTHETIC_MAX_BLOCK: u32 = 1024;
 
 /// Query rows (threads) per block of `sluice_attention`.
 pub const ATTENTION_ROWS_PER_BLOCK: u32 = 64;
@@ -958,7 +973,7 @@ mod tests {
                 .ok()
                 .or_else(|| define(text, bound).and_then(|v| v.parse().ok()))
                 .unwrap_or_else(|| panic!("{}: launch bound {bound}", k.name()));
-            assert_eq!(bound, k.block_threads(), "{}", k.name());
+            assert_eq!(bound, k.max_block_threads(), "{}", k.name());
             let body = &text[at..];
             let open = body.find('{').expect("body");
             assert!(

@@ -403,9 +403,11 @@ pub enum QueueState {
     Preempted,
 }
 
-/// A driver call of the queue failed.
+/// A driver call of the queue failed. Its message ends with the driver's
+/// (callers that keep only the message, e.g. a `GpuError::Driver`, keep
+/// the cause too).
 #[derive(Debug, thiserror::Error)]
-#[error("{what} on {stream}")]
+#[error("{what} on {stream}: {source}")]
 pub struct QueueError {
     /// What the queue was doing, e.g. `launching command 3 of task TaskId(7)`.
     pub what: String,

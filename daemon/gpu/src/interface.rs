@@ -134,4 +134,10 @@ pub trait Clocked: Gpu {
     /// Turns the count of the device's own dispatch work on (the GPU
     /// model's is `GpuSim::model_work_ns`).
     fn time_model_work(&mut self) {}
+    /// Why [`Clocked::advance`] stopped early, when a device error stopped
+    /// it (a real driver's failure, with its cause); `None` otherwise, and
+    /// always for a device that cannot fail.
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }

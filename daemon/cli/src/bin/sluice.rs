@@ -55,12 +55,10 @@ enum Cmd {
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=10_000))]
         rt_period_ms: Option<u64>,
         /// Best-effort models, one closed-loop client each, comma-separated.
-        #[arg(
-            long,
-            alias = "be-model",
-            value_delimiter = ',',
-            default_value = "resnet152,vgg19,yolov3,bert_base,gpt2"
-        )]
+        /// Default: resnet152,vgg19,yolov3,bert_base,gpt2 on `sim`;
+        /// resnet152 on `cuda` (whose builders are vgg19, resnet152,
+        /// bert_base and gpt2).
+        #[arg(long, alias = "be-model", value_delimiter = ',')]
         be_models: Vec<String>,
         /// GPU backend: `sim` (the simulated GPU) or `cuda` (the models'
         /// real layers on CUDA device 0; needs a build with `--features
@@ -869,12 +867,16 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// Fails with an error and every `source` below it, one per clause.
+/// Fails with an error and every `source` below it, one per clause (a
+/// source whose message already ends the text is not repeated).
 fn fail_chain(e: &dyn std::error::Error) -> ExitCode {
     let mut msg = e.to_string();
     let mut src = e.source();
     while let Some(c) = src {
-        msg += &format!(": {c}");
+        let clause = c.to_string();
+        if !msg.ends_with(&clause) {
+            msg += &format!(": {clause}");
+        }
         src = c.source();
     }
     fail(msg)
@@ -1006,6 +1008,11 @@ fn main() -> ExitCode {
                     }
                 }
                 v
+            };
+            let be_models = if be_models.is_empty() {
+                demo::default_be_models(backend)
+            } else {
+                be_models
             };
             let opts = demo::DemoOptions {
                 schedulers,
