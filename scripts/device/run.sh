@@ -150,6 +150,12 @@ profile gpt2
 step demo 60 "$sluice" demo --backend cuda --seconds 10 --json
 step partitions-vgg19 90 "$sluice" profile --device cuda vgg19 \
   --partitions 10,25,50,75,100 --batches 1,8 --reps 10 --json
+step partitions-bert_base 90 "$sluice" profile --device cuda bert_base \
+  --partitions 10,25,50,75,100 --batches 1,8 --reps 10 --json
+step partitions-gpt2 90 "$sluice" profile --device cuda gpt2 \
+  --partitions 10,25,50,75,100 --batches 1,8 --reps 10 --json
+# 1b. One Full model against the CPU reference (the reference takes minutes).
+step check-vgg19 180 "$sluice" check --device cuda vgg19
 
 say "done in $(($(date +%s) - start + dry_spent))s of ${budget}s$([ "$dry" -eq 1 ] && echo ' (dry run: every step charged its timeout)')"
 pack
