@@ -18,7 +18,9 @@
 # it) after every step: a run cut off by its limit still returns what it
 # measured. Each step's last lines are echoed too, for the tool's output tail.
 #
-# Usage: scripts/device/run.sh [--budget SECONDS] [--dry-run]
+# Usage: scripts/device/run.sh [--budget SECONDS] [--only STEP,...] [--dry-run]
+#        --only runs just the named steps (e.g. a follow-up run that retakes
+#        two measurements); the others are reported as not asked for.
 # Env:   SLUICE_DEVICE_KIT  the kit (default device-kit)
 #        SLUICE_RESULTS     the results folder (default results/hardware)
 set -uo pipefail
@@ -26,10 +28,12 @@ cd "$(dirname "$0")/../.." || exit 2
 
 budget=420
 dry=0
+only=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget) budget="${2:?--budget needs seconds}"; shift 2 ;;
     --dry-run) dry=1; shift ;;
+    --only) only=",${2:?--only needs step names, comma-separated},"; shift 2 ;;
     -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "error: unknown argument $1; see --help" >&2; exit 2 ;;
   esac
@@ -68,6 +72,10 @@ say "kit: $(head -c 12 "$kit/commit" 2>/dev/null || echo unknown) built on $(cat
 step() {
   local name=$1 t=$2
   shift 2
+  if [ -n "$only" ] && [[ "$only" != *",$name,"* ]]; then
+    say "$name skipped: not in --only"
+    return 1
+  fi
   local left=$((budget - ($(date +%s) - start) - dry_spent))
   if [ "$t" -gt "$left" ]; then
     say "$name skipped: needs up to ${t}s, ${left}s of the budget left"
@@ -124,6 +132,9 @@ fi
 # 0. The driver on hardware (launch, prologue, flag, VirtualQueue; green
 #    contexts on CUDA >= 12.4).
 step driver-test 90 "$kit/sluice-cuda-tests" real --test-threads=1 --nocapture
+# 0b. Where the synthetic kernels' per-kernel time goes (the preemption
+#     flag's memory: none, device, host-mapped), a printed table.
+step flag-cost 90 "$kit/sluice-cuda-tests" flag_cost --ignored --nocapture
 # 1. Correctness of the real layers (Small builds).
 correct=1
 step check-small 120 "$sluice" check --device cuda --small || correct=0

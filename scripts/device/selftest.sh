@@ -50,7 +50,7 @@ expect "$s" '^check-small rc=1 ' "the failed check is reported with its exit sta
 for p in vgg19 resnet152 bert_base gpt2; do
   expect "$s" "^profile-$p skipped: check-small did not pass" "profile-$p is skipped after a failed check"
 done
-for n in machine driver-test preempt partitions-resnet152 disb demo partitions-vgg19; do
+for n in machine driver-test flag-cost preempt partitions-resnet152 disb demo partitions-vgg19; do
   expect "$s" "^$n rc=0 " "$n still runs after a failed check"
 done
 expect "$out1/preempt.out" 'stub sluice bench preempt --device cuda --json' "a step's stdout lands in NAME.out"
@@ -75,18 +75,28 @@ expect "$s" '^driver-test rc=0 ' "a step within the budget runs"
 expect "$s" '^check-small skipped: needs up to 120s, [0-9]+s of the budget left' "a step over the budget is skipped"
 reject "$s" '^disb rc=' "disb (150 s) must not run on a 100 s budget"
 
-# 3. No kit: refused, naming the fix.
+# 3. --only: just the named steps run; the rest say they were not asked for.
+out5="$tmp/res5"
+SLUICE_DEVICE_KIT="$kit" SLUICE_RESULTS="$out5" TMPDIR="$tmp" \
+  scripts/device/run.sh --budget 2000 --only driver-test,flag-cost > "$tmp/run5.log"
+s="$out5/summary.txt"
+expect "$s" '^flag-cost rc=0 ' "a step named in --only runs"
+expect "$out5/flag-cost.out" 'stub tests flag_cost --ignored' "the flag-cost step runs the ignored measurement"
+expect "$s" '^preempt skipped: not in --only' "a step not named in --only is skipped, saying so"
+reject "$s" '^machine rc=' "machine is not in --only"
+
+# 4. No kit: refused, naming the fix.
 rc=0
 SLUICE_DEVICE_KIT="$tmp/none" SLUICE_RESULTS="$tmp/res3" scripts/device/run.sh > "$tmp/run3.log" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] || { echo "selftest: FAIL: a missing kit exits $rc, not 2" >&2; fail=1; }
 expect "$tmp/run3.log" 'scripts/device/kit.sh' "a missing kit names the command that builds it"
 
-# 4. A bad budget is refused.
+# 5. A bad budget is refused.
 rc=0
 SLUICE_DEVICE_KIT="$kit" SLUICE_RESULTS="$tmp/res4" scripts/device/run.sh --budget soon > "$tmp/run4.log" 2>&1 || rc=$?
 [ "$rc" -eq 2 ] || { echo "selftest: FAIL: --budget soon exits $rc, not 2" >&2; fail=1; }
 
 if [ "$fail" -eq 0 ]; then
-  echo "device run selftest: ok (4 cases)"
+  echo "device run selftest: ok (5 cases)"
 fi
 exit "$fail"

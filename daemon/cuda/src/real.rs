@@ -1320,6 +1320,100 @@ DONE:
         panic!("event {e} never completed");
     }
 
+    /// A measurement, not a check (run it by name with `--ignored
+    /// --nocapture` on a GPU machine; `scripts/device/run.sh` does): where
+    /// the synthetic kernels' per-kernel cost goes. Each row launches 20
+    /// kernels back to back on one stream and prints the host time from the
+    /// first launch to the last kernel's event observed complete, per kernel
+    /// (median of 5 such batches, with min and max), for the control block
+    /// (a) absent (`ctl` null: no flag read at all), (b) in device memory
+    /// (flag reads stay on the GPU), (c) host-mapped pinned memory (what the
+    /// virtual queues use: every flag read crosses PCIe). Rows: an empty
+    /// kernel (1 block, `block_ns` 0: the launch-and-observe floor), the
+    /// synthetic kernel at 132 blocks x 256 threads for 10 and 100 us per
+    /// block and at 1056 blocks (8 per SM) for 10 us, and `sluice_eltwise`
+    /// over 100,352 floats (ResNet-152's layer-4 add: 392 blocks, one flag
+    /// read each in the prologue).
+    #[test]
+    #[ignore = "a measurement on a real GPU: cargo test ... -- --ignored --nocapture flag_cost"]
+    fn flag_cost_on_this_machine() {
+        use crate::driver::{KernelArgs, write_prologue};
+        use crate::kernels;
+        if probe().is_err() {
+            eprintln!("flag_cost: no CUDA driver here; nothing measured");
+            return;
+        }
+        let mut rig = crate::open::open_cuda().unwrap();
+        let d = &mut rig.drv;
+        let syn = rig.lib.synthetic().unwrap();
+        let elt = rig.lib.get(sluice_nn::builders::Kernel::Eltwise).unwrap();
+        let s = d.create_stream(StreamPriority::BestEffort).unwrap();
+        let host_ctl = d.create_ctl().unwrap();
+        let host_ptr = d.ctl_device_ptr(host_ctl).unwrap();
+        let dev_ctl = d.alloc_device(64).unwrap();
+        d.memset_d8(s, dev_ctl, 0, 64).unwrap();
+        let sink = d.alloc_device(1056 * 4).unwrap();
+        let n = 100_352usize;
+        let a = d.alloc_device(n * 4).unwrap();
+        let y = d.alloc_device(n * 4).unwrap();
+        d.memset_d8(s, a, 0, n * 4).unwrap();
+        let e = d.record_event(s).unwrap();
+        wait(d, e);
+        d.release_event(e).unwrap();
+        let ctls = [
+            ("none", DevicePtr(0)),
+            ("device", dev_ctl),
+            ("host-mapped", host_ptr),
+        ];
+        // (name, kernel, dims, args after the prologue)
+        let mut rows: Vec<(String, KernelHandle, LaunchDims, KernelArgs)> = Vec::new();
+        for (blocks, block_ns) in [(1u32, 0u64), (132, 10_000), (132, 100_000), (1056, 10_000)] {
+            let mut args = KernelArgs::new();
+            args.ptr(sink).u64(block_ns);
+            rows.push((
+                format!("synthetic {blocks} x 256, {} us/block", block_ns / 1000),
+                syn,
+                LaunchDims::linear(blocks, 256),
+                args,
+            ));
+        }
+        let cfg = kernels::eltwise(n).unwrap();
+        let mut args = KernelArgs::new();
+        args.ptr(a).ptr(DevicePtr(0)).ptr(y).i32(n as i32).i32(1);
+        rows.push((
+            format!("eltwise add+relu n={n} ({} blocks)", cfg.grid[0]),
+            elt,
+            LaunchDims::linear(cfg.grid[0], cfg.block[0]),
+            args,
+        ));
+        println!("flag_cost: per kernel, us: median [min, max] of 5 batches of 20");
+        println!(
+            "{:<44} {:>26} {:>26} {:>26}",
+            "kernel", "ctl none", "ctl device", "ctl host-mapped"
+        );
+        for (name, k, dims, args) in &rows {
+            let mut line = format!("{name:<44}");
+            for (_, ctl) in ctls {
+                let mut per = Vec::new();
+                for _ in 0..5 {
+                    let t0 = d.now_ns();
+                    for i in 0..20u32 {
+                        let mut p = args.as_bytes().to_vec();
+                        write_prologue(&mut p, ctl, i);
+                        d.launch(s, *k, dims, &p).unwrap();
+                    }
+                    let e = d.record_event(s).unwrap();
+                    wait(d, e);
+                    d.release_event(e).unwrap();
+                    per.push((d.now_ns() - t0) as f64 / 20.0 / 1e3);
+                }
+                per.sort_by(f64::total_cmp);
+                line += &format!(" {:>10.1} [{:>6.1}, {:>6.1}]", per[2], per[0], per[4]);
+            }
+            println!("{line}");
+        }
+    }
+
     /// Without a driver: opening is an error, not a panic. With one: the
     /// prologue, the parameter buffer, the mapped control block, copies,
     /// memsets, events and the virtual queue work on the real device.
