@@ -134,7 +134,7 @@ fi
 step driver-test 90 "$kit/sluice-cuda-tests" real --test-threads=1 --nocapture
 # 0b. Where the synthetic kernels' per-kernel time goes (the preemption
 #     flag's memory: none, device, host-mapped), a printed table.
-step flag-cost 90 "$kit/sluice-cuda-tests" flag_cost --ignored --nocapture
+step flag-cost 60 "$kit/sluice-cuda-tests" flag_cost --ignored --nocapture
 # 1. Correctness of the real layers (Small builds).
 correct=1
 step check-small 120 "$sluice" check --device cuda --small || correct=0
