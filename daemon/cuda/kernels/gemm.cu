@@ -11,7 +11,7 @@
 // Preemption: the prologue, then a poll every SLUICE_POLL_EVERY K-tiles. The
 // poll's flag load is issued before the tile's arithmetic and published in
 // shared memory just before the tile's closing barrier, so its latency
-// (a read across PCIe into host-mapped memory) overlaps the FMAs and the
+// (a global-memory read of the control block) overlaps the FMAs and the
 // exit is block-uniform.
 
 #include "sluice.cuh"

@@ -6,8 +6,8 @@
 // Contract and launch configurations: docs/cuda-kernels.md.
 //
 // Protocol (REEF §4.2 lazy eviction, §4.4 execution index):
-// - `SluiceCtl` lives in host-mapped pinned memory, one per queue (stream).
-//   The host sets `preempt` to 1 to evict every kernel of the queue that is
+// - `SluiceCtl` lives in device memory, one per queue (stream); the host
+//   writes and reads it with small copies on a stream of its own. The host sets `preempt` to 1 to evict every kernel of the queue that is
 //   still buffered in the device queue or running, and clears it before it
 //   restores the queue.
 // - The prologue: thread 0 of each block reads `preempt` once and shares it
@@ -39,7 +39,7 @@ struct SluiceCtl {
 
 // One thread's read of the preemption flag: a volatile load, so it is never
 // cached in a register or served by the read-only cache; each call reaches
-// the host-mapped word.
+// the control block's word in memory (L2), where the host's copies land.
 __device__ __forceinline__ unsigned int sluice_read_flag(const SluiceCtl* ctl)
 {
     return ctl != nullptr ? ctl->preempt : 0u;

@@ -15,8 +15,9 @@
 //!
 //! # The control block and the kernel prologue
 //!
-//! Every queue (stream) owns one [`SluiceCtl`] in host-mapped pinned memory
-//! (`docs/cuda-backend.md`, the kernel ABI). Every sluice kernel takes two
+//! Every queue (stream) owns one [`SluiceCtl`] in device memory
+//! (`docs/cuda-backend.md`, the kernel ABI; host-mapped memory until the H200
+//! showed its reads cost ~1 us each, docs/hardware.md). Every sluice kernel takes two
 //! leading parameters, `const SluiceCtl* ctl, unsigned int kidx`; its
 //! prologue returns at once when `ctl->preempt != 0` (lazy eviction, REEF
 //! §4.2) and otherwise records `atomicMax(&ctl->started, kidx + 1)` (the
@@ -30,8 +31,9 @@ use std::mem::{align_of, offset_of, size_of};
 /// the kernels' `struct SluiceCtl { volatile unsigned int preempt; unsigned
 /// int _pad; unsigned long long started; }`.
 ///
-/// Only the driver touches it, through atomics on host-mapped memory; this
-/// type documents and pins the layout.
+/// Only the driver touches it from the host, through small copies waited
+/// for (the real driver) or its own state (the fake); this type documents
+/// and pins the layout.
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct SluiceCtl {
@@ -524,17 +526,21 @@ pub trait CuDriver: Send + fmt::Debug {
     /// Whether everything issued to `stream` has completed (`cuStreamQuery`).
     fn stream_idle(&mut self, stream: StreamId) -> Result<bool, DriverError>;
 
-    /// Allocates a zeroed [`SluiceCtl`] in host-mapped pinned memory.
+    /// Allocates a zeroed [`SluiceCtl`] the kernels can read (device memory
+    /// on the real driver).
     fn create_ctl(&mut self) -> Result<CtlId, DriverError>;
 
     /// The device address of `ctl`, the kernels' first parameter.
     fn ctl_device_ptr(&self, ctl: CtlId) -> Result<DevicePtr, DriverError>;
 
-    /// Stores `preempt` (1 or 0) into `ctl.preempt`: one store to pinned
-    /// memory, which kernels see at their next flag check.
+    /// Stores `preempt` (1 or 0) into `ctl.preempt`; when it returns, the
+    /// value is where kernels read it: every kernel sees it at its next flag
+    /// check (the real driver: one 4-byte copy on its control stream,
+    /// waited for).
     fn set_preempt(&mut self, ctl: CtlId, preempt: bool) -> Result<(), DriverError>;
 
-    /// Loads `ctl.started`.
+    /// Loads `ctl.started` (the real driver: one 8-byte copy, waited for).
+    /// Meaningful once the kernels that may write it have finished.
     fn read_started(&mut self, ctl: CtlId) -> Result<u64, DriverError>;
 
     /// Stores 0 into `ctl.started`. Only while no kernel of the queue is

@@ -32,7 +32,6 @@ use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, c_void};
 use std::fmt;
 use std::ptr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use cudarc::driver::sys;
 
@@ -314,11 +313,36 @@ pub enum CudaOpenError {
     },
 }
 
-/// One control block: host address and its device alias.
+/// One control block: the [`SluiceCtl`] the kernels read, in device
+/// memory, and a pinned host page that stages the host's copies to and from
+/// it ([`Staging`]).
+///
+/// The block was host-mapped pinned memory until an H200 in a Firecracker
+/// VM showed that the GPU's reads of host memory are serialised at about
+/// 1 us each: every block's prologue read cost ~0.9 us of kernel time
+/// (`sluice_eltwise` over 392 blocks: 357 us against 3.7 us with the block
+/// in device memory) and the synthetic kernel's per-warp polls cost ~1 ms
+/// per kernel of 132 x 256 threads (`real::tests::flag_cost_on_this_machine`,
+/// docs/hardware.md). In device memory the reads stay on the GPU; the host
+/// writes the flag and reads `started` with small copies on its own stream
+/// ([`CudaDriver::ctl_stream`]), each waited for, so the semantics are the
+/// old ones: when `set_preempt` returns, every kernel that starts sees it.
 #[derive(Debug)]
 struct Ctl {
-    host: *mut SluiceCtl,
+    host: *mut Staging,
     dev: sys::CUdeviceptr,
+}
+
+/// The pinned page behind one control block's copies. `zero` and `one` are
+/// the flag values copied to the device and never change; `started` lands
+/// the device's execution index; `zero64` clears it.
+#[repr(C)]
+#[derive(Debug)]
+struct Staging {
+    zero: u32,
+    one: u32,
+    started: u64,
+    zero64: u64,
 }
 
 #[derive(Debug)]
@@ -431,6 +455,9 @@ pub struct CudaDriver {
     priorities: (i32, i32),
     streams: Vec<sys::CUstream>,
     ctls: Vec<Ctl>,
+    /// The stream of the control blocks' copies (highest priority,
+    /// non-blocking), made with the first control block.
+    ctl_stream: Option<sys::CUstream>,
     events: Vec<sys::CUevent>,
     event_in_use: Vec<bool>,
     free_events: Vec<u32>,
@@ -486,6 +513,7 @@ impl CudaDriver {
             priorities: (0, 0),
             streams: Vec::new(),
             ctls: Vec::new(),
+            ctl_stream: None,
             events: Vec::new(),
             event_in_use: Vec::new(),
             free_events: Vec::new(),
@@ -671,6 +699,42 @@ impl CudaDriver {
         }
     }
 
+    /// The control blocks' stream: highest priority, non-blocking, made
+    /// once. Its copies are tiny and run on the copy engines, never waiting
+    /// for SMs that busy kernels hold.
+    fn ctl_stream(&mut self) -> Result<sys::CUstream, DriverError> {
+        if let Some(s) = self.ctl_stream {
+            return Ok(s);
+        }
+        self.bind()?;
+        let mut s = ptr::null_mut();
+        // SAFETY: the context is current; valid out-pointer. Destroyed in
+        // Drop.
+        check("cuStreamCreateWithPriority (control stream)", unsafe {
+            sys::cuStreamCreateWithPriority(
+                &mut s,
+                sys::CUstream_flags::CU_STREAM_NON_BLOCKING as u32,
+                self.priorities.1,
+            )
+        })?;
+        self.ctl_stream = Some(s);
+        Ok(s)
+    }
+
+    /// Enqueues one control-block copy on the control stream and waits for
+    /// it.
+    fn ctl_copy(
+        &mut self,
+        what: &'static str,
+        copy: impl FnOnce(sys::CUstream) -> sys::CUresult,
+    ) -> Result<(), DriverError> {
+        self.bind()?;
+        let cs = self.ctl_stream()?;
+        check(what, copy(cs))?;
+        // SAFETY: `cs` is this context's live control stream.
+        check(what, unsafe { sys::cuStreamSynchronize(cs) })
+    }
+
     fn synchronize(&self) -> Result<(), DriverError> {
         self.bind()?;
         // SAFETY: the context is current.
@@ -732,32 +796,52 @@ impl CuDriver for CudaDriver {
 
     fn create_ctl(&mut self) -> Result<CtlId, DriverError> {
         self.bind()?;
+        let cs = self.ctl_stream()?;
         let mut host: *mut c_void = ptr::null_mut();
-        // SAFETY: the context is current; valid out-pointer. Freed in Drop.
+        // SAFETY: the context is current; valid out-pointer. Freed in Drop
+        // (or below on failure).
         check("cuMemHostAlloc", unsafe {
-            sys::cuMemHostAlloc(
-                &mut host,
-                CTL_ALLOC,
-                sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
-            )
+            sys::cuMemHostAlloc(&mut host, CTL_ALLOC, sys::CU_MEMHOSTALLOC_PORTABLE)
         })?;
+        let host = host.cast::<Staging>();
+        // SAFETY: a fresh page-aligned allocation of CTL_ALLOC >=
+        // size_of::<Staging>() bytes, written before any copy reads it.
+        unsafe {
+            host.write(Staging {
+                zero: 0,
+                one: 1,
+                started: 0,
+                zero64: 0,
+            });
+        }
         let mut dev = 0;
-        // SAFETY: `host` was just allocated with DEVICEMAP; valid
-        // out-pointer; flags must be 0. The allocation is page-aligned and
-        // CTL_ALLOC >= size_of::<SluiceCtl>(), so zeroing it is in bounds.
+        // SAFETY: the context is current; valid out-pointer; then a memset
+        // of exactly the CTL_ALLOC bytes allocated, on the control stream,
+        // waited for.
         let r = unsafe {
-            ptr::write_bytes(host.cast::<u8>(), 0, CTL_ALLOC);
-            sys::cuMemHostGetDevicePointer_v2(&mut dev, host, 0)
+            let r = sys::cuMemAlloc_v2(&mut dev, CTL_ALLOC);
+            if r == sys::CUresult::CUDA_SUCCESS {
+                let m = sys::cuMemsetD8Async(dev, 0, CTL_ALLOC, cs);
+                if m == sys::CUresult::CUDA_SUCCESS {
+                    sys::cuStreamSynchronize(cs)
+                } else {
+                    m
+                }
+            } else {
+                r
+            }
         };
-        if let Err(e) = check("cuMemHostGetDevicePointer_v2", r) {
-            // SAFETY: `host` came from cuMemHostAlloc and is freed once.
-            unsafe { sys::cuMemFreeHost(host) };
+        if let Err(e) = check("cuMemAlloc_v2/cuMemsetD8Async (control block)", r) {
+            // SAFETY: each came from its allocator and is freed once.
+            unsafe {
+                if dev != 0 {
+                    sys::cuMemFree_v2(dev);
+                }
+                sys::cuMemFreeHost(host.cast());
+            }
             return Err(e);
         }
-        self.ctls.push(Ctl {
-            host: host.cast(),
-            dev,
-        });
+        self.ctls.push(Ctl { host, dev });
         Ok(CtlId(self.ctls.len() as u32 - 1))
     }
 
@@ -766,37 +850,67 @@ impl CuDriver for CudaDriver {
     }
 
     fn set_preempt(&mut self, ctl: CtlId, preempt: bool) -> Result<(), DriverError> {
-        let c = self.ctl(ctl)?;
-        // SAFETY: `host` points at a live, 8-aligned, zero-initialised
-        // SluiceCtl in pinned memory; the GPU only reads `preempt`, and the
-        // host only accesses it atomically, never through a reference to
-        // SluiceCtl.
-        let flag = unsafe { AtomicU32::from_ptr(&raw mut (*c.host).preempt) };
-        // SYNC: SeqCst store, so the flag is globally visible before any
-        // later load of `started` (finish_preempt) or event query; the
-        // kernels' volatile reads of `preempt` are its counterpart.
-        flag.store(u32::from(preempt), Ordering::SeqCst);
-        Ok(())
+        let (host, dev) = {
+            let c = self.ctl(ctl)?;
+            (c.host, c.dev)
+        };
+        // SAFETY: `host` is this control block's live Staging; `one` and
+        // `zero` are never written after create_ctl, so the copy reads a
+        // stable word.
+        let src = unsafe {
+            if preempt {
+                (&raw const (*host).one).cast::<c_void>()
+            } else {
+                (&raw const (*host).zero).cast::<c_void>()
+            }
+        };
+        let off = std::mem::offset_of!(SluiceCtl, preempt) as u64;
+        // SYNC: the copy is waited for, so when this returns the flag is in
+        // device memory, where the kernels' volatile loads read it: every
+        // kernel that starts later sees it.
+        self.ctl_copy("set the preemption flag", |cs| unsafe {
+            // SAFETY: `dev + off` is the 4-byte flag inside this block's
+            // CTL_ALLOC device bytes; `src` is pinned and outlives the wait.
+            sys::cuMemcpyHtoDAsync_v2(dev + off, src, 4, cs)
+        })
     }
 
     fn read_started(&mut self, ctl: CtlId) -> Result<u64, DriverError> {
-        let c = self.ctl(ctl)?;
-        // SAFETY: as in set_preempt; `started` is 8-aligned (offset 8 of a
-        // page-aligned block) and written by the GPU only with atomicMax.
-        let started = unsafe { AtomicU64::from_ptr(&raw mut (*c.host).started) };
-        // SYNC: Acquire, after the queue observed the stream drained
-        // (cuEventQuery/cuStreamQuery): pairs with the kernels' atomicMax,
-        // which completed before the events that followed them.
-        Ok(started.load(Ordering::Acquire))
+        let (host, dev) = {
+            let c = self.ctl(ctl)?;
+            (c.host, c.dev)
+        };
+        let off = std::mem::offset_of!(SluiceCtl, started) as u64;
+        // SAFETY: `host` is this control block's live Staging.
+        let dst = unsafe { (&raw mut (*host).started).cast::<c_void>() };
+        // SYNC: called after the queue observed the stream drained
+        // (cuEventQuery/cuStreamQuery), so the kernels' atomicMax completed
+        // before this copy starts; the copy is waited for before the read.
+        self.ctl_copy("read the execution index", |cs| unsafe {
+            // SAFETY: the 8-byte `started` inside the block's device bytes
+            // into the pinned staging word, which outlives the wait.
+            sys::cuMemcpyDtoHAsync_v2(dst, dev + off, 8, cs)
+        })?;
+        // SAFETY: the copy above completed (waited for); volatile because
+        // the DMA engine, not Rust, wrote it.
+        Ok(unsafe { ptr::read_volatile(&raw const (*host).started) })
     }
 
     fn reset_started(&mut self, ctl: CtlId) -> Result<(), DriverError> {
-        let c = self.ctl(ctl)?;
-        // SAFETY: as in read_started; no kernel of the queue is outstanding
-        // (the caller's contract), so nothing races with this store.
-        let started = unsafe { AtomicU64::from_ptr(&raw mut (*c.host).started) };
-        started.store(0, Ordering::SeqCst);
-        Ok(())
+        let (host, dev) = {
+            let c = self.ctl(ctl)?;
+            (c.host, c.dev)
+        };
+        let off = std::mem::offset_of!(SluiceCtl, started) as u64;
+        // SAFETY: `host` is this control block's live Staging; `zero64` never
+        // changes.
+        let src = unsafe { (&raw const (*host).zero64).cast::<c_void>() };
+        // No kernel of the queue is outstanding (the caller's contract), so
+        // nothing races with this copy.
+        self.ctl_copy("reset the execution index", |cs| unsafe {
+            // SAFETY: as in set_preempt, 8 bytes at `started`.
+            sys::cuMemcpyHtoDAsync_v2(dev + off, src, 8, cs)
+        })
     }
 
     fn load_module(&mut self, image: &str) -> Result<ModuleId, DriverError> {
@@ -1192,7 +1306,11 @@ impl Drop for CudaDriver {
                     (g.api.destroy)(c);
                 }
             }
+            if let Some(s) = self.ctl_stream {
+                sys::cuStreamDestroy_v2(s);
+            }
             for c in &self.ctls {
+                sys::cuMemFree_v2(c.dev);
                 sys::cuMemFreeHost(c.host.cast());
             }
             for h in self.host.iter().flatten() {
@@ -1322,18 +1440,21 @@ DONE:
 
     /// A measurement, not a check (run it by name with `--ignored
     /// --nocapture` on a GPU machine; `scripts/device/run.sh` does): where
-    /// the synthetic kernels' per-kernel cost goes. Each row launches 20
-    /// kernels back to back on one stream and prints the host time from the
-    /// first launch to the last kernel's event observed complete, per kernel
-    /// (median of 5 such batches, with min and max), for the control block
-    /// (a) absent (`ctl` null: no flag read at all), (b) in device memory
-    /// (flag reads stay on the GPU), (c) host-mapped pinned memory (what the
-    /// virtual queues use: every flag read crosses PCIe). Rows: an empty
-    /// kernel (1 block, `block_ns` 0: the launch-and-observe floor), the
-    /// synthetic kernel at 132 blocks x 256 threads for 10 and 100 us per
-    /// block and at 1056 blocks (8 per SM) for 10 us, and `sluice_eltwise`
-    /// over 100,352 floats (ResNet-152's layer-4 add: 392 blocks, one flag
-    /// read each in the prologue).
+    /// the synthetic kernels' per-kernel cost goes, and what the control
+    /// block's host operations cost. Each kernel row launches 20 kernels back
+    /// to back on one stream and prints the host time from the first launch
+    /// to the last kernel's event observed complete, per kernel (median of 5
+    /// such batches, with min and max), for a control block (a) absent
+    /// (`ctl` null: no flag read at all), (b) as [`CudaDriver::create_ctl`]
+    /// makes it (device memory), (c) in host-mapped pinned memory (what
+    /// sluice used before: every flag read crosses PCIe). Kernel rows: an
+    /// empty kernel (1 block, `block_ns` 0: the launch-and-observe floor),
+    /// the synthetic kernel at 132 blocks x 256 threads for 10 and 100 us
+    /// per block and at 1056 blocks (8 per SM) for 10 us, and
+    /// `sluice_eltwise` over 100,352 floats (ResNet-152's layer-4 add: 392
+    /// blocks, one flag read each in the prologue). Then the host side of
+    /// the control block: `set_preempt` and `read_started` (each one copy
+    /// on the control stream, waited for), median [min, max] of 200.
     #[test]
     #[ignore = "a measurement on a real GPU: cargo test ... -- --ignored --nocapture flag_cost"]
     fn flag_cost_on_this_machine() {
@@ -1348,10 +1469,31 @@ DONE:
         let syn = rig.lib.synthetic().unwrap();
         let elt = rig.lib.get(sluice_nn::builders::Kernel::Eltwise).unwrap();
         let s = d.create_stream(StreamPriority::BestEffort).unwrap();
-        let host_ctl = d.create_ctl().unwrap();
-        let host_ptr = d.ctl_device_ptr(host_ctl).unwrap();
-        let dev_ctl = d.alloc_device(64).unwrap();
-        d.memset_d8(s, dev_ctl, 0, 64).unwrap();
+        let ctl = d.create_ctl().unwrap();
+        let ctl_ptr = d.ctl_device_ptr(ctl).unwrap();
+        // The old layout: a zeroed host-mapped pinned page.
+        let mut mapped: *mut c_void = ptr::null_mut();
+        let mut mapped_dev = 0;
+        // SAFETY: the context is current (create_ctl bound it); valid
+        // out-pointers; the page is zeroed before the GPU can read it and
+        // freed at the end of the test, after a synchronise.
+        unsafe {
+            check(
+                "cuMemHostAlloc",
+                sys::cuMemHostAlloc(
+                    &mut mapped,
+                    CTL_ALLOC,
+                    sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+                ),
+            )
+            .unwrap();
+            ptr::write_bytes(mapped.cast::<u8>(), 0, CTL_ALLOC);
+            check(
+                "cuMemHostGetDevicePointer_v2",
+                sys::cuMemHostGetDevicePointer_v2(&mut mapped_dev, mapped, 0),
+            )
+            .unwrap();
+        }
         let sink = d.alloc_device(1056 * 4).unwrap();
         let n = 100_352usize;
         let a = d.alloc_device(n * 4).unwrap();
@@ -1360,11 +1502,7 @@ DONE:
         let e = d.record_event(s).unwrap();
         wait(d, e);
         d.release_event(e).unwrap();
-        let ctls = [
-            ("none", DevicePtr(0)),
-            ("device", dev_ctl),
-            ("host-mapped", host_ptr),
-        ];
+        let ctls = [DevicePtr(0), ctl_ptr, DevicePtr(mapped_dev)];
         // (name, kernel, dims, args after the prologue)
         let mut rows: Vec<(String, KernelHandle, LaunchDims, KernelArgs)> = Vec::new();
         for (blocks, block_ns) in [(1u32, 0u64), (132, 10_000), (132, 100_000), (1056, 10_000)] {
@@ -1386,20 +1524,29 @@ DONE:
             LaunchDims::linear(cfg.grid[0], cfg.block[0]),
             args,
         ));
+        let spread = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            format!(
+                "{:>10.1} [{:>6.1}, {:>6.1}]",
+                v[v.len() / 2],
+                v[0],
+                v[v.len() - 1]
+            )
+        };
         println!("flag_cost: per kernel, us: median [min, max] of 5 batches of 20");
         println!(
             "{:<44} {:>26} {:>26} {:>26}",
-            "kernel", "ctl none", "ctl device", "ctl host-mapped"
+            "kernel", "ctl none", "ctl device (create_ctl)", "ctl host-mapped"
         );
         for (name, k, dims, args) in &rows {
             let mut line = format!("{name:<44}");
-            for (_, ctl) in ctls {
+            for c in ctls {
                 let mut per = Vec::new();
                 for _ in 0..5 {
                     let t0 = d.now_ns();
                     for i in 0..20u32 {
                         let mut p = args.as_bytes().to_vec();
-                        write_prologue(&mut p, ctl, i);
+                        write_prologue(&mut p, c, i);
                         d.launch(s, *k, dims, &p).unwrap();
                     }
                     let e = d.record_event(s).unwrap();
@@ -1407,11 +1554,31 @@ DONE:
                     d.release_event(e).unwrap();
                     per.push((d.now_ns() - t0) as f64 / 20.0 / 1e3);
                 }
-                per.sort_by(f64::total_cmp);
-                line += &format!(" {:>10.1} [{:>6.1}, {:>6.1}]", per[2], per[0], per[4]);
+                line += &format!(" {}", spread(per));
             }
             println!("{line}");
         }
+        let mut host_ops = |what: &str, op: &mut dyn FnMut(&mut CudaDriver)| {
+            let v: Vec<f64> = (0..200)
+                .map(|_| {
+                    let t0 = d.now_ns();
+                    op(d);
+                    (d.now_ns() - t0) as f64 / 1e3
+                })
+                .collect();
+            println!("{what:<44} {}", spread(v));
+        };
+        println!("flag_cost: host side of the control block, us: median [min, max] of 200");
+        host_ops("set_preempt(true) + set_preempt(false)", &mut |d| {
+            d.set_preempt(ctl, true).unwrap();
+            d.set_preempt(ctl, false).unwrap();
+        });
+        host_ops("read_started", &mut |d| {
+            d.read_started(ctl).unwrap();
+        });
+        d.synchronize().unwrap();
+        // SAFETY: allocated above; the device is idle, nothing reads it.
+        unsafe { sys::cuMemFreeHost(mapped) };
     }
 
     /// Without a driver: opening is an error, not a panic. With one: the
