@@ -24,8 +24,10 @@
 //! so calling them on an older driver would abort the dispatcher instead of
 //! answering "not supported".
 //!
-//! Not yet run on a GPU in this repository's tests (the CI machines have
-//! none); `docs/cuda-backend.md` lists what is verified and what is not.
+//! Run on an NVIDIA H200 at stop 32 (its `real` tests pass there; the CI
+//! machines have no GPU, where the tests check only that a missing driver
+//! is reported); `docs/hardware.md` has the measurements and
+//! `docs/cuda-backend.md` lists what is verified and what is not.
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
