@@ -302,6 +302,43 @@ pub fn check_model(
     })
 }
 
+/// Default timed inferences of [`standalone_ns`].
+pub const STANDALONE_REPS: u32 = 5;
+
+/// The standalone time of `built` on the device, ns: loads it (weights from
+/// `seed`), runs one untimed inference (input from `seed + 1`), then `reps`
+/// (at least 1) timed ones, each alone, and returns their median. A sample
+/// is the driver clock around [`DeviceModel::infer`]: the input's copy in,
+/// every kernel on `q`, the output's copy out. `sluice demo --backend cuda`
+/// sets its real-time period from it.
+pub fn standalone_ns(
+    drv: &mut dyn CuDriver,
+    q: &mut VirtualQueue,
+    lib: &KernelLibrary,
+    built: &BuiltModel,
+    seed: u64,
+    reps: u32,
+    opts: &LoadOptions,
+) -> Result<u64, ModelRunError> {
+    let plan = built.plan();
+    let weights = built.weights(seed);
+    let input = built.random_input(seed.wrapping_add(1));
+    let mut dm = DeviceModel::load(drv, q, plan, &weights, lib, opts)?;
+    dm.infer(drv, q, &input)?;
+    let mut samples = Vec::with_capacity(reps.max(1) as usize);
+    for _ in 0..reps.max(1) {
+        let t0 = drv.now_ns();
+        dm.infer(drv, q, &input)?;
+        samples.push(drv.now_ns().saturating_sub(t0));
+    }
+    dm.free(drv).map_err(|source| ModelRunError::Driver {
+        model: plan.name().to_owned(),
+        what: "freeing the model's device memory".into(),
+        source,
+    })?;
+    Ok(median(&samples))
+}
+
 // ---- profile ----
 
 /// One step's measured times.
@@ -1219,6 +1256,41 @@ mod tests {
         .unwrap();
         assert!(!r.pass, "{}", r.line());
         assert!(r.line().starts_with("FAIL resnet152_small"), "{}", r.line());
+    }
+
+    #[test]
+    fn the_standalone_time_follows_the_kernels_on_the_fake_clock() {
+        // Fake kernels of 20 us (polling) and 5 us (the rest) run back to
+        // back: an inference takes at least the sum of its kernels; with
+        // every kernel twice as long, about twice that.
+        let m = small("vgg19");
+        let sum = |t: &FakeTimes| -> u64 {
+            m.plan()
+                .steps()
+                .iter()
+                .map(|s| match s.op.kernel() {
+                    builders::Kernel::Gemm
+                    | builders::Kernel::Conv2d
+                    | builders::Kernel::Attention => t.polling_ns,
+                    _ => t.other_ns,
+                })
+                .sum()
+        };
+        let mut got = Vec::new();
+        for scale in [1, 2] {
+            let base = FakeTimes::default();
+            let times = FakeTimes {
+                polling_ns: base.polling_ns * scale,
+                other_ns: base.other_ns * scale,
+                ..base
+            };
+            let (mut d, mut q, lib) = rig(times);
+            let t = standalone_ns(&mut d, &mut q, &lib, &m, 1, 3, &LoadOptions::default()).unwrap();
+            assert!(t >= sum(&times), "{t} < {}", sum(&times));
+            got.push((t, sum(&times)));
+        }
+        let ratio = got[1].0 as f64 / got[0].0 as f64;
+        assert!((1.6..=2.1).contains(&ratio), "{got:?}");
     }
 
     #[test]

@@ -393,7 +393,8 @@ fn check_manifest(
 impl CudaServer {
     /// Loads every model of `models` on `gpu`'s device `opts.instances`
     /// times per priority class, with `lib`'s kernels, under policy `kind`.
-    /// `mono_now` is the current `CLOCK_MONOTONIC` time. `device` names the
+    /// `mono_now` is the current `CLOCK_MONOTONIC` time (read just before
+    /// the call: it is paired with the device's clock at entry). `device` names the
     /// GPU in [`Backend::name`].
     pub fn new(
         mut gpu: CudaGpu,
@@ -407,6 +408,9 @@ impl CudaServer {
         if kind == PolicyKind::RtOnly {
             return Err(ServeError::RtOnly);
         }
+        // The two clocks are read together, before the models load (seconds
+        // on a GPU): device times then map onto `mono_now`'s clock.
+        let mono_offset = i128::from(mono_now) - i128::from(gpu.now());
         let policy = sluice_sched::make_policy(kind, &models).ok_or(ServeError::NoPolicy(kind))?;
         let instances = opts.instances.max(1);
         let mut upload = VirtualQueue::new(
@@ -467,7 +471,6 @@ impl CudaServer {
                 });
             }
         }
-        let mono_offset = i128::from(mono_now) - i128::from(gpu.now());
         Ok(Self {
             name: format!("CUDA {device}, policy {kind}"),
             gpu,
@@ -884,6 +887,23 @@ mod tests {
         };
         let srv = CudaServer::new(gpu, &lib, kind, reg, &opts, "fake", 0).unwrap();
         Rig { srv, d }
+    }
+
+    /// Loading the models takes device time (on the fake, every weight
+    /// copy's virtual time; on an H200 seconds): the dispatcher's clock is
+    /// paired with the device's before it, so a completion's device times
+    /// are not shifted back by the load (when they were, on the H200 every
+    /// request's `finished_ns` fell before its `received_ns`).
+    #[test]
+    fn device_times_map_onto_the_clock_read_before_the_models_loaded() {
+        let rig = server(small_registry(), PolicyKind::Reef, 1);
+        let loaded_at = rig.srv.gpu.now();
+        assert!(loaded_at > 0, "loading took no device time");
+        // mono_now was 0 with the device clock at ~0: a device time maps to
+        // itself, not to itself minus the load.
+        assert_eq!(rig.srv.mono(loaded_at), loaded_at);
+        rig.d.advance(1_000);
+        assert_eq!(rig.srv.mono(rig.srv.gpu.now()), loaded_at + 1_000);
     }
 
     fn small(name: &str) -> sluice_nn::builders::BuiltModel {
