@@ -46,7 +46,9 @@ use sluice_cuda::plan_exec::{DeviceModel, InferError, KernelLibrary, LoadError, 
 use sluice_cuda::queue::{Command, VirtualQueue};
 use sluice_gpu::DeviceProfile;
 use sluice_model::{Manifest, ModelError, ModelRegistry};
-use sluice_nn::builders::{self, BuildError, BuiltModel, ExportError, NoFit, estimate, run_cpu};
+use sluice_nn::builders::{
+    self, BuildError, BuiltModel, ExportError, NoFit, Weights, estimate, run_cpu,
+};
 
 /// Default `tol` of [`Comparison::passes`]: the largest absolute error may
 /// be 0.1 % of the reference output's largest magnitude.
@@ -262,6 +264,47 @@ impl From<ManifestWriteError> for ModelRunError {
     }
 }
 
+/// `built` on the device with weights from `seed`, after one inference of
+/// the input from `seed + 1`: what [`check_model`], [`standalone_ns`] and
+/// [`profile_model`] start from. Hand it back to [`free_model`].
+struct Loaded {
+    dm: DeviceModel,
+    weights: Weights,
+    input: Vec<f32>,
+    /// The first inference's output.
+    output: Vec<f32>,
+}
+
+fn load_and_infer(
+    drv: &mut dyn CuDriver,
+    q: &mut VirtualQueue,
+    lib: &KernelLibrary,
+    built: &BuiltModel,
+    seed: u64,
+    opts: &LoadOptions,
+) -> Result<Loaded, ModelRunError> {
+    let weights = built.weights(seed);
+    let input = built.random_input(seed.wrapping_add(1));
+    let mut dm = DeviceModel::load(drv, q, built.plan(), &weights, lib, opts)?;
+    let output = dm.infer(drv, q, &input)?;
+    Ok(Loaded {
+        dm,
+        weights,
+        input,
+        output,
+    })
+}
+
+/// Frees a model [`load_and_infer`] loaded.
+fn free_model(drv: &mut dyn CuDriver, dm: DeviceModel) -> Result<(), ModelRunError> {
+    let model = dm.name().to_owned();
+    dm.free(drv).map_err(|source| ModelRunError::Driver {
+        model,
+        what: "freeing the model's device memory".into(),
+        source,
+    })
+}
+
 /// Loads `built` with weights from `seed`, runs the input from `seed + 1`
 /// through `q`, compares with [`run_cpu`], and frees the model.
 pub fn check_model(
@@ -275,15 +318,13 @@ pub fn check_model(
 ) -> Result<CheckResult, ModelRunError> {
     let plan = built.plan();
     let model = plan.name().to_owned();
-    let weights = built.weights(seed);
-    let input = built.random_input(seed.wrapping_add(1));
-    let mut dm = DeviceModel::load(drv, q, plan, &weights, lib, opts)?;
-    let device = dm.infer(drv, q, &input)?;
-    dm.free(drv).map_err(|source| ModelRunError::Driver {
-        model: model.clone(),
-        what: "freeing the model's device memory".into(),
-        source,
-    })?;
+    let Loaded {
+        dm,
+        weights,
+        input,
+        output: device,
+    } = load_and_infer(drv, q, lib, built, seed, opts)?;
+    free_model(drv, dm)?;
     let cpu = run_cpu(plan, &weights, &input).map_err(|source| ModelRunError::Cpu {
         model: model.clone(),
         source: Box::new(source),
@@ -320,22 +361,14 @@ pub fn standalone_ns(
     reps: u32,
     opts: &LoadOptions,
 ) -> Result<u64, ModelRunError> {
-    let plan = built.plan();
-    let weights = built.weights(seed);
-    let input = built.random_input(seed.wrapping_add(1));
-    let mut dm = DeviceModel::load(drv, q, plan, &weights, lib, opts)?;
-    dm.infer(drv, q, &input)?;
+    let Loaded { mut dm, input, .. } = load_and_infer(drv, q, lib, built, seed, opts)?;
     let mut samples = Vec::with_capacity(reps.max(1) as usize);
     for _ in 0..reps.max(1) {
         let t0 = drv.now_ns();
         dm.infer(drv, q, &input)?;
         samples.push(drv.now_ns().saturating_sub(t0));
     }
-    dm.free(drv).map_err(|source| ModelRunError::Driver {
-        model: plan.name().to_owned(),
-        what: "freeing the model's device memory".into(),
-        source,
-    })?;
+    free_model(drv, dm)?;
     Ok(median(&samples))
 }
 
@@ -708,16 +741,9 @@ pub fn profile_model(
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<ProfileReport, ModelRunError> {
     let plan = built.plan();
-    let weights = built.weights(seed);
-    let input = built.random_input(seed.wrapping_add(1));
-    let mut dm = DeviceModel::load(drv, q, plan, &weights, lib, opts)?;
-    dm.infer(drv, q, &input)?;
+    let Loaded { dm, .. } = load_and_infer(drv, q, lib, built, seed, opts)?;
     let steps = time_steps(drv, &dm, on.reps, opts.timeout_ns, progress)?;
-    dm.free(drv).map_err(|source| ModelRunError::Driver {
-        model: plan.name().to_owned(),
-        what: "freeing the model's device memory".into(),
-        source,
-    })?;
+    free_model(drv, dm)?;
     let medians: Vec<u64> = steps.iter().map(|t| t.median_ns).collect();
     let manifest_json = measured_manifest_json(built, &medians, on)?;
     Ok(ProfileReport {

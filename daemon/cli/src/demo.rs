@@ -221,6 +221,66 @@ pub fn standalone_ns(config: &Config, models: &ModelRegistry, model: &str) -> Op
     }
 }
 
+/// The real-time model's standalone time the demo's rate follows, ns. On
+/// the `cuda` backend (a build with feature `cuda`) measured on CUDA device
+/// 0 with the model's real layers ([`rt_standalone_on_cuda_ns`]); otherwise
+/// the GPU model's ([`standalone_ns`] under `seq`, also for `fifo`, so every
+/// scheduler sees the same arrivals).
+fn rt_standalone_ns(
+    opts: &DemoOptions,
+    probe: &Config,
+    models: &ModelRegistry,
+) -> Result<u64, String> {
+    #[cfg(feature = "cuda")]
+    if opts.backend == BackendKind::Cuda {
+        return rt_standalone_on_cuda_ns(&opts.rt_model, opts.model_scale);
+    }
+    let mut model_cfg = probe.clone();
+    model_cfg.device.scheduler = Scheduler::Policy(PolicyKind::Seq);
+    standalone_ns(&model_cfg, models, &opts.rt_model).ok_or_else(|| {
+        format!(
+            "cannot time {:?} on the {} profile; give --rt-period-ms",
+            opts.rt_model, probe.device.profile
+        )
+    })
+}
+
+/// `model`'s standalone time on CUDA device 0, ns: its real layers, median
+/// of [`crate::cuda_models::STANDALONE_REPS`] inferences alone
+/// ([`crate::cuda_models::standalone_ns`]).
+#[cfg(feature = "cuda")]
+fn rt_standalone_on_cuda_ns(model: &str, scale: sluice_nn::builders::Scale) -> Result<u64, String> {
+    use crate::cuda_models as cm;
+    use crate::error_chain;
+    let base = sluice_cuda::serve::builder_of(model, scale).ok_or_else(|| {
+        format!(
+            "{model:?} has no real layers on cuda at this scale; use one of {} (with --small, \
+             their _small names)",
+            sluice_nn::builders::MODEL_NAMES.join(", ")
+        )
+    })?;
+    let built = sluice_nn::builders::build(base, &sluice_nn::builders::BuildOptions { scale })
+        .map_err(|e| format!("timing {model} on cuda: {}", error_chain(&e)))?;
+    let mut rig = sluice_cuda::open_cuda().map_err(|e| error_chain(&e))?;
+    let t = cm::standalone_ns(
+        &mut rig.drv,
+        &mut rig.q,
+        &rig.lib,
+        &built,
+        1,
+        cm::STANDALONE_REPS,
+        &sluice_cuda::plan_exec::LoadOptions::default(),
+    )
+    .map_err(|e| format!("timing {model} alone on cuda: {}", error_chain(&e)))?;
+    eprintln!(
+        "sluice demo: {model} takes {:.0} us alone on {}; the real-time period is twice that \
+         (workload C; --rt-period-ms overrides)",
+        t as f64 / 1e3,
+        rig.drv.info().name
+    );
+    Ok(t)
+}
+
 /// Workload C's real-time period for a model of standalone time `t_ns`:
 /// one request every `t_ns / RT_LOAD`, µs.
 pub fn workload_c_period_us(t_ns: u64) -> u64 {
@@ -418,20 +478,9 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<Demo, String> {
     let mut names = vec![&opts.rt_model];
     names.extend(&opts.be_models);
     check_models(&models, &names)?;
-    // The rate follows the GPU model's standalone time (also for `fifo`
-    // and `cuda`, so every scheduler sees the same arrivals).
-    let mut model_cfg = probe.clone();
-    model_cfg.device.scheduler = Scheduler::Policy(PolicyKind::Seq);
     let period_us = match opts.rt_period_us {
         Some(p) => p,
-        None => standalone_ns(&model_cfg, &models, &opts.rt_model)
-            .map(workload_c_period_us)
-            .ok_or_else(|| {
-                format!(
-                    "cannot time {:?} on the {} profile; give --rt-period-ms",
-                    opts.rt_model, probe.device.profile
-                )
-            })?,
+        None => workload_c_period_us(rt_standalone_ns(opts, &probe, &models)?),
     };
     let mut refs: Vec<Scheduler> = Vec::new();
     for s in &opts.schedulers {

@@ -72,6 +72,21 @@ use std::path::PathBuf;
 
 use sluice_service::config::Config;
 
+/// An error and every `source` below it, one per clause (a source whose
+/// message already ends the text is not repeated).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let clause = c.to_string();
+        if !msg.ends_with(&clause) {
+            msg += &format!(": {clause}");
+        }
+        src = c.source();
+    }
+    msg
+}
+
 /// A private temporary directory for an embedded daemon's socket.
 pub fn temp_socket(tag: &str) -> std::io::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!("sluice-{tag}-{}", std::process::id()));

@@ -17,8 +17,8 @@
 //!
 //! Every queue (stream) owns one [`SluiceCtl`] in device memory
 //! (`docs/cuda-backend.md`, the kernel ABI; host-mapped memory until the H200
-//! showed its reads cost ~1 us each, docs/hardware.md). Every sluice kernel takes two
-//! leading parameters, `const SluiceCtl* ctl, unsigned int kidx`; its
+//! showed its reads cost ~1 us each, docs/hardware.md). Every sluice kernel
+//! takes two leading parameters, `const SluiceCtl* ctl, unsigned int kidx`; its
 //! prologue returns at once when `ctl->preempt != 0` (lazy eviction, REEF
 //! §4.2) and otherwise records `atomicMax(&ctl->started, kidx + 1)` (the
 //! kernel execution index, REEF §4.4). [`KernelArgs`] reserves room for the

@@ -33,6 +33,7 @@ use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, c_void};
 use std::fmt;
+use std::mem::{offset_of, size_of};
 use std::ptr;
 
 use cudarc::driver::sys;
@@ -723,6 +724,33 @@ impl CudaDriver {
         Ok(s)
     }
 
+    /// Copies `len` bytes of `ctl`'s staging page at `src_off` (a constant
+    /// word: `zero`, `one` or `zero64`) to its device block at `dst_off`, on
+    /// the control stream, and waits.
+    fn ctl_upload(
+        &mut self,
+        ctl: CtlId,
+        what: &'static str,
+        dst_off: usize,
+        src_off: usize,
+        len: usize,
+    ) -> Result<(), DriverError> {
+        debug_assert!(dst_off + len <= CTL_ALLOC && src_off + len <= size_of::<Staging>());
+        let (host, dev) = {
+            let c = self.ctl(ctl)?;
+            (c.host, c.dev)
+        };
+        // SAFETY: in bounds of the live staging page (asserted above; the
+        // callers pass field offsets and sizes).
+        let src = unsafe { host.cast::<u8>().add(src_off) }.cast::<c_void>();
+        self.ctl_copy(what, |cs| unsafe {
+            // SAFETY: `dev + dst_off .. + len` lies in the block's CTL_ALLOC
+            // device bytes; `src` is pinned, never written after create_ctl,
+            // and outlives the wait.
+            sys::cuMemcpyHtoDAsync_v2(dev + dst_off as u64, src, len, cs)
+        })
+    }
+
     /// Enqueues one control-block copy on the control stream and waits for
     /// it.
     fn ctl_copy(
@@ -817,23 +845,22 @@ impl CuDriver for CudaDriver {
             });
         }
         let mut dev = 0;
-        // SAFETY: the context is current; valid out-pointer; then a memset
-        // of exactly the CTL_ALLOC bytes allocated, on the control stream,
-        // waited for.
-        let r = unsafe {
-            let r = sys::cuMemAlloc_v2(&mut dev, CTL_ALLOC);
-            if r == sys::CUresult::CUDA_SUCCESS {
-                let m = sys::cuMemsetD8Async(dev, 0, CTL_ALLOC, cs);
-                if m == sys::CUresult::CUDA_SUCCESS {
-                    sys::cuStreamSynchronize(cs)
-                } else {
-                    m
-                }
-            } else {
-                r
-            }
-        };
-        if let Err(e) = check("cuMemAlloc_v2/cuMemsetD8Async (control block)", r) {
+        let zeroed = (|| {
+            // SAFETY: the context is current; valid out-pointer.
+            check("cuMemAlloc_v2 (control block)", unsafe {
+                sys::cuMemAlloc_v2(&mut dev, CTL_ALLOC)
+            })?;
+            // SAFETY: exactly the CTL_ALLOC bytes just allocated, on the
+            // control stream, waited for below.
+            check("cuMemsetD8Async (control block)", unsafe {
+                sys::cuMemsetD8Async(dev, 0, CTL_ALLOC, cs)
+            })?;
+            // SAFETY: `cs` is this context's live control stream.
+            check("cuStreamSynchronize (control block)", unsafe {
+                sys::cuStreamSynchronize(cs)
+            })
+        })();
+        if let Err(e) = zeroed {
             // SAFETY: each came from its allocator and is freed once.
             unsafe {
                 if dev != 0 {
@@ -852,29 +879,21 @@ impl CuDriver for CudaDriver {
     }
 
     fn set_preempt(&mut self, ctl: CtlId, preempt: bool) -> Result<(), DriverError> {
-        let (host, dev) = {
-            let c = self.ctl(ctl)?;
-            (c.host, c.dev)
+        let value = if preempt {
+            offset_of!(Staging, one)
+        } else {
+            offset_of!(Staging, zero)
         };
-        // SAFETY: `host` is this control block's live Staging; `one` and
-        // `zero` are never written after create_ctl, so the copy reads a
-        // stable word.
-        let src = unsafe {
-            if preempt {
-                (&raw const (*host).one).cast::<c_void>()
-            } else {
-                (&raw const (*host).zero).cast::<c_void>()
-            }
-        };
-        let off = std::mem::offset_of!(SluiceCtl, preempt) as u64;
         // SYNC: the copy is waited for, so when this returns the flag is in
         // device memory, where the kernels' volatile loads read it: every
         // kernel that starts later sees it.
-        self.ctl_copy("set the preemption flag", |cs| unsafe {
-            // SAFETY: `dev + off` is the 4-byte flag inside this block's
-            // CTL_ALLOC device bytes; `src` is pinned and outlives the wait.
-            sys::cuMemcpyHtoDAsync_v2(dev + off, src, 4, cs)
-        })
+        self.ctl_upload(
+            ctl,
+            "set the preemption flag",
+            offset_of!(SluiceCtl, preempt),
+            value,
+            size_of::<u32>(),
+        )
     }
 
     fn read_started(&mut self, ctl: CtlId) -> Result<u64, DriverError> {
@@ -882,7 +901,7 @@ impl CuDriver for CudaDriver {
             let c = self.ctl(ctl)?;
             (c.host, c.dev)
         };
-        let off = std::mem::offset_of!(SluiceCtl, started) as u64;
+        let off = offset_of!(SluiceCtl, started) as u64;
         // SAFETY: `host` is this control block's live Staging.
         let dst = unsafe { (&raw mut (*host).started).cast::<c_void>() };
         // SYNC: called after the queue observed the stream drained
@@ -899,20 +918,15 @@ impl CuDriver for CudaDriver {
     }
 
     fn reset_started(&mut self, ctl: CtlId) -> Result<(), DriverError> {
-        let (host, dev) = {
-            let c = self.ctl(ctl)?;
-            (c.host, c.dev)
-        };
-        let off = std::mem::offset_of!(SluiceCtl, started) as u64;
-        // SAFETY: `host` is this control block's live Staging; `zero64` never
-        // changes.
-        let src = unsafe { (&raw const (*host).zero64).cast::<c_void>() };
         // No kernel of the queue is outstanding (the caller's contract), so
         // nothing races with this copy.
-        self.ctl_copy("reset the execution index", |cs| unsafe {
-            // SAFETY: as in set_preempt, 8 bytes at `started`.
-            sys::cuMemcpyHtoDAsync_v2(dev + off, src, 8, cs)
-        })
+        self.ctl_upload(
+            ctl,
+            "reset the execution index",
+            offset_of!(SluiceCtl, started),
+            offset_of!(Staging, zero64),
+            size_of::<u64>(),
+        )
     }
 
     fn load_module(&mut self, image: &str) -> Result<ModuleId, DriverError> {

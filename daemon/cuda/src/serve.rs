@@ -394,8 +394,8 @@ impl CudaServer {
     /// Loads every model of `models` on `gpu`'s device `opts.instances`
     /// times per priority class, with `lib`'s kernels, under policy `kind`.
     /// `mono_now` is the current `CLOCK_MONOTONIC` time (read just before
-    /// the call: it is paired with the device's clock at entry). `device` names the
-    /// GPU in [`Backend::name`].
+    /// the call: it is paired with the device's clock at entry). `device`
+    /// names the GPU in [`Backend::name`].
     pub fn new(
         mut gpu: CudaGpu,
         lib: &KernelLibrary,

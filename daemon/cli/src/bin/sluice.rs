@@ -869,24 +869,9 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-/// An error and every `source` below it, one per clause (a source whose
-/// message already ends the text is not repeated).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut msg = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        let clause = c.to_string();
-        if !msg.ends_with(&clause) {
-            msg += &format!(": {clause}");
-        }
-        src = c.source();
-    }
-    msg
-}
-
-/// Fails with [`error_chain`].
+/// Fails with [`sluice_cli::error_chain`].
 fn fail_chain(e: &dyn std::error::Error) -> ExitCode {
-    fail(error_chain(e))
+    fail(sluice_cli::error_chain(e))
 }
 
 fn print_json<T: serde::Serialize>(v: &T) -> ExitCode {
@@ -1020,17 +1005,6 @@ fn main() -> ExitCode {
                 demo::default_be_models(backend)
             } else {
                 be_models
-            };
-            #[cfg(feature = "cuda")]
-            let rt_period_ms = match (rt_period_ms, backend) {
-                (None, sluice_service::config::BackendKind::Cuda) => {
-                    match cuda_rt_period_us(&rt_model, small) {
-                        // Whole milliseconds up, as --rt-period-ms takes them.
-                        Ok(us) => Some(us.div_ceil(1000)),
-                        Err(e) => return fail(e),
-                    }
-                }
-                (p, _) => p,
             };
             let opts = demo::DemoOptions {
                 schedulers,
@@ -2150,39 +2124,6 @@ fn parse_model(s: &str) -> Result<String, String> {
             MODEL_NAMES.join(", ")
         ))
     }
-}
-
-/// Workload C's real-time period for `model` measured on CUDA device 0,
-/// µs: its standalone time there (median of
-/// [`sluice_cli::cuda_models::STANDALONE_REPS`] inferences alone), doubled.
-#[cfg(feature = "cuda")]
-fn cuda_rt_period_us(model: &str, small: bool) -> Result<u64, String> {
-    use sluice_cli::cuda_models as cm;
-    use sluice_cuda::plan_exec::LoadOptions;
-    use sluice_nn::builders::{self, BuildOptions, Scale};
-    let scale = if small { Scale::Small } else { Scale::Full };
-    let base = model.strip_suffix("_small").unwrap_or(model);
-    let built = builders::build(base, &BuildOptions { scale })
-        .map_err(|e| format!("timing the real-time model on cuda: {}", error_chain(&e)))?;
-    let mut rig = sluice_cuda::open_cuda().map_err(|e| error_chain(&e))?;
-    let t = cm::standalone_ns(
-        &mut rig.drv,
-        &mut rig.q,
-        &rig.lib,
-        &built,
-        1,
-        cm::STANDALONE_REPS,
-        &LoadOptions::default(),
-    )
-    .map_err(|e| format!("timing {model} alone on cuda: {}", error_chain(&e)))?;
-    let period = demo::workload_c_period_us(t);
-    eprintln!(
-        "sluice demo: {model} takes {:.0} us alone on {}; real-time period {period} us \
-         (workload C: twice that; --rt-period-ms overrides)",
-        t as f64 / 1e3,
-        rig.drv.info().name
-    );
-    Ok(period)
 }
 
 /// `sluice check --device cuda`.
