@@ -373,8 +373,12 @@ pub enum PlannerKind {
     Inss,
     /// InSS trained and planning without interference.
     InssNi,
-    /// gpulet (two gpulets per GPU, `sluice_planner::Gpulet`).
+    /// gpulet (two gpulets per GPU, `sluice_planner::Gpulet`) on tables
+    /// read from the latency model.
     Gpulet,
+    /// The same planner on tables measured on the GPU model itself (gpulet
+    /// profiles `L(b, p)` on its own device; no latency-model error).
+    GpuletMeasured,
     /// GSLICE.
     Gslice,
     /// iGniter.
@@ -383,13 +387,19 @@ pub enum PlannerKind {
 
 impl PlannerKind {
     /// Every planner, in report order.
-    pub const ALL: [PlannerKind; 5] = [
+    pub const ALL: [PlannerKind; 6] = [
         PlannerKind::Inss,
         PlannerKind::InssNi,
         PlannerKind::Gpulet,
+        PlannerKind::GpuletMeasured,
         PlannerKind::Gslice,
         PlannerKind::Igniter,
     ];
+
+    /// A gpulet planner, which refuses loads it cannot place.
+    pub fn is_gpulet(self) -> bool {
+        matches!(self, PlannerKind::Gpulet | PlannerKind::GpuletMeasured)
+    }
 
     /// Its report name.
     pub fn name(self) -> &'static str {
@@ -397,6 +407,7 @@ impl PlannerKind {
             PlannerKind::Inss => "inss",
             PlannerKind::InssNi => "inss-ni",
             PlannerKind::Gpulet => "gpulet",
+            PlannerKind::GpuletMeasured => "gpulet-measured",
             PlannerKind::Gslice => "gslice",
             PlannerKind::Igniter => "igniter",
         }
@@ -456,10 +467,12 @@ fn plan_of_placement(p: sluice_planner::Placement, decision_ms: f64) -> Plan {
 
 /// Plans `instances` at `rates` on `gpus` GPUs with `kind`. InSS decides
 /// per group of [`GROUP_GPUS`] GPUs, the group's instances being every
-/// `groups`-th instance.
+/// `groups`-th instance. `truth` gives `gpulet-measured` its tables.
+#[allow(clippy::too_many_arguments)]
 pub fn plan(
     kind: PlannerKind,
     latency: &LatencyModel,
+    truth: &dyn ExecModel,
     agents: Option<&Agents>,
     instances: &[Instance],
     rates: &[f64],
@@ -529,10 +542,18 @@ pub fn plan(
             }
             placement
         }
-        PlannerKind::Gpulet => {
+        PlannerKind::Gpulet | PlannerKind::GpuletMeasured => {
             use sluice_planner::Planner;
-            let specs = sluice_inss::baselines::gpulet_specs(latency, instances, rates)
-                .map_err(|e| InssBenchError::Run(format!("gpulet tables: {e}")))?;
+            let specs = if kind == PlannerKind::Gpulet {
+                sluice_inss::baselines::gpulet_specs(latency, instances, rates)
+            } else {
+                // Measured rows, lifted to the planner's rules as `bench
+                // cluster`'s are (wave quantisation breaks them by µs).
+                sluice_inss::baselines::gpulet_specs_with(truth, instances, rates, &|rows| {
+                    crate::bench_cluster::monotone_envelope(rows);
+                })
+            }
+            .map_err(|e| InssBenchError::Run(format!("gpulet tables: {e}")))?;
             let spec = sluice_planner::GpuSpec::new(gpus as u32, latency.gpu_mem_mb() as u64, 10)
                 .with_sizes(sluice_planner::PartitionSizes::gpulet());
             sluice_planner::Gpulet
@@ -612,7 +633,9 @@ pub fn at_load(
         goodput_per_s: Vec::new(),
         note: None,
     };
-    match plan(kind, &s.latency, agents, &inst, &rates, gpus, opts.seed) {
+    match plan(
+        kind, &s.latency, &s.truth, agents, &inst, &rates, gpus, opts.seed,
+    ) {
         Ok(p) => {
             let sv = serve(
                 &s.truth,
@@ -805,9 +828,11 @@ pub fn max_load(
     let (inst, base) = cluster_instances(s, gpus);
     let try_at = |f: f64| -> Result<Option<(Served, Plan)>, InssBenchError> {
         let rates: Vec<f64> = base.iter().map(|r| r * f).collect();
-        let p = match plan(kind, &s.latency, agents, &inst, &rates, gpus, opts.seed) {
+        let p = match plan(
+            kind, &s.latency, &s.truth, agents, &inst, &rates, gpus, opts.seed,
+        ) {
             Ok(p) => p,
-            Err(InssBenchError::Run(m)) if kind == PlannerKind::Gpulet => {
+            Err(InssBenchError::Run(m)) if kind.is_gpulet() => {
                 // gpulet refuses loads it cannot place: not served.
                 let _ = m;
                 return Ok(None);

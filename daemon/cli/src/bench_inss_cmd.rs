@@ -644,7 +644,16 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
         let (inst, base) = cluster_instances(&s, g);
         let rates: Vec<f64> = base.iter().map(|r| r * opts.fixed_load).collect();
         for &k in &opts.planners {
-            match plan(k, &s.latency, agents.as_ref(), &inst, &rates, g, opts.seed) {
+            match plan(
+                k,
+                &s.latency,
+                &s.truth,
+                agents.as_ref(),
+                &inst,
+                &rates,
+                g,
+                opts.seed,
+            ) {
                 Ok(p) => eprintln!(
                     "bench inss: {} at load {} on {g} GPUs:\n{}",
                     k.name(),

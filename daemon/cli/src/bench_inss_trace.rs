@@ -99,13 +99,13 @@ pub fn run_trace(
                 let len = period.min(opts.duration_s - t0);
                 let rates: Vec<f64> = counted.iter().map(|r| r * (1.0 + opts.headroom)).collect();
                 match plan(
-                    kind, &s.latency, agents, &inst, &rates, opts.gpus, opts.seed,
+                    kind, &s.latency, &s.truth, agents, &inst, &rates, opts.gpus, opts.seed,
                 ) {
                     Ok(p) => {
                         ms.push(p.decision_ms);
                         last = Some(p.placement);
                     }
-                    Err(InssBenchError::Run(_)) if kind == PlannerKind::Gpulet => failed += 1,
+                    Err(InssBenchError::Run(_)) if kind.is_gpulet() => failed += 1,
                     Err(e) => return Err(e),
                 }
                 let seg = len.min(1.0);

@@ -1530,8 +1530,7 @@ impl GpuSim {
                 let k = &self.kernels[id as usize];
                 k.block_time as f64 * ratio / k.alone_ratio
             }
-            l if (n as usize) <= l => k.wave_ns[n as usize - 1] as f64,
-            l => k.wave_ns[l - 1] as f64 * f64::from(n) / l as f64,
+            _ => measured_wave_ns(&k.wave_ns, n),
         };
         (base * factor).round() as Ns
     }
@@ -1694,6 +1693,18 @@ impl GpuSim {
                 first_incomplete: p.first,
             }));
         }
+    }
+}
+
+/// A measured kernel's wave time at `n` blocks per CU: `wave_ns[n - 1]`,
+/// extrapolated linearly past the last entry (throughput saturated).
+/// `wave_ns` is not empty.
+fn measured_wave_ns(wave_ns: &[Ns], n: u32) -> f64 {
+    let l = wave_ns.len();
+    if (n as usize) <= l {
+        wave_ns[n.max(1) as usize - 1] as f64
+    } else {
+        wave_ns[l - 1] as f64 * f64::from(n) / l as f64
     }
 }
 

@@ -248,15 +248,34 @@ pub fn gpulet_specs(
     instances: &[Instance],
     rates: &[f64],
 ) -> Result<Vec<ModelSpec>, TableError> {
+    gpulet_specs_with(exec, instances, rates, &|_| {})
+}
+
+/// [`gpulet_specs`] with each table's rows (`[batch][partition]`, ms)
+/// passed through `adjust` first (e.g. measured rows lifted to the
+/// planner's monotonicity rules).
+pub fn gpulet_specs_with(
+    exec: &dyn ExecModel,
+    instances: &[Instance],
+    rates: &[f64],
+    adjust: &dyn Fn(&mut Vec<Vec<f64>>),
+) -> Result<Vec<ModelSpec>, TableError> {
     instances
         .iter()
         .zip(rates)
         .map(|(inst, &rate)| {
-            let profile = LatencyTable::from_fn(
-                GPULET_BATCHES.to_vec(),
-                GPULET_PARTITIONS.to_vec(),
-                |b, p| exec.exec_ms(inst.model, b, sms_of_pct(p, exec.gpu_sms()), &[]),
-            )?;
+            let mut rows: Vec<Vec<f64>> = GPULET_BATCHES
+                .iter()
+                .map(|&b| {
+                    GPULET_PARTITIONS
+                        .iter()
+                        .map(|&p| exec.exec_ms(inst.model, b, sms_of_pct(p, exec.gpu_sms()), &[]))
+                        .collect()
+                })
+                .collect();
+            adjust(&mut rows);
+            let profile =
+                LatencyTable::new(GPULET_BATCHES.to_vec(), GPULET_PARTITIONS.to_vec(), rows)?;
             Ok(ModelSpec {
                 name: inst.name.clone(),
                 slo_ms: inst.slo_ms,

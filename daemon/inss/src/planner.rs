@@ -134,7 +134,9 @@ pub fn load_latency(dir: &Path) -> Result<(String, LatencyModel), InssPlannerErr
             f.format
         )));
     }
-    Ok((f.device, f.model))
+    let mut model = f.model;
+    model.prepare();
+    Ok((f.device, model))
 }
 
 /// Trained InSS agents as a planner.
@@ -423,6 +425,7 @@ mod tests {
                         fixed_mb: 100.0,
                         per_batch_mb: 1.0,
                     },
+                    waves: None,
                 }
             })
             .collect();

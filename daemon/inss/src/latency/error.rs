@@ -186,6 +186,21 @@ pub enum LatencyError {
         /// Its SMs.
         sms: u32,
     },
+    /// The wave-aware fit without a wave-count table, or with a bad one.
+    #[error(
+        "model `{model}`: the wave-aware fit (`log_batch_log_sms_over_waves`) needs a wave-count \
+         table of positive, finite times for batches 1..={max_batch} on 1..={gpu_sms} SMs; {why}"
+    )]
+    BadWaves {
+        /// The model.
+        model: String,
+        /// What is wrong.
+        why: String,
+        /// Batches the table must cover.
+        max_batch: u32,
+        /// SMs it must cover (the GPU's).
+        gpu_sms: u32,
+    },
     /// A memory rule that is negative or not finite.
     #[error(
         "model `{model}`: memory {fixed_mb} MB + {per_batch_mb} MB per batch item; \

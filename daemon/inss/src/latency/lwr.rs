@@ -13,7 +13,10 @@
 //!    [`LwrFeatures::LogBatchLogSms`] uses `(ln b, ln SMs)` and regresses
 //!    `ln y`, predicting `exp` of the local fit (a variant: a time that
 //!    scales like a power of the batch and of the SMs, `k·b^α·SMs^−β`, is a
-//!    plane there).
+//!    plane there); [`LwrFeatures::LogBatchLogSmsOverWaves`] is the same
+//!    regression of `y` divided by the model's wave-count estimate, which
+//!    its caller does (a sluice variant: the estimate carries the steps of
+//!    whole rounds of blocks, the regression the smooth rest).
 //! 2. **Distance.** Each feature is divided by its range (max − min) over
 //!    the fitting points, so both span `[0, 1]`; the distance is Euclidean
 //!    in these scaled features. (Cleveland & Devlin scale by a spread
@@ -60,6 +63,12 @@ pub enum LwrFeatures {
     BatchInvSms,
     /// `(ln b, ln SMs)`, response `ln y`: a variant.
     LogBatchLogSms,
+    /// `(ln b, ln SMs)`, response `ln y`, where `y` is the compute time
+    /// over the model's wave-count estimate (`super::WaveTable`): a
+    /// sluice variant. The regression is the same as
+    /// [`LwrFeatures::LogBatchLogSms`]'s; [`super::LatencyModel`] divides
+    /// before fitting and multiplies after predicting.
+    LogBatchLogSmsOverWaves,
 }
 
 impl LwrFeatures {
@@ -68,7 +77,9 @@ impl LwrFeatures {
         match self {
             LwrFeatures::BatchSms => [batch, sms],
             LwrFeatures::BatchInvSms => [batch, 1.0 / sms],
-            LwrFeatures::LogBatchLogSms => [batch.ln(), sms.ln()],
+            LwrFeatures::LogBatchLogSms | LwrFeatures::LogBatchLogSmsOverWaves => {
+                [batch.ln(), sms.ln()]
+            }
         }
     }
 
@@ -76,7 +87,7 @@ impl LwrFeatures {
     /// [`LwrFeatures::LogBatchLogSms`].
     pub fn response(self, y: f64) -> f64 {
         match self {
-            LwrFeatures::LogBatchLogSms => y.ln(),
+            LwrFeatures::LogBatchLogSms | LwrFeatures::LogBatchLogSmsOverWaves => y.ln(),
             _ => y,
         }
     }
@@ -84,7 +95,7 @@ impl LwrFeatures {
     /// The inverse of [`LwrFeatures::response`].
     pub fn unresponse(self, z: f64) -> f64 {
         match self {
-            LwrFeatures::LogBatchLogSms => z.exp(),
+            LwrFeatures::LogBatchLogSms | LwrFeatures::LogBatchLogSmsOverWaves => z.exp(),
             _ => z,
         }
     }
@@ -124,6 +135,12 @@ impl LwrConfig {
     /// leave-one-out.
     pub const LOG_LOG_LOO: LwrConfig = LwrConfig {
         features: LwrFeatures::LogBatchLogSms,
+        span: Span::LeaveOneOut,
+    };
+    /// A sluice variant: [`LwrFeatures::LogBatchLogSmsOverWaves`], span by
+    /// leave-one-out.
+    pub const WAVES_LOG_LOG_LOO: LwrConfig = LwrConfig {
+        features: LwrFeatures::LogBatchLogSmsOverWaves,
         span: Span::LeaveOneOut,
     };
 }

@@ -107,6 +107,59 @@ impl MemoryUse {
     }
 }
 
+/// A model's wave-count estimate (`sluice_gpusim::lbp::waves_ns`: its
+/// kernels' blocks in whole rounds over the SMs, each round its wave time)
+/// for every batch `1..=max_batch` and every SM count `1..=gpu_sms`, ms: the
+/// prior [`LwrFeatures::LogBatchLogSmsOverWaves`] divides by. Known without
+/// running the model: from its kernels' grids and wave times.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaveTable {
+    /// Largest batch in the table.
+    pub max_batch: u32,
+    /// SMs of the GPU: the table's columns are 1..=gpu_sms.
+    pub gpu_sms: u32,
+    /// Row-major, batch `b` and SMs `s` at `(b − 1) × gpu_sms + s − 1`.
+    pub ms: Vec<f64>,
+}
+
+/// Batches a [`WaveTable`] covers: the largest any planner serves.
+pub const WAVE_TABLE_BATCHES: u32 = 32;
+
+impl WaveTable {
+    /// The estimate at `batch` on `sms`, ms: SMs clamped to `1..=gpu_sms`;
+    /// past `max_batch`, the last row grown in proportion to the batch.
+    pub fn at(&self, batch: u32, sms: u32) -> f64 {
+        let s = sms.clamp(1, self.gpu_sms.max(1)) as usize;
+        let b = batch.clamp(1, self.max_batch.max(1));
+        let v = self.ms[(b as usize - 1) * self.gpu_sms as usize + s - 1];
+        v * f64::from(batch.max(1)) / f64::from(b)
+    }
+
+    /// `Err` with what is wrong when the table is not one positive, finite
+    /// time per batch and SM count.
+    fn check(&self) -> Result<(), String> {
+        if self.max_batch == 0 || self.gpu_sms == 0 {
+            return Err(format!(
+                "it has {} batches and {} SMs",
+                self.max_batch, self.gpu_sms
+            ));
+        }
+        let want = self.max_batch as usize * self.gpu_sms as usize;
+        if self.ms.len() != want {
+            return Err(format!("it has {} entries, not {want}", self.ms.len()));
+        }
+        if let Some(i) = self.ms.iter().position(|v| !(v.is_finite() && *v > 0.0)) {
+            return Err(format!(
+                "batch {} on {} SMs is {} ms",
+                i / self.gpu_sms as usize + 1,
+                i % self.gpu_sms as usize + 1,
+                self.ms[i]
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Everything measured for one model on one GPU type.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelProfile {
@@ -118,6 +171,8 @@ pub struct ModelProfile {
     pub corun: Vec<CoRunObservation>,
     /// Its memory.
     pub memory: MemoryUse,
+    /// Its wave-count estimate: needed by the wave-aware fit only.
+    pub waves: Option<WaveTable>,
 }
 
 /// One model's fitted parts.
@@ -129,8 +184,22 @@ pub struct FittedModel {
     pub upload: Line,
     /// `t_r = α_r·b + β_r`, ms.
     pub feedback: Line,
-    /// `o_r = LWR(b, SMs)`, ms.
+    /// `o_r = LWR(b, SMs)`, ms (over [`FittedModel::waves`] when the fit
+    /// is wave-aware).
     pub compute: Lwr,
+    /// The wave-count estimate `o_r` is a multiple of, for the wave-aware
+    /// fit ([`LwrFeatures::LogBatchLogSmsOverWaves`]); `None` otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waves: Option<WaveTable>,
+    /// For the wave-aware fit: `o_r` before its floor at every batch and
+    /// SM count of `waves`, each the least raw prediction at that SM count
+    /// or fewer (a larger partition never runs slower; the estimate's steps
+    /// times a smooth ratio can rise between SM counts, which the planners'
+    /// tables refuse). Not serialised: built by [`LatencyModel::fit`] and
+    /// [`LatencyModel::prepare`]; without it the same minimum is computed
+    /// per call.
+    #[serde(skip)]
+    monotone_ms: Vec<f64>,
     /// The floor of `o_r`: the smallest profiled compute time, ms.
     pub compute_floor_ms: f64,
     /// `l = α_c·(b/o_r) + β_c`.
@@ -152,9 +221,43 @@ pub struct FittedModel {
 impl FittedModel {
     /// `o_r(b, SMs)`, ms: the compute time alone.
     pub fn compute_alone_ms(&self, batch: u32, sms: u32) -> f64 {
-        self.compute
-            .predict(f64::from(batch), f64::from(sms))
-            .max(self.compute_floor_ms)
+        let o = match &self.waves {
+            None => self.compute.predict(f64::from(batch), f64::from(sms)),
+            Some(w) => {
+                let s = sms.clamp(1, w.gpu_sms.max(1));
+                let i = (batch.max(1) as usize - 1) * w.gpu_sms as usize + s as usize - 1;
+                match self.monotone_ms.get(i) {
+                    Some(&v) if batch <= w.max_batch => v,
+                    _ => (1..=s)
+                        .map(|s| self.over_waves_ms(w, batch, s))
+                        .fold(f64::INFINITY, f64::min),
+                }
+            }
+        };
+        o.max(self.compute_floor_ms)
+    }
+
+    /// The wave-aware fit's raw prediction: the regressed ratio times the
+    /// estimate.
+    fn over_waves_ms(&self, w: &WaveTable, batch: u32, sms: u32) -> f64 {
+        self.compute.predict(f64::from(batch), f64::from(sms)) * w.at(batch, sms)
+    }
+
+    /// Builds [`FittedModel::monotone_ms`] (nothing without a wave table).
+    fn prepare(&mut self) {
+        let Some(w) = &self.waves else {
+            self.monotone_ms.clear();
+            return;
+        };
+        let mut t = Vec::with_capacity(w.ms.len());
+        for b in 1..=w.max_batch {
+            let mut least = f64::INFINITY;
+            for s in 1..=w.gpu_sms {
+                least = least.min(self.over_waves_ms(w, b, s));
+                t.push(least);
+            }
+        }
+        self.monotone_ms = t;
     }
 
     /// `(l, e)` alone at `(b, SMs)`: the fitted lines at `b/o_r`, in `[0, 1]`.
@@ -234,6 +337,15 @@ impl LatencyModel {
             models,
             interference: true,
         })
+    }
+
+    /// Rebuilds what is not serialised (the wave-aware fit's table of
+    /// least predictions); call after deserialising. Predictions are the
+    /// same without it, only slower.
+    pub fn prepare(&mut self) {
+        for m in &mut self.models {
+            m.prepare();
+        }
     }
 
     /// The same model predicting every co-located batch as if it ran alone
@@ -377,15 +489,46 @@ fn fit_alone(gpu_sms: u32, p: &ModelProfile, lwr: &LwrConfig) -> Result<FittedMo
     let line = |part: &'static str, f: &dyn Fn(&AlonePoint) -> (f64, f64)| {
         Line::fit(part, &p.alone.iter().map(f).collect::<Vec<_>>()).map_err(err(part))
     };
+    let waves = match lwr.features {
+        LwrFeatures::LogBatchLogSmsOverWaves => {
+            let bad = |why: String| LatencyError::BadWaves {
+                model: model.clone(),
+                why,
+                max_batch: WAVE_TABLE_BATCHES,
+                gpu_sms,
+            };
+            let w = p
+                .waves
+                .as_ref()
+                .ok_or_else(|| bad("none was given".into()))?;
+            w.check().map_err(bad)?;
+            if w.gpu_sms != gpu_sms || w.max_batch < WAVE_TABLE_BATCHES {
+                return Err(bad(format!(
+                    "it covers batches 1..={} on 1..={} SMs",
+                    w.max_batch, w.gpu_sms
+                )));
+            }
+            Some(w.clone())
+        }
+        _ => None,
+    };
+    let prior = |a: &AlonePoint| waves.as_ref().map_or(1.0, |w| w.at(a.batch, a.sms));
     let pts: Vec<(u32, u32, f64)> = p
         .alone
         .iter()
-        .map(|a| (a.batch, a.sms, a.compute_ms))
+        .map(|a| (a.batch, a.sms, a.compute_ms / prior(a)))
         .collect();
     // The LWR checks batches, SMs and compute times first, so the
     // throughputs below are finite.
     let compute = Lwr::fit(&pts, lwr).map_err(err("compute time (o_r, LWR)"))?;
-    let compute_floor_ms = compute.min_y();
+    let compute_floor_ms = match waves {
+        Some(_) => p
+            .alone
+            .iter()
+            .map(|a| a.compute_ms)
+            .fold(f64::INFINITY, f64::min),
+        None => compute.min_y(),
+    };
     let upload = line("upload time (t_d)", &|a| (f64::from(a.batch), a.upload_ms))?;
     let feedback = line("feedback time (t_r)", &|a| {
         (f64::from(a.batch), a.feedback_ms)
@@ -393,11 +536,13 @@ fn fit_alone(gpu_sms: u32, p: &ModelProfile, lwr: &LwrConfig) -> Result<FittedMo
     let thr = |a: &AlonePoint| f64::from(a.batch) / a.compute_ms;
     let l2 = line("L2 utilisation (l)", &|a| (thr(a), a.l2_util))?;
     let dram = line("DRAM utilisation (e)", &|a| (thr(a), a.dram_util))?;
-    Ok(FittedModel {
+    let mut fitted = FittedModel {
         name: p.name.clone(),
         upload,
         feedback,
         compute,
+        waves,
+        monotone_ms: Vec::new(),
         compute_floor_ms,
         l2,
         dram,
@@ -406,7 +551,9 @@ fn fit_alone(gpu_sms: u32, p: &ModelProfile, lwr: &LwrConfig) -> Result<FittedMo
         corun_observations: 0,
         interference_rms: 0.0,
         memory: mem,
-    })
+    };
+    fitted.prepare();
+    Ok(fitted)
 }
 
 /// `(α_cache, α_dram)`, the residual and the observation count of one
@@ -518,7 +665,108 @@ mod tests {
                 fixed_mb: 100.0,
                 per_batch_mb: 2.5,
             },
+            waves: None,
         }
+    }
+
+    /// A model of 12 kernels of `8·b` blocks, one block per SM per round of
+    /// 1 ms: its time steps wherever a kernel needs a round more.
+    fn stepped(b: u32, s: u32) -> f64 {
+        12.0 * f64::from((8 * b).div_ceil(s))
+    }
+
+    fn stepped_profile(with_table: bool) -> ModelProfile {
+        let sms = 108;
+        let mut alone = Vec::new();
+        for b in [1, 2, 3, 6, 12, 24, 32] {
+            for pct in [1, 3, 5, 10, 15, 25, 35, 45, 55, 70, 85, 100] {
+                let s = crate::sms_of_pct(pct, sms).max(1);
+                alone.push(AlonePoint {
+                    batch: b,
+                    sms: s,
+                    upload_ms: 0.0,
+                    // A smooth effect beside the steps: 10 % more at batch 32.
+                    compute_ms: stepped(b, s) * (1.0 + 0.1 * f64::from(b) / 32.0),
+                    feedback_ms: 0.0,
+                    l2_util: 0.0,
+                    dram_util: 0.1,
+                });
+            }
+        }
+        let waves = with_table.then(|| WaveTable {
+            max_batch: WAVE_TABLE_BATCHES,
+            gpu_sms: sms,
+            ms: (1..=WAVE_TABLE_BATCHES)
+                .flat_map(|b| (1..=sms).map(move |s| stepped(b, s)))
+                .collect(),
+        });
+        ModelProfile {
+            name: "stepped".into(),
+            alone,
+            corun: Vec::new(),
+            memory: MemoryUse {
+                fixed_mb: 10.0,
+                per_batch_mb: 1.0,
+            },
+            waves,
+        }
+    }
+
+    #[test]
+    fn the_wave_aware_fit_places_the_steps_the_plain_one_smooths_over() {
+        let p = stepped_profile(true);
+        let waves = LatencyModel::fit(
+            108,
+            40960.0,
+            std::slice::from_ref(&p),
+            &LwrConfig::WAVES_LOG_LOG_LOO,
+        )
+        .unwrap();
+        let plain = LatencyModel::fit(108, 40960.0, &[p], &LwrConfig::LOG_LOG_LOO).unwrap();
+        // Off the profile grid in both batch and SMs.
+        let mut worst = (0.0f64, 0.0f64);
+        for b in [4, 8, 16] {
+            for s in [9, 21, 33, 40, 65, 80, 100] {
+                let truth = stepped(b, s) * (1.0 + 0.1 * f64::from(b) / 32.0);
+                let e = |m: &LatencyModel| (m.compute_alone_ms(0, b, s) - truth).abs() / truth;
+                worst = (worst.0.max(e(&waves)), worst.1.max(e(&plain)));
+            }
+        }
+        assert!(worst.0 < 0.02, "wave-aware worst error {:.3}", worst.0);
+        assert!(
+            worst.1 > 0.05,
+            "plain worst error {:.3}: the steps should show",
+            worst.1
+        );
+        // The table travels with the fitted model.
+        assert!(waves.models()[0].waves.is_some());
+        assert!(plain.models()[0].waves.is_none());
+    }
+
+    #[test]
+    fn the_wave_aware_fit_names_a_missing_or_bad_table() {
+        let e = LatencyModel::fit(
+            108,
+            40960.0,
+            &[stepped_profile(false)],
+            &LwrConfig::WAVES_LOG_LOG_LOO,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("none was given"), "{e}");
+        assert!(e.to_string().contains("`stepped`"), "{e}");
+        let mut p = stepped_profile(true);
+        if let Some(w) = p.waves.as_mut() {
+            w.ms[5] = 0.0;
+        }
+        let e = LatencyModel::fit(108, 40960.0, &[p], &LwrConfig::WAVES_LOG_LOG_LOO).unwrap_err();
+        assert!(e.to_string().contains("batch 1 on 6 SMs is 0 ms"), "{e}");
+        let mut p = stepped_profile(true);
+        if let Some(w) = p.waves.as_mut() {
+            w.max_batch = 16;
+            w.ms.truncate(16 * 108);
+        }
+        let e = LatencyModel::fit(108, 40960.0, &[p], &LwrConfig::WAVES_LOG_LOG_LOO).unwrap_err();
+        assert!(e.to_string().contains("it covers batches 1..=16"), "{e}");
     }
 
     fn exact(c0: f64, k: f64, b: u32, s: u32) -> f64 {
