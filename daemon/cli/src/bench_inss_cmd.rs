@@ -461,7 +461,7 @@ pub struct BenchInssArgs {
     /// GPU counts, multiples of 4 (InSS: 4 and 64).
     #[arg(long, value_delimiter = ',', default_value = "4,64")]
     pub gpus: Vec<usize>,
-    /// Planners: inss, inss-ni, gpulet, gslice, igniter (default all).
+    /// Planners: inss, inss-ni, gpulet, gpulet-measured, gslice, igniter (default all).
     #[arg(long, value_delimiter = ',')]
     pub planners: Vec<PlannerKind>,
     /// Virtual seconds of Poisson arrivals per serving run.
