@@ -465,14 +465,52 @@ fn plan_of_placement(p: sluice_planner::Placement, decision_ms: f64) -> Plan {
     }
 }
 
+/// What the planners plan on, besides their instances and rates.
+#[derive(Clone, Copy)]
+pub struct PlanInputs<'a> {
+    /// The fitted latency model (InSS, gpulet, GSLICE, iGniter).
+    pub latency: &'a LatencyModel,
+    /// The GPU model's own latencies (`gpulet-measured`'s tables).
+    pub truth: &'a dyn ExecModel,
+    /// Every entry of both gpulet planners' tables is multiplied by this
+    /// (≥ 1): slack for bursts that gpulet's rule (`b/t ≥ λ`, `2t ≤ S`)
+    /// does not leave. 1: the rule as written.
+    pub gpulet_margin: f64,
+}
+
+impl std::fmt::Debug for PlanInputs<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlanInputs")
+            .field("latency", &self.latency.lwr_config())
+            .field("gpulet_margin", &self.gpulet_margin)
+            .finish_non_exhaustive()
+    }
+}
+
+impl InssSetup {
+    /// The planners' inputs from this setup.
+    pub fn plan_inputs(&self, gpulet_margin: f64) -> PlanInputs<'_> {
+        PlanInputs {
+            latency: &self.latency,
+            truth: &self.truth,
+            gpulet_margin,
+        }
+    }
+}
+
+/// Multiplies every entry of `rows` by `m`.
+fn scale_rows(rows: &mut [Vec<f64>], m: f64) {
+    for v in rows.iter_mut().flatten() {
+        *v *= m;
+    }
+}
+
 /// Plans `instances` at `rates` on `gpus` GPUs with `kind`. InSS decides
 /// per group of [`GROUP_GPUS`] GPUs, the group's instances being every
-/// `groups`-th instance. `truth` gives `gpulet-measured` its tables.
-#[allow(clippy::too_many_arguments)]
+/// `groups`-th instance.
 pub fn plan(
     kind: PlannerKind,
-    latency: &LatencyModel,
-    truth: &dyn ExecModel,
+    inputs: &PlanInputs<'_>,
     agents: Option<&Agents>,
     instances: &[Instance],
     rates: &[f64],
@@ -480,6 +518,8 @@ pub fn plan(
     seed: u64,
 ) -> Result<Plan, InssBenchError> {
     let started = std::time::Instant::now();
+    let latency = inputs.latency;
+    let margin = inputs.gpulet_margin;
     let placement = match kind {
         PlannerKind::Inss | PlannerKind::InssNi => {
             let (ts, exec): (_, &dyn ExecModel) = match (kind, agents) {
@@ -545,12 +585,15 @@ pub fn plan(
         PlannerKind::Gpulet | PlannerKind::GpuletMeasured => {
             use sluice_planner::Planner;
             let specs = if kind == PlannerKind::Gpulet {
-                sluice_inss::baselines::gpulet_specs(latency, instances, rates)
+                sluice_inss::baselines::gpulet_specs_with(latency, instances, rates, &|rows| {
+                    scale_rows(rows, margin);
+                })
             } else {
                 // Measured rows, lifted to the planner's rules as `bench
                 // cluster`'s are (wave quantisation breaks them by µs).
-                sluice_inss::baselines::gpulet_specs_with(truth, instances, rates, &|rows| {
+                sluice_inss::baselines::gpulet_specs_with(inputs.truth, instances, rates, &|rows| {
                     crate::bench_cluster::monotone_envelope(rows);
+                    scale_rows(rows, margin);
                 })
             }
             .map_err(|e| InssBenchError::Run(format!("gpulet tables: {e}")))?;
@@ -590,6 +633,8 @@ pub struct InssBenchOptions {
     /// Compute the ceilings ([`load_bound`]: 100 shares × up to 32
     /// batches per model on the GPU model, ~40 s here in a release build).
     pub bounds: bool,
+    /// [`PlanInputs::gpulet_margin`].
+    pub gpulet_margin: f64,
 }
 
 impl Default for InssBenchOptions {
@@ -602,6 +647,7 @@ impl Default for InssBenchOptions {
             seed: 1,
             fixed_load: 0.5,
             bounds: true,
+            gpulet_margin: 1.0,
         }
     }
 }
@@ -634,7 +680,13 @@ pub fn at_load(
         note: None,
     };
     match plan(
-        kind, &s.latency, &s.truth, agents, &inst, &rates, gpus, opts.seed,
+        kind,
+        &s.plan_inputs(opts.gpulet_margin),
+        agents,
+        &inst,
+        &rates,
+        gpus,
+        opts.seed,
     ) {
         Ok(p) => {
             let sv = serve(
@@ -829,7 +881,13 @@ pub fn max_load(
     let try_at = |f: f64| -> Result<Option<(Served, Plan)>, InssBenchError> {
         let rates: Vec<f64> = base.iter().map(|r| r * f).collect();
         let p = match plan(
-            kind, &s.latency, &s.truth, agents, &inst, &rates, gpus, opts.seed,
+            kind,
+            &s.plan_inputs(opts.gpulet_margin),
+            agents,
+            &inst,
+            &rates,
+            gpus,
+            opts.seed,
         ) {
             Ok(p) => p,
             Err(InssBenchError::Run(m)) if kind.is_gpulet() => {

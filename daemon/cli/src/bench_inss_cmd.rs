@@ -464,6 +464,11 @@ pub struct BenchInssArgs {
     /// Planners: inss, inss-ni, gpulet, gpulet-measured, gslice, igniter (default all).
     #[arg(long, value_delimiter = ',')]
     pub planners: Vec<PlannerKind>,
+    /// Slack for both gpulet planners: every entry of their L(b, p) tables is
+    /// multiplied by this (at least 1; 1 is gpulet's rule as written, which
+    /// leaves no room for Poisson bursts). Also applies to --trace.
+    #[arg(long, default_value_t = 1.0)]
+    pub gpulet_margin: f64,
     /// Virtual seconds of Poisson arrivals per serving run.
     #[arg(long, default_value_t = 20.0)]
     pub duration: f64,
@@ -560,6 +565,12 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
             args.fixed_load
         ));
     }
+    if !(args.gpulet_margin.is_finite() && (1.0..=10.0).contains(&args.gpulet_margin)) {
+        return Err(format!(
+            "--gpulet-margin {}: give a factor from 1 (gpulet's rule as written) to 10, e.g. 1.05 for 5 % slack",
+            args.gpulet_margin
+        ));
+    }
     if args.trace {
         if let Some(p) = args
             .trace_periods
@@ -638,6 +649,7 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
         seed: args.seed,
         fixed_load: args.fixed_load,
         bounds: !args.no_bounds,
+        gpulet_margin: args.gpulet_margin,
     };
     if args.show_plans {
         let g = opts.gpus[0];
@@ -646,8 +658,7 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
         for &k in &opts.planners {
             match plan(
                 k,
-                &s.latency,
-                &s.truth,
+                &s.plan_inputs(opts.gpulet_margin),
                 agents.as_ref(),
                 &inst,
                 &rates,
@@ -713,6 +724,7 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
             peak2: args.trace_load[2],
             gpus: opts.gpus[0],
             seed: opts.seed,
+            gpulet_margin: opts.gpulet_margin,
             ..Default::default()
         };
         let mut tp = progress_line("bench inss: trace", "periods");
@@ -1105,10 +1117,27 @@ mod tests {
             seed: 1,
             fixed_load: 0.5,
             bounds: false,
+            gpulet_margin: 1.0,
         };
         let row = max_load(&s, None, PlannerKind::Gpulet, 4, &opts).unwrap();
         assert!(row.load_factor > 0.0, "{row:?}");
         assert!(row.violation + row.drop <= 0.01, "{row:?}");
+        // Both gpulet planners plan; a margin on their tables makes them
+        // hold more of the GPUs for the same rates.
+        let (inst, base) = cluster_instances(&s, 4);
+        let rates: Vec<f64> = base.iter().map(|r| r * 0.3).collect();
+        for kind in [PlannerKind::Gpulet, PlannerKind::GpuletMeasured] {
+            let used = |m: f64| {
+                plan(kind, &s.plan_inputs(m), None, &inst, &rates, 4, 1)
+                    .unwrap()
+                    .used_pct
+            };
+            let (plain, slack) = (used(1.0), used(1.5));
+            assert!(
+                slack > plain,
+                "{kind:?}: {plain} % held, {slack} % with margin 1.5"
+            );
+        }
         // Throughput over time: one count per second of the run, adding up
         // to about the run's goodput (requests finishing after arrivals
         // stop are not in a window).
@@ -1220,6 +1249,7 @@ mod tests {
             search_steps: 1,
             fixed_load: 0.5,
             seed: 1,
+            gpulet_margin: 1.0,
             device: "a100".into(),
             json: false,
             plot: None,

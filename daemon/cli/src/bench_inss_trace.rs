@@ -48,6 +48,8 @@ pub struct InssTraceOptions {
     pub gpus: usize,
     /// Seed.
     pub seed: u64,
+    /// [`crate::bench_inss::PlanInputs::gpulet_margin`].
+    pub gpulet_margin: f64,
 }
 
 impl Default for InssTraceOptions {
@@ -62,6 +64,7 @@ impl Default for InssTraceOptions {
             headroom: 0.1,
             gpus: 4,
             seed: 1,
+            gpulet_margin: 1.0,
         }
     }
 }
@@ -99,7 +102,13 @@ pub fn run_trace(
                 let len = period.min(opts.duration_s - t0);
                 let rates: Vec<f64> = counted.iter().map(|r| r * (1.0 + opts.headroom)).collect();
                 match plan(
-                    kind, &s.latency, &s.truth, agents, &inst, &rates, opts.gpus, opts.seed,
+                    kind,
+                    &s.plan_inputs(opts.gpulet_margin),
+                    agents,
+                    &inst,
+                    &rates,
+                    opts.gpus,
+                    opts.seed,
                 ) {
                     Ok(p) => {
                         ms.push(p.decision_ms);
