@@ -679,15 +679,8 @@ pub fn at_load(
         goodput_per_s: Vec::new(),
         note: None,
     };
-    match plan(
-        kind,
-        &s.plan_inputs(opts.gpulet_margin),
-        agents,
-        &inst,
-        &rates,
-        gpus,
-        opts.seed,
-    ) {
+    let inputs = s.plan_inputs(opts.gpulet_margin);
+    match plan(kind, &inputs, agents, &inst, &rates, gpus, opts.seed) {
         Ok(p) => {
             let sv = serve(
                 &s.truth,
@@ -880,15 +873,8 @@ pub fn max_load(
     let (inst, base) = cluster_instances(s, gpus);
     let try_at = |f: f64| -> Result<Option<(Served, Plan)>, InssBenchError> {
         let rates: Vec<f64> = base.iter().map(|r| r * f).collect();
-        let p = match plan(
-            kind,
-            &s.plan_inputs(opts.gpulet_margin),
-            agents,
-            &inst,
-            &rates,
-            gpus,
-            opts.seed,
-        ) {
+        let inputs = s.plan_inputs(opts.gpulet_margin);
+        let p = match plan(kind, &inputs, agents, &inst, &rates, gpus, opts.seed) {
             Ok(p) => p,
             Err(InssBenchError::Run(m)) if kind.is_gpulet() => {
                 // gpulet refuses loads it cannot place: not served.

@@ -101,15 +101,8 @@ pub fn run_trace(
                 let t0 = k as f64 * period;
                 let len = period.min(opts.duration_s - t0);
                 let rates: Vec<f64> = counted.iter().map(|r| r * (1.0 + opts.headroom)).collect();
-                match plan(
-                    kind,
-                    &s.plan_inputs(opts.gpulet_margin),
-                    agents,
-                    &inst,
-                    &rates,
-                    opts.gpus,
-                    opts.seed,
-                ) {
+                let inputs = s.plan_inputs(opts.gpulet_margin);
+                match plan(kind, &inputs, agents, &inst, &rates, opts.gpus, opts.seed) {
                     Ok(p) => {
                         ms.push(p.decision_ms);
                         last = Some(p.placement);

@@ -113,9 +113,10 @@ pub fn run_point(
 /// `block_time` along the profile's occupancy curve); each kernel adds its
 /// launch (`launch_ns`: on one stream a launch starts when the previous
 /// kernel ends) and the first its host push and fetch, as [`run_point`]'s
-/// stream pays them. No overlap between kernels, no shorter last round. It carries the steps a latency takes where a kernel
-/// needs one round more, which a smooth regression over a few partition
-/// sizes cannot place (the InSS latency model's wave-aware fit divides by it:
+/// stream pays them. No overlap between kernels, no shorter last round.
+/// It carries the steps a latency takes where a kernel needs one round
+/// more, which a smooth regression over a few partition sizes cannot place
+/// (the InSS latency model's wave-aware fit divides by it:
 /// `sluice_inss::latency`).
 pub fn waves_ns(
     profile: &DeviceProfile,

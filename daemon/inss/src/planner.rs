@@ -135,7 +135,7 @@ pub fn load_latency(dir: &Path) -> Result<(String, LatencyModel), InssPlannerErr
         )));
     }
     let mut model = f.model;
-    model.prepare();
+    model.prepare().map_err(|e| bad(e.to_string()))?;
     Ok((f.device, model))
 }
 

@@ -339,13 +339,42 @@ impl LatencyModel {
         })
     }
 
-    /// Rebuilds what is not serialised (the wave-aware fit's table of
-    /// least predictions); call after deserialising. Predictions are the
-    /// same without it, only slower.
-    pub fn prepare(&mut self) {
+    /// Checks what a deserialised model cannot vouch for (a wave-aware fit
+    /// has its wave table and the table covers batches 1–32 on every SM of
+    /// the GPU with positive times; nothing else has one) and rebuilds what
+    /// is not serialised (the wave-aware fit's table of least predictions).
+    /// Call after deserialising: a model that fails it must not predict.
+    pub fn prepare(&mut self) -> Result<(), LatencyError> {
         for m in &mut self.models {
+            let aware = m.compute.features() == LwrFeatures::LogBatchLogSmsOverWaves;
+            let bad = |why: String| LatencyError::BadWaves {
+                model: m.name.clone(),
+                why,
+                max_batch: WAVE_TABLE_BATCHES,
+                gpu_sms: self.gpu_sms,
+            };
+            match (&m.waves, aware) {
+                (None, true) => return Err(bad("none was given".into())),
+                (Some(_), false) => {
+                    return Err(bad(format!(
+                        "one was given, but its fit is {:?}",
+                        m.compute.features()
+                    )));
+                }
+                (Some(w), true) => {
+                    w.check().map_err(bad)?;
+                    if w.gpu_sms != self.gpu_sms || w.max_batch < WAVE_TABLE_BATCHES {
+                        return Err(bad(format!(
+                            "it covers batches 1..={} on 1..={} SMs",
+                            w.max_batch, w.gpu_sms
+                        )));
+                    }
+                }
+                (None, false) => {}
+            }
             m.prepare();
         }
+        Ok(())
     }
 
     /// The same model predicting every co-located batch as if it ran alone
@@ -741,6 +770,52 @@ mod tests {
         // The table travels with the fitted model.
         assert!(waves.models()[0].waves.is_some());
         assert!(plain.models()[0].waves.is_none());
+    }
+
+    #[test]
+    fn a_saved_wave_aware_model_predicts_the_same_and_a_tampered_one_is_refused() {
+        let m = LatencyModel::fit(
+            108,
+            40960.0,
+            &[stepped_profile(true)],
+            &LwrConfig::WAVES_LOG_LOG_LOO,
+        )
+        .unwrap();
+        let text = serde_json::to_string(&m).unwrap();
+        let mut back: LatencyModel = serde_json::from_str(&text).unwrap();
+        back.prepare().unwrap();
+        // (serde_json may read a float back one ulp off.)
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs();
+        for (b, s) in [(1, 1), (3, 40), (32, 108), (40, 50)] {
+            let (x, y) = (back.compute_alone_ms(0, b, s), m.compute_alone_ms(0, b, s));
+            assert!(
+                close(x, y),
+                "batch {b} on {s} SMs: {x} after saving, {y} before"
+            );
+        }
+        // Unprepared: the same predictions, computed per call.
+        let raw: LatencyModel = serde_json::from_str(&text).unwrap();
+        assert!(close(
+            raw.compute_alone_ms(0, 8, 33),
+            m.compute_alone_ms(0, 8, 33)
+        ));
+        // The table dropped, or cut short: refused, naming the model.
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["models"][0]["waves"] = serde_json::Value::Null;
+        let mut t: LatencyModel = serde_json::from_value(v.clone()).unwrap();
+        let e = t.prepare().unwrap_err().to_string();
+        assert!(
+            e.contains("`stepped`") && e.contains("none was given"),
+            "{e}"
+        );
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["models"][0]["waves"]["ms"]
+            .as_array_mut()
+            .unwrap()
+            .truncate(5);
+        let mut t: LatencyModel = serde_json::from_value(v).unwrap();
+        let e = t.prepare().unwrap_err().to_string();
+        assert!(e.contains("it has 5 entries"), "{e}");
     }
 
     #[test]
