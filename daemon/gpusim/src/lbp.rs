@@ -137,14 +137,8 @@ pub fn waves_ns(
             l.shared_mem,
         );
         let (fit, limit) = blocks_per_cu(profile, &fp);
-        if fit == 0 || l.grid_blocks == 0 {
-            return Err(OpError::DoesNotFit {
-                tag: l.tag,
-                limit,
-                need: fp.threads.into(),
-                have: profile.cu.max_threads.into(),
-                profile: profile.name.clone(),
-            });
+        if fit == 0 {
+            return Err(crate::does_not_fit(profile, &fp, limit, l.tag));
         }
         let n = fit.min(l.grid_blocks.div_ceil(cus)).max(1);
         let rounds = l.grid_blocks.div_ceil(n * cus);

@@ -647,20 +647,7 @@ impl GpuSim {
         );
         let (per_cu, limit) = blocks_per_cu(&self.profile, &fp);
         if per_cu == 0 {
-            let cu = &self.profile.cu;
-            let (need, have) = match limit {
-                Limit::Threads => (fp.threads.into(), cu.max_threads.into()),
-                Limit::SharedMem => (fp.shared_mem.into(), cu.shared_mem_bytes.into()),
-                Limit::BlockSlots => (1, cu.max_blocks.into()),
-                Limit::Registers => (fp.registers(), cu.max_registers.into()),
-            };
-            return Err(OpError::DoesNotFit {
-                tag: k.tag,
-                limit,
-                need,
-                have,
-                profile: self.profile.name.clone(),
-            });
+            return Err(does_not_fit(&self.profile, &fp, limit, k.tag));
         }
         let standalone = u64::from(per_cu)
             .saturating_mul(u64::from(self.profile.compute_units))
@@ -1693,6 +1680,25 @@ impl GpuSim {
                 first_incomplete: p.first,
             }));
         }
+    }
+}
+
+/// Why a block of `fp` can never run on `profile` (`limit`: the resource
+/// [`blocks_per_cu`] found short), for kernel `tag`.
+fn does_not_fit(profile: &DeviceProfile, fp: &Footprint, limit: Limit, tag: u64) -> OpError {
+    let cu = &profile.cu;
+    let (need, have) = match limit {
+        Limit::Threads => (fp.threads.into(), cu.max_threads.into()),
+        Limit::SharedMem => (fp.shared_mem.into(), cu.shared_mem_bytes.into()),
+        Limit::BlockSlots => (1, cu.max_blocks.into()),
+        Limit::Registers => (fp.registers(), cu.max_registers.into()),
+    };
+    OpError::DoesNotFit {
+        tag,
+        limit,
+        need,
+        have,
+        profile: profile.name.clone(),
     }
 }
 

@@ -741,16 +741,15 @@ mod tests {
         }
     }
 
+    /// The wave-aware fit of `profiles` on a 108-SM, 40 GB GPU.
+    fn fit_waves(profiles: &[ModelProfile]) -> Result<LatencyModel, LatencyError> {
+        LatencyModel::fit(108, 40960.0, profiles, &LwrConfig::WAVES_LOG_LOG_LOO)
+    }
+
     #[test]
     fn the_wave_aware_fit_places_the_steps_the_plain_one_smooths_over() {
         let p = stepped_profile(true);
-        let waves = LatencyModel::fit(
-            108,
-            40960.0,
-            std::slice::from_ref(&p),
-            &LwrConfig::WAVES_LOG_LOG_LOO,
-        )
-        .unwrap();
+        let waves = fit_waves(std::slice::from_ref(&p)).unwrap();
         let plain = LatencyModel::fit(108, 40960.0, &[p], &LwrConfig::LOG_LOG_LOO).unwrap();
         // Off the profile grid in both batch and SMs.
         let mut worst = (0.0f64, 0.0f64);
@@ -774,13 +773,7 @@ mod tests {
 
     #[test]
     fn a_saved_wave_aware_model_predicts_the_same_and_a_tampered_one_is_refused() {
-        let m = LatencyModel::fit(
-            108,
-            40960.0,
-            &[stepped_profile(true)],
-            &LwrConfig::WAVES_LOG_LOG_LOO,
-        )
-        .unwrap();
+        let m = fit_waves(&[stepped_profile(true)]).unwrap();
         let text = serde_json::to_string(&m).unwrap();
         let mut back: LatencyModel = serde_json::from_str(&text).unwrap();
         back.prepare().unwrap();
@@ -820,27 +813,21 @@ mod tests {
 
     #[test]
     fn the_wave_aware_fit_names_a_missing_or_bad_table() {
-        let e = LatencyModel::fit(
-            108,
-            40960.0,
-            &[stepped_profile(false)],
-            &LwrConfig::WAVES_LOG_LOG_LOO,
-        )
-        .unwrap_err();
+        let e = fit_waves(&[stepped_profile(false)]).unwrap_err();
         assert!(e.to_string().contains("none was given"), "{e}");
         assert!(e.to_string().contains("`stepped`"), "{e}");
         let mut p = stepped_profile(true);
         if let Some(w) = p.waves.as_mut() {
             w.ms[5] = 0.0;
         }
-        let e = LatencyModel::fit(108, 40960.0, &[p], &LwrConfig::WAVES_LOG_LOG_LOO).unwrap_err();
+        let e = fit_waves(&[p]).unwrap_err();
         assert!(e.to_string().contains("batch 1 on 6 SMs is 0 ms"), "{e}");
         let mut p = stepped_profile(true);
         if let Some(w) = p.waves.as_mut() {
             w.max_batch = 16;
             w.ms.truncate(16 * 108);
         }
-        let e = LatencyModel::fit(108, 40960.0, &[p], &LwrConfig::WAVES_LOG_LOG_LOO).unwrap_err();
+        let e = fit_waves(&[p]).unwrap_err();
         assert!(e.to_string().contains("it covers batches 1..=16"), "{e}");
     }
 
