@@ -124,6 +124,9 @@ pub struct ClusterOptions {
     /// the latencies themselves); 1: exactly the tables. The gpulet
     /// artifact plans with 1.1 (`Latency Ratio`).
     pub latency_margin: f64,
+    /// How every planner covers Poisson bursts
+    /// ([`sluice_planner::Burst`]; `Mean`, the papers' rule, by default).
+    pub burst: sluice_planner::Burst,
     /// How the maximum is searched.
     pub search_mode: SearchMode,
     /// What a probe must do to pass.
@@ -183,6 +186,7 @@ impl Default for ClusterOptions {
             search_steps: 7,
             headroom: 0.0,
             latency_margin: 1.0,
+            burst: sluice_planner::Burst::Mean,
             search_mode: SearchMode::Bisect,
             pass: PassRule::Served,
             gpulet_sizes: None,
@@ -574,6 +578,9 @@ pub struct ClusterReport {
     pub headroom: f64,
     /// Planned latencies over simulated ones.
     pub latency_margin: f64,
+    /// The planners' Poisson burst quantile (`--burst-quantile`); `None`:
+    /// planned for the mean rate, as the papers do.
+    pub burst_quantile: Option<f64>,
     /// Partition sizes of the gpulet planners (`None`: every multiple of
     /// the step).
     pub gpulet_sizes: Option<Vec<u32>>,
@@ -724,6 +731,7 @@ fn probe(
         } else {
             None
         },
+        burst: opts.burst,
     };
     let mut out = Probe {
         factor,
@@ -1094,6 +1102,7 @@ pub fn run(
         pass: opts.pass,
         headroom: opts.headroom,
         latency_margin: opts.latency_margin,
+        burst_quantile: burst_quantile(opts.burst),
         gpulet_sizes: opts.gpulet_sizes.map(|s| s.to_vec()),
         tables_wall_s,
         tables_adjusted,
@@ -1123,6 +1132,24 @@ pub fn run(
         }),
         scenarios: results,
     })
+}
+
+/// The quantile of a [`sluice_planner::Burst`] rule, `None` for the mean.
+pub fn burst_quantile(b: sluice_planner::Burst) -> Option<f64> {
+    match b {
+        sluice_planner::Burst::Mean => None,
+        sluice_planner::Burst::Poisson(q) => Some(q),
+    }
+}
+
+/// One line naming the planners' burst rule.
+pub fn burst_rule(q: Option<f64>) -> String {
+    match q {
+        None => "batches planned for the mean rate (the papers' rule)".into(),
+        Some(q) => format!(
+            "batches planned to cover Poisson arrivals over the rounds a request can wait with probability {q} (sluice's rule)"
+        ),
+    }
 }
 
 /// The simulator's partitions for `placement`: each slot's batch times
@@ -1209,8 +1236,9 @@ pub fn table(r: &ClusterReport) -> String {
     };
     let _ = writeln!(
         s,
-        "planners see latencies x {}; search: {search}; gpulet/gpulet+int/ideal partition sizes: {sizes}",
-        r.latency_margin
+        "planners see latencies x {}; {}; search: {search}; gpulet/gpulet+int/ideal partition sizes: {sizes}",
+        r.latency_margin,
+        burst_rule(r.burst_quantile)
     );
     if !r.tables_adjusted.is_empty() {
         let v: Vec<String> = r
@@ -1402,6 +1430,17 @@ mem_mb = 100
         headroom: f64,
         pass: PassRule,
     ) -> ScenarioResult {
+        let opts = ClusterOptions {
+            duration_s: 20.0,
+            headroom,
+            pass,
+            ..ClusterOptions::default()
+        };
+        sbp_on_flat_with(rate, slo_ms, &opts)
+    }
+
+    /// SBP serving [`one_model`] with the [`flat_table`] under `opts`.
+    fn sbp_on_flat_with(rate: f64, slo_ms: f64, opts: &ClusterOptions) -> ScenarioResult {
         let sc = one_model(rate, slo_ms);
         let t = flat_table();
         let prep = Prepared {
@@ -1412,13 +1451,7 @@ mem_mb = 100
             interference: None,
             slo_ms: vec![slo_ms],
         };
-        let opts = ClusterOptions {
-            duration_s: 20.0,
-            headroom,
-            pass,
-            ..ClusterOptions::default()
-        };
-        run_pair(&prep, PlannerKind::Sbp, &opts).unwrap()
+        run_pair(&prep, PlannerKind::Sbp, opts).unwrap()
     }
 
     /// L(b, p) = 1 + b ms on every partition.
@@ -1456,6 +1489,32 @@ mem_mb = 100
         assert!(r.violation_rate <= MAX_VIOLATION_RATE);
         assert_eq!((r.gpus, r.partition_sum), (1, 100));
         assert_eq!(r.probes, 1 + 3 + 7);
+    }
+
+    #[test]
+    fn under_the_poisson_rule_the_planner_not_queueing_sets_the_limit() {
+        // The model of `without_headroom_queueing_sets_the_knee`, planned
+        // at exactly its rate, once for the mean (late requests set the
+        // maximum) and once to cover Poisson bursts with probability 0.99:
+        // SBP's saturated batch 32 (L = 33 ms, k = ⌊67 / 33⌋ = 2 rounds)
+        // serves the r with P(N ≤ 64 | 2 · 0.033 · r) ≥ 0.99, about 700
+        // rps, so the planner refuses a second GPU before anything is late.
+        let mean = sbp_on_flat(100.0, 100.0, 0.0);
+        assert!(mean.limit.contains("% violations"), "{}", mean.limit);
+        let opts = ClusterOptions {
+            duration_s: 20.0,
+            burst: sluice_planner::Burst::Poisson(0.99),
+            ..ClusterOptions::default()
+        };
+        let poisson = sbp_on_flat_with(100.0, 100.0, &opts);
+        assert!(
+            poisson.limit.contains("needs 2 GPUs, have 1"),
+            "{}",
+            poisson.limit
+        );
+        assert!(poisson.violation_rate <= MAX_VIOLATION_RATE, "{poisson:?}");
+        let covered = sluice_planner::Burst::Poisson(0.99).served_rps(32, 33.0, 33.0, 100.0);
+        assert!(poisson.factor * 100.0 <= covered && poisson.factor * 100.0 > 0.9 * covered);
     }
 
     #[test]

@@ -68,6 +68,8 @@ pub struct TraceOptions {
     pub rate_window_s: Option<f64>,
     /// Planned latencies over served ones.
     pub latency_margin: f64,
+    /// How the planner covers Poisson bursts.
+    pub burst: sluice_planner::Burst,
     /// See [`Batching`].
     pub batching: Batching,
     /// Interference (and the data for `gpulet+int`).
@@ -94,6 +96,7 @@ impl Default for TraceOptions {
             headroom: 0.1,
             rate_window_s: None,
             latency_margin: 1.1,
+            burst: sluice_planner::Burst::Mean,
             batching: Batching::Deadline,
             interference: Interference::Gpulet2080Ti,
             gpulet_data: None,
@@ -252,6 +255,7 @@ pub fn run(
         } else {
             None
         },
+        burst: opts.burst,
     };
     let n = sc.models.len() as f64;
     let per_model = |t: f64| {
@@ -429,7 +433,7 @@ pub fn run(
         scenario: sc.name.clone(),
         planner: opts.planner.as_str().into(),
         rules: format!(
-            "trace: two waves over {} s (gpulet Fig. 15 shape), total {} -> {} -> {} -> {} -> {} rps, equal per model; every period the planner re-plans with GPU scaling (gpulet Algorithm 2, up to {} GPUs) for the rate counted {} x {:.2}, latencies x {}, partition sizes {}; an unschedulable period keeps the previous placement; each period is one simulation of bench cluster's serving (Poisson arrivals, work-conserving rounds, batching {:?}), queued requests drain on the placement they arrived under",
+            "trace: two waves over {} s (gpulet Fig. 15 shape), total {} -> {} -> {} -> {} -> {} rps, equal per model; every period the planner re-plans with GPU scaling (gpulet Algorithm 2, up to {} GPUs) for the rate counted {} x {:.2}, latencies x {}, {}, partition sizes {}; an unschedulable period keeps the previous placement; each period is one simulation of bench cluster's serving (Poisson arrivals, work-conserving rounds, batching {:?}), queued requests drain on the placement they arrived under",
             opts.duration_s,
             opts.base_rps,
             opts.peak1_rps,
@@ -444,6 +448,7 @@ pub fn run(
             },
             1.0 + opts.headroom,
             opts.latency_margin,
+            crate::bench_cluster::burst_rule(crate::bench_cluster::burst_quantile(opts.burst)),
             match gpus.sizes_pct {
                 Some(s) => format!("{:?} %", s.to_vec()),
                 None => "every multiple of the step".into(),

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::batching::{capacity_rps, le};
+use crate::batching::{Burst, capacity_rps, le};
 use crate::interference::{Interference, combined};
 use crate::placement::{GpuPlan, Placement};
 use crate::spec::{GpuSpec, ModelSpec};
@@ -160,6 +160,31 @@ pub enum Violation {
         /// The share to serve.
         share_rps: f64,
     },
+    /// Under a [`Burst::Poisson`] rule, rounds whose batches do not cover
+    /// the share's Poisson arrivals with the rule's probability.
+    #[error(
+        "gpu {gpu} partition {partition}: {model:?} at batch {batch} every {duty_ms} ms ({latency_ms} ms each) covers its share {share_rps} rps with Poisson arrivals with probability below {quantile} (it covers at most {covered_rps} rps so)"
+    )]
+    Burst {
+        /// GPU index.
+        gpu: usize,
+        /// Partition index.
+        partition: usize,
+        /// The model.
+        model: String,
+        /// Batch size.
+        batch: u32,
+        /// Duty cycle.
+        duty_ms: f64,
+        /// `L(batch, size)`, with interference if checked with it.
+        latency_ms: f64,
+        /// The share to serve.
+        share_rps: f64,
+        /// The rate the round covers under the rule.
+        covered_rps: f64,
+        /// The rule's probability.
+        quantile: f64,
+    },
     /// Batches that do not fit one round.
     #[error(
         "gpu {gpu} partition {partition}: its batches run {busy_ms} ms per round, longer than the {duty_ms} ms duty cycle"
@@ -213,7 +238,8 @@ pub enum Violation {
 }
 
 /// Verifies that `placement` serves `models` on `gpus`: every model's rate
-/// fully served; each assignment's batch per duty cycle covers its share;
+/// fully served; each assignment's batch per duty cycle covers its share (and, under a
+/// [`Burst::Poisson`] rule, its Poisson arrivals with the rule's probability);
 /// each partition's batches fit its duty cycle; each model's worst-case
 /// latency (duty cycle + its own execution) within its SLO; partition sizes
 /// on the step grid and summing to at most 100 per GPU; one copy of a model
@@ -341,6 +367,22 @@ fn check_inner(
                         duty_ms: d,
                         capacity_rps: cap,
                         share_rps: a.share_rps,
+                    });
+                }
+                if let Burst::Poisson(q) = gpus.burst
+                    && le(d + l, m.slo_ms)
+                    && !gpus.burst.covers(a.batch, a.share_rps, d, l, m.slo_ms)
+                {
+                    return Err(Violation::Burst {
+                        gpu: g,
+                        partition: p,
+                        model: a.model.clone(),
+                        batch: a.batch,
+                        duty_ms: d,
+                        latency_ms: l,
+                        share_rps: a.share_rps,
+                        covered_rps: gpus.burst.served_rps(a.batch, d, l, m.slo_ms),
+                        quantile: q,
                     });
                 }
                 if !le(d + l, m.slo_ms) {
@@ -483,6 +525,27 @@ mod tests {
         assert!(matches!(e, Violation::SloMissed { .. }), "{e}");
         let e = check(&one(100, 10.0, &[("a", 3, 300.0)]), &ms, &g).unwrap_err();
         assert!(matches!(e, Violation::Unprofiled { batch: 3, .. }), "{e}");
+        // Under a Poisson rule the first plan (a mean of 4 per round,
+        // k = ⌊(30 − 4) / 10⌋ = 2 rounds: P(N ≤ 8 | 8) = 0.59) does not
+        // cover its bursts; 4 every 10 ms at 200 rps does (P(N ≤ 8 | 4) =
+        // 0.979 ≥ 0.95).
+        let poisson = g.with_burst(Burst::Poisson(0.95));
+        let e = check(&one(100, 10.0, &[("a", 4, 400.0)]), &ms, &poisson).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                Violation::Burst {
+                    batch: 4,
+                    quantile: 0.95,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let half = model("a", 30.0, 200.0, 6_000, &[1, 2, 4], &[50, 100], |b, p| {
+            f64::from(b) * 100.0 / f64::from(p)
+        });
+        check(&one(100, 10.0, &[("a", 4, 200.0)]), &[half], &poisson).unwrap();
         let e = check(&one(30, 10.0, &[]), &ms, &g).unwrap_err();
         assert!(matches!(e, Violation::Underserved { .. }), "{e}");
         let e = check(&one(35, 10.0, &[]), &ms, &g).unwrap_err();

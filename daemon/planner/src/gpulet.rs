@@ -47,7 +47,8 @@
 //! is exact: the most GPUs in use at any point of the run.
 
 use crate::batching::{
-    Batching, EPS, adaptive, adaptive_with, capacity_rps, covering, le, saturated, saturated_with,
+    Batching, Burst, EPS, adaptive, adaptive_with, capacity_rps, covering, le, saturated,
+    saturated_rps, saturated_with,
 };
 use crate::interference::{Interference, combined};
 use crate::placement::{Assignment, GpuPlan, PartitionPlan, Placement};
@@ -111,11 +112,11 @@ impl<I: Interference> Planner for GpuletInt<I> {
 /// `p_eff`: the smallest usable size whose saturated throughput is within
 /// [`KNEE_TOLERANCE`] of the best over the usable sizes, or `None` when no
 /// size meets the SLO even at its smallest batch.
-pub(crate) fn knee(m: &ModelSpec, sizes: &[u32]) -> Option<u32> {
+pub(crate) fn knee(m: &ModelSpec, sizes: &[u32], burst: Burst) -> Option<u32> {
     let t: Vec<(u32, f64)> = sizes
         .iter()
         .filter_map(|&p| {
-            saturated(&m.profile, p, m.slo_ms).map(|s| (p, capacity_rps(s.batch, s.duty_ms)))
+            saturated(&m.profile, p, m.slo_ms).map(|s| (p, saturated_rps(s, m.slo_ms, burst)))
         })
         .collect();
     let best = t.iter().map(|x| x.1).fold(f64::NEG_INFINITY, f64::max);
@@ -172,10 +173,10 @@ fn elastic_in(
         // could serve, is refused before the loop builds them: no GPU serves
         // more than 100 × the model's best throughput per percent.
         let sizes = usable_sizes(m, gpus)?;
-        let p_eff = knee(m, &sizes)
+        let p_eff = knee(m, &sizes, gpus.burst)
             .ok_or_else(|| PlanError::slo_unreachable(m, *sizes.last().expect("non-empty")))?;
         let sat = saturated(&m.profile, p_eff, m.slo_ms).expect("p_eff has a saturated batch");
-        if m.rate_rps / capacity_rps(sat.batch, sat.duty_ms) > MAX_CHUNKS {
+        if m.rate_rps / saturated_rps(sat, m.slo_ms, gpus.burst) > MAX_CHUNKS {
             let per_pct = best_per_pct(m, &sizes);
             let at_least = (m.rate_rps / (100.0 * per_pct)).ceil();
             if at_least > f64::from(gpus.count) {
@@ -379,8 +380,8 @@ impl<'a> Engine<'a> {
             let Some(l) = self.lat(m.model, m.batch, p.size, g, k) else {
                 return false;
             };
-            if !le(m.share_rps, capacity_rps(m.batch, d)) || !le(d + l, self.models[m.model].slo_ms)
-            {
+            let slo = self.models[m.model].slo_ms;
+            if !self.spec.burst.covers(m.batch, m.share_rps, d, l, slo) || !le(d + l, slo) {
                 return false;
             }
             sum += l;
@@ -412,7 +413,9 @@ impl<'a> Engine<'a> {
                 let (x, size) = (p.members[0], p.size);
                 let m = &self.models[x.model];
                 let lat = |b: u32| self.lat(x.model, b, size, g, k);
-                let Some(b) = adaptive_with(m.profile.batches(), lat, x.share_rps, m.slo_ms) else {
+                let burst = self.spec.burst;
+                let Some(b) = adaptive_with(m.profile.batches(), lat, x.share_rps, m.slo_ms, burst)
+                else {
                     continue;
                 };
                 let p = &mut self.gpus[g].parts[k];
@@ -433,14 +436,15 @@ impl<'a> Engine<'a> {
         let models = self.models;
         let m = &models[i];
         let sizes = usable_sizes(m, self.spec)?;
-        let p_eff = knee(m, &sizes)
+        let burst = self.spec.burst;
+        let p_eff = knee(m, &sizes, burst)
             .ok_or_else(|| PlanError::slo_unreachable(m, *sizes.last().expect("non-empty")))?;
         let mut rate = m.rate_rps;
         while rate > EPS * m.rate_rps {
             let p_req = sizes
                 .iter()
                 .copied()
-                .find(|&p| adaptive(&m.profile, p, rate, m.slo_ms).is_some());
+                .find(|&p| adaptive(&m.profile, p, rate, m.slo_ms, burst).is_some());
             let p_ideal = p_req.map_or(p_eff, |p| p.min(p_eff));
             if self.elastic && !(0..self.gpus.len()).any(|g| self.is_fresh(g)) {
                 self.gpus.push(Gpu {
@@ -502,12 +506,15 @@ impl<'a> Engine<'a> {
             };
             let batches = m.profile.batches();
             let lat = |b: u32| self.lat(i, b, s, g, k);
-            let chosen: Option<(Batching, f64)> = adaptive_with(batches, lat, rate, m.slo_ms)
-                .map(|b| (b, rate))
-                .or_else(|| {
-                    saturated_with(batches, lat, m.slo_ms)
-                        .map(|b| (b, capacity_rps(b.batch, b.duty_ms).min(rate)))
-                });
+            let burst = self.spec.burst;
+            let chosen: Option<(Batching, f64)> =
+                adaptive_with(batches, lat, rate, m.slo_ms, burst)
+                    .map(|b| (b, rate))
+                    .or_else(|| {
+                        saturated_with(batches, lat, m.slo_ms)
+                            .map(|b| (b, saturated_rps(b, m.slo_ms, burst).min(rate)))
+                            .filter(|&(_, share)| share > 0.0)
+                    });
             let Some((b, share)) = chosen else {
                 self.gpus[g] = saved;
                 continue;
@@ -591,8 +598,11 @@ impl<'a> Engine<'a> {
         let d = pa.duty_ms.min(pb.duty_ms);
         let mut members = Vec::with_capacity(pa.members.len() + pb.members.len());
         for x in pa.members.iter().chain(&pb.members) {
-            let profile = &self.models[x.model].profile;
-            let batch = covering(profile.batches(), x.share_rps, d)?;
+            let model = &self.models[x.model];
+            let profile = &model.profile;
+            let lat = |b: u32| profile.latency_ms(b, size);
+            let burst = self.spec.burst;
+            let batch = covering(profile.batches(), x.share_rps, d, burst, lat, model.slo_ms)?;
             // A profile lists every batch at the sizes it lists: the host's
             // size must be one of them.
             profile.latency_ms(batch, size)?;
@@ -713,10 +723,10 @@ mod tests {
         let m = knee_model(1.0);
         let sizes = usable_sizes(&m, &gpulet_gpus(1)).unwrap();
         assert_eq!(sizes, [20, 40, 50, 60, 80, 100]);
-        assert_eq!(knee(&m, &sizes), Some(40));
+        assert_eq!(knee(&m, &sizes, Burst::Mean), Some(40));
         // Linear scaling, L = 100·b/p, SLO 8: T(100) = 4 / 4 ms = 1000,
         // T(80) = 2 / 2.5 ms = 800 < 950 → the knee is 100 %.
-        assert_eq!(knee(&tight("t"), &sizes), Some(100));
+        assert_eq!(knee(&tight("t"), &sizes, Burst::Mean), Some(100));
     }
 
     #[test]

@@ -21,7 +21,7 @@
 //! partition (MPS takes any percentage), and nothing is merged in time
 //! afterwards (line 22 is gpulet's own step, not this baseline's).
 
-use crate::batching::{Batching, EPS, adaptive, capacity_rps, saturated};
+use crate::batching::{Batching, EPS, adaptive, saturated, saturated_rps};
 use crate::placement::{Assignment, GpuPlan, PartitionPlan, Placement};
 use crate::spec::{GpuSpec, ModelSpec, order, usable_sizes, validate};
 use crate::{PlanError, Planner};
@@ -94,7 +94,7 @@ impl Planner for GreedyBestFit {
             let p_max = *sizes.last().expect("usable_sizes is never empty");
             let sat = saturated(&m.profile, p_max, m.slo_ms)
                 .ok_or_else(|| PlanError::slo_unreachable(m, p_max))?;
-            let t = capacity_rps(sat.batch, sat.duty_ms);
+            let t = saturated_rps(sat, m.slo_ms, gpus.burst);
             // A rate worth more than a million whole partitions, more than
             // the GPUs could hold (at most ⌊100 / p_max⌋ fit one), is refused
             // before the loop builds them.
@@ -109,9 +109,9 @@ impl Planner for GreedyBestFit {
             }
             let mut rate = m.rate_rps;
             while rate > EPS * m.rate_rps {
-                let fit = sizes
-                    .iter()
-                    .find_map(|&p| adaptive(&m.profile, p, rate, m.slo_ms).map(|b| (p, b)));
+                let fit = sizes.iter().find_map(|&p| {
+                    adaptive(&m.profile, p, rate, m.slo_ms, gpus.burst).map(|b| (p, b))
+                });
                 if let Some((p, b)) = fit {
                     place(&mut open, gpus, m, p, b, rate);
                     break;

@@ -43,6 +43,7 @@ pub mod churn;
 #[cfg(test)]
 mod proptests;
 
+pub use batching::Burst;
 pub use check::{Stats, Violation, check, check_with_interference, interference_factors};
 pub use gpulet::{Gpulet, GpuletInt, KNEE_TOLERANCE};
 pub use greedy::GreedyBestFit;
@@ -71,6 +72,14 @@ pub trait Planner {
 /// Why a planner found no placement.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum PlanError {
+    /// A burst quantile that is not a probability.
+    #[error(
+        "burst rule {burst:?}: the Poisson quantile must lie strictly between 0 and 1, e.g. 0.99 for a 1 % violation target"
+    )]
+    BadBurst {
+        /// The rule given.
+        burst: Burst,
+    },
     /// The partition step does not divide 100.
     #[error(
         "partition_step_pct {step} does not divide 100; use a divisor of 100 such as 10, 20, 25 or 50"

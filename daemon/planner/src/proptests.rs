@@ -6,7 +6,7 @@
 use proptest::prelude::*;
 
 use crate::{
-    GpuSpec, Gpulet, GpuletInt, GreedyBestFit, Ideal, LatencyTable, LinearCoefficients,
+    Burst, GpuSpec, Gpulet, GpuletInt, GreedyBestFit, Ideal, LatencyTable, LinearCoefficients,
     LinearInterference, ModelSpec, PartitionSizes, PlanError, Planner, Sbp, UtilTable, check,
     check_with_interference,
 };
@@ -34,6 +34,11 @@ fn model_strategy_up_to(
         prop_oneof![Just(0.0), 0.0f64..max_rps],
         100u64..8000,
     )
+}
+
+/// The papers' mean-rate rule or a Poisson quantile in `[0.5, 0.999]`.
+fn burst_strategy() -> impl Strategy<Value = Burst> {
+    prop_oneof![Just(Burst::Mean), (0.5f64..0.999).prop_map(Burst::Poisson)]
 }
 
 fn build(
@@ -130,9 +135,10 @@ proptest! {
         specs in prop::collection::vec(model_strategy(), 1..7),
         count in 0u32..8,
         step in prop::sample::select(vec![10u32, 20, 25, 50]),
+        burst in burst_strategy(),
     ) {
         let models: Vec<ModelSpec> = specs.into_iter().enumerate().map(|(i, s)| build(i, s)).collect();
-        let gpus = GpuSpec::new(count, 16_000, step);
+        let gpus = GpuSpec::new(count, 16_000, step).with_burst(burst);
         verify(&Sbp, &models, &gpus)?;
         verify(&GreedyBestFit, &models, &gpus)?;
     }
@@ -188,9 +194,10 @@ proptest! {
         count in 0u32..8,
         listed in any::<bool>(),
         intf in interference_strategy(),
+        burst in burst_strategy(),
     ) {
         let models: Vec<ModelSpec> = specs.into_iter().enumerate().map(|(i, s)| build(i, s)).collect();
-        let mut gpus = GpuSpec::new(count, 16_000, 10);
+        let mut gpus = GpuSpec::new(count, 16_000, 10).with_burst(burst);
         if listed {
             gpus = gpus.with_sizes(PartitionSizes::gpulet());
         }
@@ -222,9 +229,12 @@ proptest! {
     fn ideal_plans_pass_check(
         specs in prop::collection::vec(model_strategy_up_to(500.0), 1..5),
         count in 1u32..3,
+        burst in burst_strategy(),
     ) {
         let models: Vec<ModelSpec> = specs.into_iter().enumerate().map(|(i, s)| build(i, s)).collect();
-        let gpus = GpuSpec::new(count, 16_000, 10).with_sizes(PartitionSizes::gpulet());
+        let gpus = GpuSpec::new(count, 16_000, 10)
+            .with_sizes(PartitionSizes::gpulet())
+            .with_burst(burst);
         let first = Ideal::new().plan(&models, &gpus);
         prop_assert_eq!(&first, &Ideal::new().plan(&models, &gpus), "ideal is not deterministic");
         match first {

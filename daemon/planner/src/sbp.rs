@@ -19,7 +19,7 @@
 //!    latencies over `d`) merges first; ties go to the pair earliest in
 //!    input order. Repeat until no pair is eligible.
 
-use crate::batching::{EPS, adaptive, capacity_rps, covering, le, saturated};
+use crate::batching::{EPS, adaptive, covering, le, saturated, saturated_rps};
 use crate::placement::{Assignment, GpuPlan, PartitionPlan, Placement};
 use crate::spec::{GpuSpec, ModelSpec, validate};
 use crate::{PlanError, Planner};
@@ -63,15 +63,22 @@ impl Node {
 
 /// `a` and `b` on one GPU, or `None` if that breaks a round, an SLO or the
 /// GPU's memory.
-fn merge(a: &Node, b: &Node, models: &[ModelSpec], gpu_mem_mb: u64) -> Option<Node> {
+fn merge(a: &Node, b: &Node, models: &[ModelSpec], gpus: &GpuSpec) -> Option<Node> {
     let d = a.duty_ms.min(b.duty_ms);
     let mut busy = 0.0;
     let mut mem = 0u64;
     let mut members = Vec::with_capacity(a.members.len() + b.members.len());
     for m in a.members.iter().chain(&b.members) {
         let spec = &models[m.model];
-        let batch = covering(spec.profile.batches(), m.share_rps, d)
-            .expect("the old batch covers the share in a shorter cycle");
+        let lat = |b: u32| Some(l100(spec, b));
+        let batch = covering(
+            spec.profile.batches(),
+            m.share_rps,
+            d,
+            gpus.burst,
+            lat,
+            spec.slo_ms,
+        )?;
         let l = l100(spec, batch);
         if !le(d + l, spec.slo_ms) {
             return None;
@@ -80,7 +87,7 @@ fn merge(a: &Node, b: &Node, models: &[ModelSpec], gpu_mem_mb: u64) -> Option<No
         mem += spec.mem_mb;
         members.push(Member { batch, ..*m });
     }
-    if !le(busy, d) || mem > gpu_mem_mb {
+    if !le(busy, d) || mem > gpus.mem_mb {
         return None;
     }
     members.sort_by_key(|m| m.model);
@@ -90,12 +97,12 @@ fn merge(a: &Node, b: &Node, models: &[ModelSpec], gpu_mem_mb: u64) -> Option<No
     })
 }
 
-fn pack(nodes: &mut Vec<Node>, models: &[ModelSpec], gpu_mem_mb: u64) {
+fn pack(nodes: &mut Vec<Node>, models: &[ModelSpec], gpus: &GpuSpec) {
     loop {
         let mut best: Option<(f64, usize, usize, Node)> = None;
         for i in 0..nodes.len() {
             for j in i + 1..nodes.len() {
-                if let Some(n) = merge(&nodes[i], &nodes[j], models, gpu_mem_mb) {
+                if let Some(n) = merge(&nodes[i], &nodes[j], models, gpus) {
                     let busy = n.busy(models);
                     if best.as_ref().is_none_or(|b| busy > b.0) {
                         best = Some((busy, i, j, n));
@@ -151,14 +158,14 @@ impl Planner for Sbp {
             }
             let sat = saturated(&m.profile, WHOLE, m.slo_ms)
                 .ok_or_else(|| PlanError::slo_unreachable(m, WHOLE))?;
-            let t = capacity_rps(sat.batch, sat.duty_ms);
+            let t = saturated_rps(sat, m.slo_ms, gpus.burst);
             let n = (m.rate_rps / t).floor();
             let residual = m.rate_rps - n * t;
             if n > 0.0 {
                 whole.push((i, n as u64, sat, t));
             }
             if residual > EPS * m.rate_rps {
-                let a = adaptive(&m.profile, WHOLE, residual, m.slo_ms)
+                let a = adaptive(&m.profile, WHOLE, residual, m.slo_ms, gpus.burst)
                     .expect("the saturated batch serves any residual below its throughput");
                 nodes.push(Node {
                     duty_ms: a.duty_ms,
@@ -170,7 +177,7 @@ impl Planner for Sbp {
                 });
             }
         }
-        pack(&mut nodes, models, gpus.mem_mb);
+        pack(&mut nodes, models, gpus);
         let needed = whole
             .iter()
             .fold(nodes.len() as u64, |acc, w| acc.saturating_add(w.1));

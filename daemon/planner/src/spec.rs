@@ -2,6 +2,7 @@
 //! the checks every planner runs on them, and Algorithm 1's model order.
 
 use crate::PlanError;
+use crate::batching::Burst;
 use crate::table::LatencyTable;
 
 /// One model to serve.
@@ -23,7 +24,7 @@ pub struct ModelSpec {
 }
 
 /// The GPUs available; all identical.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GpuSpec {
     /// How many.
     pub count: u32,
@@ -37,6 +38,9 @@ pub struct GpuSpec {
     /// [`PartitionSizes::gpulet`]). `None` allows every multiple of the
     /// step, the behaviour before this field existed.
     pub sizes_pct: Option<PartitionSizes>,
+    /// How every planner covers the randomness of arrivals
+    /// ([`Burst::Mean`], the papers' rule, by default).
+    pub burst: Burst,
 }
 
 impl GpuSpec {
@@ -48,7 +52,13 @@ impl GpuSpec {
             mem_mb,
             partition_step_pct,
             sizes_pct: None,
+            burst: Burst::Mean,
         }
+    }
+
+    /// The same GPUs, planned under `burst`.
+    pub fn with_burst(self, burst: Burst) -> Self {
+        GpuSpec { burst, ..self }
     }
 
     /// The same GPUs, with partition sizes limited to `sizes`.
@@ -140,6 +150,9 @@ pub fn validate(models: &[ModelSpec], gpus: &GpuSpec) -> Result<(), PlanError> {
             sizes: sizes.to_vec(),
             step,
         });
+    }
+    if !gpus.burst.is_valid() {
+        return Err(PlanError::BadBurst { burst: gpus.burst });
     }
     for (i, m) in models.iter().enumerate() {
         if m.name.is_empty() {

@@ -654,6 +654,7 @@ impl ClusterBackend {
             mem_mb: self.setup.gpu_mem_mb,
             partition_step_pct: self.setup.partition_step_pct,
             sizes_pct: self.setup.sizes_pct,
+            burst: sluice_planner::Burst::Mean,
         };
         // Algorithm 2: from the count the last plan used, up to all.
         let scaling = self
