@@ -448,7 +448,7 @@ pub fn run(
             },
             1.0 + opts.headroom,
             opts.latency_margin,
-            crate::bench_cluster::burst_rule(crate::bench_cluster::burst_quantile(opts.burst)),
+            crate::bench_cluster::burst_rule(crate::bench_cluster::burst_overflow(opts.burst)),
             match gpus.sizes_pct {
                 Some(s) => format!("{:?} %", s.to_vec()),
                 None => "every multiple of the step".into(),

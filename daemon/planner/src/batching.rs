@@ -32,29 +32,34 @@ pub(crate) fn capacity_rps(batch: u32, duty_ms: f64) -> f64 {
 /// requests pushes the rest into later rounds; with batches of a few
 /// requests and no slack in the SLO those requests are late
 /// (docs/gpulet.md, Fig. 13's reason 1). [`Burst::Poisson`] is sluice's
-/// rule: the arrivals of every window of `k` rounds, where `k` is how many
-/// rounds a request can wait and still make its SLO
-/// (`k = ⌊(SLO − L) / d⌋`, at least 1), must fit the `k·b` requests those
-/// rounds serve with probability at least `q`, for Poisson arrivals at `r`:
-/// `P(Poisson(k·r·d) ≤ k·b) ≥ q`. With `q = 0.99`, the 1 % of the SLO
-/// target. A sufficient-looking but approximate rule: it ignores backlog
-/// carried in from before the window; the served simulation is its test.
+/// rule: over a window of the `k` rounds a request can wait and still make
+/// its SLO (`k = ⌊(SLO − L) / d⌋`, at least 1), the rounds take `n = k·b`
+/// requests and `N ~ Poisson(k·r·d)` arrive; the expected share of the
+/// window's arrivals that do not fit, `E[(N − n)⁺] / E[N]`, must be at most
+/// `ε`. With `ε = 0.01`, the 1 % violation target of gpulet's and InSS's
+/// evaluations: a per-request bound, like the target. An approximate rule:
+/// it ignores backlog carried in from before the window, and an overflowing
+/// request is not always late (deadline batching may still take it); the
+/// served simulation is its test. (A first version bounded the window's
+/// overflow *probability*, `P(N > n) ≤ ε`; it is stricter than a
+/// per-request target and planned 15–20 % less load at the same ~0 %
+/// violations: docs/planners.md, "Burst rule".)
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum Burst {
     /// Planned for the mean rate (the papers' rule).
     #[default]
     Mean,
-    /// Planned so that Poisson arrivals fit the rounds a request can wait
-    /// with this probability, in `(0, 1)`.
+    /// Planned so that at most this expected share, in `(0, 1)`, of the
+    /// Poisson arrivals of the rounds a request can wait overflow them.
     Poisson(f64),
 }
 
 impl Burst {
-    /// Whether the quantile, if any, is a probability in `(0, 1)`.
+    /// Whether the share, if any, lies in `(0, 1)`.
     pub fn is_valid(self) -> bool {
         match self {
             Burst::Mean => true,
-            Burst::Poisson(q) => q > 0.0 && q < 1.0,
+            Burst::Poisson(eps) => eps > 0.0 && eps < 1.0,
         }
     }
 
@@ -66,7 +71,7 @@ impl Burst {
     pub fn covers(self, batch: u32, rate_rps: f64, duty_ms: f64, l_ms: f64, slo_ms: f64) -> bool {
         match self {
             Burst::Mean => le(rate_rps, capacity_rps(batch, duty_ms)),
-            Burst::Poisson(q) => {
+            Burst::Poisson(eps) => {
                 // Never weaker than the mean (a low `q` alone would be).
                 if !(duty_ms > 0.0
                     && le(duty_ms + l_ms, slo_ms)
@@ -79,7 +84,7 @@ impl Burst {
                 }
                 let k = ((slo_ms - l_ms) / duty_ms * (1.0 + EPS)).floor().max(1.0);
                 let served = k * f64::from(batch);
-                poisson_cdf(served, k * rate_rps * duty_ms / 1000.0) >= q
+                poisson_overflow_share(served, k * rate_rps * duty_ms / 1000.0) <= eps
             }
         }
     }
@@ -109,6 +114,22 @@ impl Burst {
             }
         }
     }
+}
+
+/// `E[(N − n)⁺] / E[N]` for `N ~ Poisson(mean)`: the expected share of
+/// the arrivals beyond the first `n`. From `j·P(N = j) = mean·P(N = j − 1)`:
+/// `E[(N − n)⁺] = mean·P(N ≥ n) − n·P(N > n)`.
+pub(crate) fn poisson_overflow_share(n: f64, mean: f64) -> f64 {
+    if mean <= 0.0 {
+        return 0.0;
+    }
+    let below_n = if n >= 1.0 {
+        poisson_cdf(n - 1.0, mean)
+    } else {
+        0.0
+    };
+    let over = mean * (1.0 - below_n) - n * (1.0 - poisson_cdf(n, mean));
+    over.max(0.0) / mean
 }
 
 /// Bisection steps of the [`Burst::Poisson`] searches (rate and duty
@@ -385,21 +406,48 @@ mod tests {
     }
 
     #[test]
+    fn the_overflow_share_matches_a_direct_sum() {
+        for (n, mean) in [
+            (0.0, 0.5),
+            (4.0, 1.0),
+            (4.0, 2.0),
+            (12.0, 6.0),
+            (64.0, 46.0),
+        ] {
+            let (n, mean): (f64, f64) = (n, mean);
+            let mut term = (-mean).exp();
+            let mut over = 0.0;
+            for j in 0..400 {
+                if j > 0 {
+                    term *= mean / f64::from(j);
+                }
+                over += (f64::from(j) - n).max(0.0) * term;
+            }
+            let share = poisson_overflow_share(n, mean);
+            assert!((share - over / mean).abs() < 1e-12, "{n} {mean}: {share}");
+        }
+        // Nothing arrives, nothing overflows; with n = 0 everything does.
+        assert_eq!(poisson_overflow_share(3.0, 0.0), 0.0);
+        assert!((poisson_overflow_share(0.0, 2.0) - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
     fn the_poisson_rule_covers_the_rounds_a_request_can_wait() {
-        let q = Burst::Poisson(0.99);
+        let q = Burst::Poisson(0.01);
         // Batch 4 every 10 ms at 100 rps: a mean of 1 per round, b / d = 400
-        // rps. L = 5, SLO 20: k = ⌊15 / 10⌋ = 1 round, P(N ≤ 4 | 1) = 0.996.
+        // rps. L = 5, SLO 20: k = ⌊15 / 10⌋ = 1 round; E[(N − 4)⁺] / E[N]
+        // = 0.0043 for N ~ Poisson(1).
         assert!(q.covers(4, 100.0, 10.0, 5.0, 20.0));
-        // At 200 rps the mean is 2: P(N ≤ 4 | 2) = 0.947 < 0.99 …
+        // At 200 rps the mean is 2: a share of 0.0376 > 0.01 overflows …
         assert!(!q.covers(4, 200.0, 10.0, 5.0, 20.0));
         // … unless the SLO lets a request wait 3 rounds: SLO 35, k = 3,
-        // P(N ≤ 12 | 6) = 0.9912.
+        // n = 12, Poisson(6): 0.0024.
         assert!(q.covers(4, 200.0, 10.0, 5.0, 35.0));
         // The mean rule only asks rate ≤ b / d = 400 rps.
         assert!(Burst::Mean.covers(4, 400.0, 10.0, 5.0, 20.0));
-        // Never weaker than the mean, even with a low quantile; and a round
+        // Never weaker than the mean, even with a large share; and a round
         // past the SLO covers nothing.
-        assert!(!Burst::Poisson(0.01).covers(4, 401.0, 10.0, 5.0, 20.0));
+        assert!(!Burst::Poisson(0.9).covers(4, 401.0, 10.0, 5.0, 20.0));
         assert!(!q.covers(4, 1.0, 10.0, 11.0, 20.0));
         // The served rate is the largest covered one.
         let r = q.served_rps(4, 10.0, 5.0, 20.0);
@@ -414,7 +462,7 @@ mod tests {
         // 100 rps, SLO 20 (L(b) = b + 1): every batch gets the longest
         // covering cycle and the least busy batch wins; it covers, meets
         // the SLO and keeps up.
-        let q = Burst::Poisson(0.99);
+        let q = Burst::Poisson(0.01);
         let t = table();
         let a = adaptive(&t, 100, 100.0, 20.0, q).unwrap();
         let l = t.latency_ms(a.batch, 100).unwrap();
@@ -436,8 +484,8 @@ mod tests {
         }
         // At 200 rps the mean rule's plan (2 every 10 ms: Nexus's b = 2,
         // 10 + 3 ≤ 20) holds a mean of 2 per round with no round to spare
-        // (k = ⌊17 / 10⌋ = 1): P(N ≤ 2 | 2) = 0.68. The Poisson rule plans
-        // otherwise, and covers.
+        // (k = ⌊17 / 10⌋ = 1): a share of 0.27 overflows. The Poisson rule
+        // plans otherwise, and covers.
         let mean = adaptive(&t, 100, 200.0, 20.0, Burst::Mean).unwrap();
         assert_eq!((mean.batch, mean.duty_ms), (2, 10.0));
         assert!(!q.covers(2, 200.0, 10.0, 3.0, 20.0));
@@ -446,7 +494,8 @@ mod tests {
         let lp = t.latency_ms(p.batch, 100).unwrap();
         assert!(q.covers(p.batch, 200.0, p.duty_ms, lp, 20.0));
         // At 500 rps the mean rule still plans (4 every 8 ms) but nothing
-        // covers the bursts: capacity the Poisson rule gives up.
+        // covers the bursts (the best: 4 every 5 ms, k = 3, Poisson(7.5)
+        // over 12 requests, 0.011): capacity the Poisson rule gives up.
         assert!(adaptive(&t, 100, 500.0, 20.0, Burst::Mean).is_some());
         assert_eq!(adaptive(&t, 100, 500.0, 20.0, q), None);
     }

@@ -160,10 +160,10 @@ pub enum Violation {
         /// The share to serve.
         share_rps: f64,
     },
-    /// Under a [`Burst::Poisson`] rule, rounds whose batches do not cover
-    /// the share's Poisson arrivals with the rule's probability.
+    /// Under a [`Burst::Poisson`] rule, rounds whose batches leave more
+    /// than the rule's share of the share's Poisson arrivals over.
     #[error(
-        "gpu {gpu} partition {partition}: {model:?} at batch {batch} every {duty_ms} ms ({latency_ms} ms each) covers its share {share_rps} rps with Poisson arrivals with probability below {quantile} (it covers at most {covered_rps} rps so)"
+        "gpu {gpu} partition {partition}: {model:?} at batch {batch} every {duty_ms} ms ({latency_ms} ms each) leaves more than {max_overflow} of its share's {share_rps} rps of Poisson arrivals over (the rule allows at most {covered_rps} rps here)"
     )]
     Burst {
         /// GPU index.
@@ -182,8 +182,8 @@ pub enum Violation {
         share_rps: f64,
         /// The rate the round covers under the rule.
         covered_rps: f64,
-        /// The rule's probability.
-        quantile: f64,
+        /// The rule's largest overflow share.
+        max_overflow: f64,
     },
     /// Batches that do not fit one round.
     #[error(
@@ -239,7 +239,7 @@ pub enum Violation {
 
 /// Verifies that `placement` serves `models` on `gpus`: every model's rate
 /// fully served; each assignment's batch per duty cycle covers its share (and, under a
-/// [`Burst::Poisson`] rule, its Poisson arrivals with the rule's probability);
+/// [`Burst::Poisson`] rule, its Poisson arrivals up to the rule's share);
 /// each partition's batches fit its duty cycle; each model's worst-case
 /// latency (duty cycle + its own execution) within its SLO; partition sizes
 /// on the step grid and summing to at most 100 per GPU; one copy of a model
@@ -369,7 +369,7 @@ fn check_inner(
                         share_rps: a.share_rps,
                     });
                 }
-                if let Burst::Poisson(q) = gpus.burst
+                if let Burst::Poisson(eps) = gpus.burst
                     && le(d + l, m.slo_ms)
                     && !gpus.burst.covers(a.batch, a.share_rps, d, l, m.slo_ms)
                 {
@@ -382,7 +382,7 @@ fn check_inner(
                         latency_ms: l,
                         share_rps: a.share_rps,
                         covered_rps: gpus.burst.served_rps(a.batch, d, l, m.slo_ms),
-                        quantile: q,
+                        max_overflow: eps,
                     });
                 }
                 if !le(d + l, m.slo_ms) {
@@ -526,17 +526,17 @@ mod tests {
         let e = check(&one(100, 10.0, &[("a", 3, 300.0)]), &ms, &g).unwrap_err();
         assert!(matches!(e, Violation::Unprofiled { batch: 3, .. }), "{e}");
         // Under a Poisson rule the first plan (a mean of 4 per round,
-        // k = ⌊(30 − 4) / 10⌋ = 2 rounds: P(N ≤ 8 | 8) = 0.59) does not
-        // cover its bursts; 4 every 10 ms at 200 rps does (P(N ≤ 8 | 4) =
-        // 0.979 ≥ 0.95).
-        let poisson = g.with_burst(Burst::Poisson(0.95));
+        // k = ⌊(30 − 4) / 10⌋ = 2 rounds: 8 requests, Poisson(8), 0.140 of
+        // them overflow) does not cover its bursts; 4 every 10 ms at 200 rps
+        // does (Poisson(4) over 8: 0.0084 ≤ 0.05).
+        let poisson = g.with_burst(Burst::Poisson(0.05));
         let e = check(&one(100, 10.0, &[("a", 4, 400.0)]), &ms, &poisson).unwrap_err();
         assert!(
             matches!(
                 e,
                 Violation::Burst {
                     batch: 4,
-                    quantile: 0.95,
+                    max_overflow: 0.05,
                     ..
                 }
             ),

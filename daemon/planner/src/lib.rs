@@ -74,7 +74,7 @@ pub trait Planner {
 pub enum PlanError {
     /// A burst quantile that is not a probability.
     #[error(
-        "burst rule {burst:?}: the Poisson quantile must lie strictly between 0 and 1, e.g. 0.99 for a 1 % violation target"
+        "burst rule {burst:?}: the overflow share must lie strictly between 0 and 1, e.g. 0.01 for a 1 % violation target"
     )]
     BadBurst {
         /// The rule given.

@@ -1691,7 +1691,7 @@ mod tests {
             load(
                 "[cluster]\ngpus = [\"mi50\"]\nplanner = \"gpulet+int\"\n\
                  interference_data = \"/data/gpulet/2080ti\"\npartition_sizes = \"gpulet\"\n\
-                 scaling = true\n[cluster.util_names]\nresnet50 = \"resnet50\"\n",
+                 scaling = true\nburst_overflow = 0.01\n[cluster.util_names]\nresnet50 = \"resnet50\"\n",
             )
             .unwrap(),
         ];
@@ -1731,6 +1731,7 @@ mod tests {
                 "divisor of 100",
             ),
             ("headroom = 0.5", "cluster.headroom", "from 1 to 10"),
+            ("burst_overflow = 1.0", "cluster.burst_overflow", "0.01"),
             ("models = [\"a\", \"a\"]", "cluster.models", "once"),
             (
                 "[cluster.slo_ms_per_model]\nx = -1",
@@ -1759,6 +1760,9 @@ mod tests {
         assert_eq!(c.interference_data.as_deref(), Some(Path::new("/d/2080ti")));
         assert_eq!(c.partition_sizes, Some(vec![20, 40, 50, 60, 80, 100]));
         assert!(c.scaling);
+        assert_eq!(c.burst_overflow, None);
+        let q = load("[cluster]\ngpus = [\"mi50\"]\nburst_overflow = 0.01\n").unwrap();
+        assert_eq!(q.cluster.burst_overflow, Some(0.01));
         assert_eq!(c.util_names["vgg"], "vgg16");
         let c = load(
             "[cluster]\ngpus = [\"a100\", \"a100\", \"a100\", \"a100\"]\nplanner = \"inss\"\n\

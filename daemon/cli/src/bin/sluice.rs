@@ -565,12 +565,13 @@ enum Bench {
         /// Plan for the counted rate times 1 + HEADROOM.
         #[arg(long, default_value_t = 0.1, value_parser = parse_headroom)]
         headroom: f64,
-        /// Plan every batch to cover Poisson arrivals over the rounds a
-        /// request can wait with probability Q (sluice's rule, e.g. 0.99
-        /// for the 1 % violation target) instead of the mean rate (the
-        /// papers' rule, the default). docs/gpulet.md, Fig. 13.
-        #[arg(long, value_name = "Q", value_parser = parse_quantile)]
-        burst_quantile: Option<f64>,
+        /// Plan every batch so that at most the share EPS of the Poisson
+        /// arrivals over the rounds a request can wait overflow them
+        /// (sluice's burst rule, e.g. 0.01 for the 1 % violation target)
+        /// instead of for the mean rate (the papers' rule, the default).
+        /// docs/planners.md, "Burst rule".
+        #[arg(long, value_name = "EPS", value_parser = parse_overflow)]
+        burst_overflow: Option<f64>,
         /// Count each model's rate over the last SECONDS (whole periods,
         /// at least one) instead of the period just ended: a 1 s period
         /// with a 5 s window plans on a count with √5 less Poisson noise
@@ -662,12 +663,13 @@ enum Bench {
         /// do; 0.1: 10 % spare capacity against Poisson bursts).
         #[arg(long, default_value_t = 0.0, value_parser = parse_headroom)]
         headroom: f64,
-        /// Plan every batch to cover Poisson arrivals over the rounds a
-        /// request can wait with probability Q (sluice's rule, e.g. 0.99
-        /// for the 1 % violation target) instead of the mean rate (the
-        /// papers' rule, the default). Applies to every planner alike.
-        #[arg(long, value_name = "Q", value_parser = parse_quantile)]
-        burst_quantile: Option<f64>,
+        /// Plan every batch so that at most the share EPS of the Poisson
+        /// arrivals over the rounds a request can wait overflow them
+        /// (sluice's burst rule, e.g. 0.01 for the 1 % violation target)
+        /// instead of for the mean rate (the papers' rule, the default).
+        /// Applies to every planner alike; docs/planners.md, "Burst rule".
+        #[arg(long, value_name = "EPS", value_parser = parse_overflow)]
+        burst_overflow: Option<f64>,
         /// Plan with every latency times MARGIN while the simulation runs
         /// the latencies themselves (1: plan exactly the tables; gpulet's
         /// artifact plans with 1.1, its `Latency Ratio`). Applies to every
@@ -1257,7 +1259,7 @@ fn main() -> ExitCode {
                     peak2,
                     gpus,
                     headroom,
-                    burst_quantile,
+                    burst_overflow,
                     rate_window,
                     latency_margin,
                     interference,
@@ -1292,7 +1294,7 @@ fn main() -> ExitCode {
                 peak2_rps: peak2,
                 gpu_limit: gpus,
                 headroom,
-                burst: burst_of(burst_quantile),
+                burst: burst_of(burst_overflow),
                 rate_window_s: rate_window,
                 latency_margin,
                 interference,
@@ -1330,7 +1332,7 @@ fn main() -> ExitCode {
                     no_search,
                     search_steps,
                     headroom,
-                    burst_quantile,
+                    burst_overflow,
                     latency_margin,
                     search_mode,
                     pass,
@@ -1359,7 +1361,7 @@ fn main() -> ExitCode {
                 search: !no_search,
                 search_steps,
                 headroom,
-                burst: burst_of(burst_quantile),
+                burst: burst_of(burst_overflow),
                 latency_margin,
                 search_mode: match search_mode {
                     SearchArg::Bisect => sluice_cli::bench_cluster::SearchMode::Bisect,
@@ -1993,11 +1995,11 @@ fn parse_rate_from(s: &str) -> Result<f64, String> {
     }
 }
 
-fn parse_quantile(s: &str) -> Result<f64, String> {
+fn parse_overflow(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
-        Ok(q) if q > 0.0 && q < 1.0 => Ok(q),
+        Ok(eps) if eps > 0.0 && eps < 1.0 => Ok(eps),
         _ => Err(format!(
-            "`{s}` is not a probability strictly between 0 and 1; give e.g. 0.99 for a 1 % violation target"
+            "`{s}` is not a share strictly between 0 and 1; give e.g. 0.01 for a 1 % violation target"
         )),
     }
 }

@@ -91,6 +91,10 @@ pub struct ClusterConfig {
     pub rate_change: f64,
     /// Plans for `observed rate × headroom`.
     pub headroom: f64,
+    /// When set, every plan's batches leave at most this share of the
+    /// Poisson arrivals over the rounds a request can wait over
+    /// (`sluice_planner::Burst::Poisson`); unset, the mean rate.
+    pub burst_overflow: Option<f64>,
     /// Batch sizes profiled and used, ascending.
     pub batches: Vec<u32>,
     /// Partition sizes are multiples of this percentage of a GPU.
@@ -126,6 +130,7 @@ impl Default for ClusterConfig {
             rate_window_ms: DEFAULT_RATE_WINDOW_MS,
             rate_change: DEFAULT_RATE_CHANGE,
             headroom: DEFAULT_HEADROOM,
+            burst_overflow: None,
             batches: DEFAULT_BATCHES.to_vec(),
             partition_step_pct: DEFAULT_STEP_PCT,
             partition_sizes: None,
@@ -187,6 +192,17 @@ impl ClusterConfig {
         let _ = writeln!(s, "rate_window_ms = {}", self.rate_window_ms);
         let _ = writeln!(s, "rate_change = {:?}", self.rate_change);
         let _ = writeln!(s, "headroom = {:?}", self.headroom);
+        match self.burst_overflow {
+            Some(q) => {
+                let _ = writeln!(s, "burst_overflow = {q:?}");
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "# burst_overflow unset: batches planned for the mean rate"
+                );
+            }
+        }
         let batches: Vec<String> = self.batches.iter().map(u32::to_string).collect();
         let _ = writeln!(s, "batches = [{}]", batches.join(", "));
         let _ = writeln!(s, "partition_step_pct = {}", self.partition_step_pct);
@@ -252,6 +268,7 @@ pub(super) struct RawCluster {
     rate_window_ms: Option<Int>,
     rate_change: Option<Float>,
     headroom: Option<Float>,
+    burst_overflow: Option<Float>,
     batches: Option<Vec<Int>>,
     partition_step_pct: Option<Int>,
     partition_sizes: Option<RawSizes>,
@@ -414,6 +431,18 @@ impl Validator {
                         format!("use a number from {lo} to {hi}"),
                     );
                 }
+            }
+        }
+        if let Some(Float(eps)) = raw.burst_overflow {
+            if eps > 0.0 && eps < 1.0 {
+                c.burst_overflow = Some(eps);
+            } else {
+                self.fail(
+                    "cluster.burst_overflow",
+                    format!("{eps:?}"),
+                    "is not a share strictly between 0 and 1",
+                    "use e.g. 0.01 for a 1 % violation target, or leave it unset to plan for the mean rate".into(),
+                );
             }
         }
         if let Some(list) = raw.batches {

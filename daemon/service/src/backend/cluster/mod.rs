@@ -96,6 +96,8 @@ pub struct ClusterSetup {
     pub rate_change: f64,
     /// Plan for `observed × headroom`.
     pub headroom: f64,
+    /// How plans cover Poisson bursts (`cluster.burst_overflow`).
+    pub burst: sluice_planner::Burst,
 }
 
 /// One model the cluster serves.
@@ -654,7 +656,7 @@ impl ClusterBackend {
             mem_mb: self.setup.gpu_mem_mb,
             partition_step_pct: self.setup.partition_step_pct,
             sizes_pct: self.setup.sizes_pct,
-            burst: sluice_planner::Burst::Mean,
+            burst: self.setup.burst,
         };
         // Algorithm 2: from the count the last plan used, up to all.
         let scaling = self

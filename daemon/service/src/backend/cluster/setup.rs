@@ -324,5 +324,8 @@ pub fn cluster_setup(
         rate_window_ns: u64::from(c.rate_window_ms) * 1_000_000,
         rate_change: c.rate_change,
         headroom: c.headroom,
+        burst: c
+            .burst_overflow
+            .map_or(sluice_planner::Burst::Mean, sluice_planner::Burst::Poisson),
     })
 }

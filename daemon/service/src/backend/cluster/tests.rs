@@ -55,6 +55,7 @@ fn setup(models: &ModelRegistry, gpus: usize, replan_ms: u64) -> ClusterSetup {
         rate_window_ns: 200 * MS,
         rate_change: 0.25,
         headroom: 1.2,
+        burst: sluice_planner::Burst::Mean,
     }
 }
 
