@@ -96,7 +96,7 @@ pub fn table(r: &InssReport) -> String {
     rows_table(&mut o, &r.throughput, true);
     let _ = writeln!(
         o,
-        "\nCeilings (fluid relaxation: every instance at its most GPU-efficient share and batch, GPUs filled exactly; no planner can pass them):\n"
+        "\nCeilings (fluid relaxation: every instance at its most GPU-efficient share and batch, GPUs filled exactly; no planner can pass the first two; the third counts a share's rate as what its batches cover of Poisson arrivals under sluice's burst rule, 1 % overflow):\n"
     );
     let _ = writeln!(
         o,
@@ -715,7 +715,9 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
                 .filter(|&k| {
                     k != PlannerKind::InssNi || agents.as_ref().is_some_and(|a| a.inss_ni.is_some())
                 })
-                .filter(|&k| k != PlannerKind::Inss || agents.is_some())
+                .filter(|&k| {
+                    !matches!(k, PlannerKind::Inss | PlannerKind::InssSized) || agents.is_some()
+                })
                 .collect(),
             periods_s: args.trace_periods.clone(),
             duration_s: args.trace_duration,

@@ -19,13 +19,16 @@
 //! - [`baselines`]: GSLICE and iGniter as InSS describes them, and
 //!   gpulet's inputs;
 //! - [`planner`]: trained agents as a `sluice_planner::Planner`, for the
-//!   daemon's `cluster.planner = "inss"`.
+//!   daemon's `cluster.planner = "inss"`;
+//! - [`resize`]: sluice's local stage for the agents' placement (beyond
+//!   the paper): shares and batches re-sized on the latency model.
 
 pub mod baselines;
 pub mod env;
 pub mod features;
 pub mod latency;
 pub mod planner;
+pub mod resize;
 #[cfg(test)]
 mod testutil;
 pub mod ts;
