@@ -1144,8 +1144,8 @@ pub fn burst_overflow(b: sluice_planner::Burst) -> Option<f64> {
 }
 
 /// One line naming the planners' burst rule.
-pub fn burst_rule(q: Option<f64>) -> String {
-    match q {
+pub fn burst_rule(overflow: Option<f64>) -> String {
+    match overflow {
         None => "batches planned for the mean rate (the papers' rule)".into(),
         Some(eps) => format!(
             "batches planned so that at most {eps} of the Poisson arrivals over the rounds a request can wait overflow them (sluice's burst rule)"

@@ -127,7 +127,7 @@ pub fn resize(
                 hi = mid;
             }
         }
-        let Some(mut pct) = shares(lo).filter(|v| v.iter().all(|&p| p > 0)) else {
+        let Some(mut pct) = shares(lo) else {
             continue;
         };
         spread(&mut pct, room);

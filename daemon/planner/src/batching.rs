@@ -101,16 +101,7 @@ impl Burst {
                     return 0.0;
                 }
                 // Coverage falls as the rate grows: bisect on [0, b / d].
-                let (mut lo, mut hi) = (0.0, cap);
-                for _ in 0..BISECT_STEPS {
-                    let mid = 0.5 * (lo + hi);
-                    if self.covers(batch, mid, duty_ms, l_ms, slo_ms) {
-                        lo = mid;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                lo
+                largest(0.0, cap, |r| self.covers(batch, r, duty_ms, l_ms, slo_ms))
             }
         }
     }
@@ -295,26 +286,10 @@ pub(crate) fn adaptive_with(
     if nexus.is_some() {
         return nexus;
     }
-    let mut best: Option<(f64, Batching)> = None;
-    for &b in batches.iter().rev() {
-        let Some(l) = lat(b) else {
-            continue;
-        };
+    least_busy(batches, lat, |b, l| {
         let d = collect(b).min(slo_ms - l);
-        if d > 0.0 && le(l, d) {
-            let busy = l / d;
-            if best.is_none_or(|(o, _)| busy < o) {
-                best = Some((
-                    busy,
-                    Batching {
-                        batch: b,
-                        duty_ms: d,
-                    },
-                ));
-            }
-        }
-    }
-    best.map(|(_, b)| b)
+        (d > 0.0 && le(l, d)).then_some(d)
+    })
 }
 
 /// [`adaptive_with`] under [`Burst::Poisson`].
@@ -325,29 +300,28 @@ fn adaptive_poisson(
     slo_ms: f64,
     burst: Burst,
 ) -> Option<Batching> {
+    least_busy(batches, lat, |b, l| {
+        let d_max = (f64::from(b) * 1000.0 / rate_rps).min(slo_ms - l);
+        let covers = |d: f64| burst.covers(b, rate_rps, d, l, slo_ms);
+        (d_max > 0.0 && le(l, d_max) && covers(l)).then(|| largest(l, d_max, covers))
+    })
+}
+
+/// Among `batches` (largest first) with latencies `lat(b)`, the one whose
+/// duty cycle `duty(b, L)` (`None`: unusable) keeps the partition least
+/// busy (`L / d`), the larger batch on a tie.
+fn least_busy(
+    batches: &[u32],
+    lat: impl Fn(u32) -> Option<f64>,
+    duty: impl Fn(u32, f64) -> Option<f64>,
+) -> Option<Batching> {
     let mut best: Option<(f64, Batching)> = None;
     for &b in batches.iter().rev() {
         let Some(l) = lat(b) else {
             continue;
         };
-        let d_max = (f64::from(b) * 1000.0 / rate_rps).min(slo_ms - l);
-        let covers = |d: f64| burst.covers(b, rate_rps, d, l, slo_ms);
-        if !(d_max > 0.0 && le(l, d_max) && covers(l)) {
+        let Some(d) = duty(b, l) else {
             continue;
-        }
-        let d = if covers(d_max) {
-            d_max
-        } else {
-            let (mut lo, mut hi) = (l, d_max);
-            for _ in 0..BISECT_STEPS {
-                let mid = 0.5 * (lo + hi);
-                if covers(mid) {
-                    lo = mid;
-                } else {
-                    hi = mid;
-                }
-            }
-            lo
         };
         let busy = l / d;
         if best.is_none_or(|(o, _)| busy < o) {
@@ -361,6 +335,25 @@ fn adaptive_poisson(
         }
     }
     best.map(|(_, b)| b)
+}
+
+/// The largest `x` in `[lo, hi]` with `holds(x)`, for a `holds` that is
+/// true at `lo` and turns false once as `x` grows: `hi` itself, or
+/// [`BISECT_STEPS`] bisections.
+fn largest(lo: f64, hi: f64, holds: impl Fn(f64) -> bool) -> f64 {
+    if holds(hi) {
+        return hi;
+    }
+    let (mut lo, mut hi) = (lo, hi);
+    for _ in 0..BISECT_STEPS {
+        let mid = 0.5 * (lo + hi);
+        if holds(mid) {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
 }
 
 #[cfg(test)]

@@ -70,6 +70,9 @@ fn merge(a: &Node, b: &Node, models: &[ModelSpec], gpus: &GpuSpec) -> Option<Nod
     let mut members = Vec::with_capacity(a.members.len() + b.members.len());
     for m in a.members.iter().chain(&b.members) {
         let spec = &models[m.model];
+        // The old batch covers the share in the shorter cycle under either
+        // rule (coverage only grows as the cycle shrinks), so `None` here
+        // would be rounding: the pair is then not merged.
         let lat = |b: u32| Some(l100(spec, b));
         let batch = covering(
             spec.profile.batches(),
