@@ -409,6 +409,48 @@ fn the_gpulet_planner_serves_too() {
     assert!(l.switches >= 1 && l.plan_error.is_none(), "{l:?}");
 }
 
+/// gpulet, recording the burst rule of every `GpuSpec` it is asked under.
+struct SeesBurst(Arc<std::sync::Mutex<Vec<sluice_planner::Burst>>>);
+
+impl Planner for SeesBurst {
+    fn name(&self) -> &'static str {
+        "gpulet"
+    }
+    fn plan(&self, models: &[ModelSpec], gpus: &GpuSpec) -> Result<Placement, PlanError> {
+        self.0.lock().unwrap().push(gpus.burst);
+        sluice_planner::Gpulet.plan(models, gpus)
+    }
+}
+
+#[test]
+fn the_burst_rule_reaches_the_planner_and_its_plans_serve() {
+    let reg = registry();
+    let rule = sluice_planner::Burst::Poisson(0.01);
+    let mut s = setup(&reg, 2, 50);
+    s.burst = rule;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut b = ClusterBackend::new(
+        s,
+        Box::new(SeesBurst(Arc::clone(&seen))),
+        Arc::clone(&reg),
+        0,
+    )
+    .unwrap();
+    // 62.5 requests/s of each model. (At the 250 of
+    // `the_gpulet_planner_serves_too` the rule asks for 6 GPUs: these SLOs,
+    // 4.5 and 9 ms, leave one round to absorb a burst.)
+    let arrivals = steady(&reg, 100, 8_000_000);
+    let (done, sent) = run(&mut b, &reg, &arrivals);
+    assert_each_once_ok(&reg, &done, &sent);
+    let l = b.layout.lock().unwrap().clone();
+    assert!(l.switches >= 1 && l.plan_error.is_none(), "{l:?}");
+    let seen = seen.lock().unwrap();
+    assert!(
+        !seen.is_empty() && seen.iter().all(|&r| r == rule),
+        "{seen:?}"
+    );
+}
+
 /// gpulet's 2080 Ti coefficients
 /// (`../shared/data/gpulet/2080ti/INT_MODEL_CONSTANT.CSV`, measured by the
 /// gpulet authors), as text: unit tests read no file.
