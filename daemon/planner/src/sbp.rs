@@ -221,6 +221,7 @@ impl Planner for Sbp {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::batching::Burst;
     use crate::check;
     use crate::testutil::{gpus, model};
 
@@ -231,6 +232,32 @@ mod tests {
         model(name, slo_ms, rate_rps, 2_000, B, &[100], |b, _| {
             1.0 + f64::from(b) / 2.0
         })
+    }
+
+    #[test]
+    fn under_the_burst_rule_a_merge_takes_batches_that_cover_bursts() {
+        // L(b, 100) = b + 1 ms, SLO 20; a at 200 rps, b at 20 rps.
+        let t = |name: &str, rate: f64| {
+            model(name, 20.0, rate, 2_000, B, &[100], |b, _| {
+                f64::from(b) + 1.0
+            })
+        };
+        let ms = [t("a", 200.0), t("b", 20.0)];
+        // Mean rule: a (2 every 10 ms, Nexus) and b (1 every 18 ms, rule 2)
+        // merge at d = 10 with batches 2 and 1: busy 3 + 2 ≤ 10, one GPU.
+        let mean = Sbp.plan(&ms, &gpus(2)).unwrap();
+        assert_eq!(mean.gpus.len(), 1);
+        // Under the rule (1 % overflow) a takes 4 every 7.5 ms (k = 2
+        // rounds of 4 against Poisson(3)). At d = 7.5 b's batch of 1
+        // (k = 2 rounds, 2 requests, Poisson(0.3): 1.3 % overflow) does not
+        // cover, 2 does; 5 + 3 > 7.5, so no merge: two GPUs. A merge that
+        // took the mean's covering batch (1: 5 + 2 ≤ 7.5) would fail check.
+        let g = gpus(2).with_burst(Burst::Poisson(0.01));
+        let plan = Sbp.plan(&ms, &g).unwrap();
+        check(&plan, &ms, &g).unwrap();
+        assert_eq!(plan.gpus.len(), 2, "{plan:?}");
+        assert!(!Burst::Poisson(0.01).covers(1, 20.0, 7.5, 2.0, 20.0));
+        assert!(Burst::Poisson(0.01).covers(2, 20.0, 7.5, 3.0, 20.0));
     }
 
     #[test]
