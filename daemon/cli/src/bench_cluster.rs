@@ -1202,6 +1202,93 @@ pub fn scaled(t: &LatencyTable, k: f64) -> LatencyTable {
     .expect("a positive multiple of a valid table is valid")
 }
 
+/// gpulet Fig. 13 as an SVG bar chart: every planner's SLO-preserved max
+/// throughput over SBP's, per scenario, with the gpulet+int mean; `(file
+/// name, svg)`, or `None` without Fig. 13 rows (`--pass planned`, no
+/// search) or without SBP among the planners. The file name says the rule
+/// (`gpulet-fig13.svg` for the mean, `gpulet-fig13-burst.svg` for the burst
+/// rule).
+pub fn fig13_plot(r: &ClusterReport) -> Option<(String, String)> {
+    use crate::svg::{self, Anchor, Bar, Frame, PALETTE, Svg};
+    let rows = r.fig13.as_ref()?;
+    let mut scenarios: Vec<&str> = Vec::new();
+    for x in rows {
+        if !scenarios.contains(&x.scenario.as_str()) {
+            scenarios.push(&x.scenario);
+        }
+    }
+    let rps = |sc: &str, planner: &str| {
+        rows.iter()
+            .find(|x| x.scenario == sc && x.planner == planner)
+            .map(|x| x.max_rps)
+    };
+    let others: Vec<&str> = ["greedy", "gpulet", "gpulet+int"]
+        .into_iter()
+        .filter(|p| rows.iter().any(|x| x.planner == *p))
+        .collect();
+    let mut bars = Vec::new();
+    let mut ratios = Vec::new();
+    for sc in &scenarios {
+        let base = rps(sc, "sbp").filter(|&b| b > 0.0)?;
+        for (k, p) in others.iter().enumerate() {
+            let v = rps(sc, p).unwrap_or(0.0) / base;
+            if *p == "gpulet+int" {
+                ratios.push(v);
+            }
+            bars.push(Bar {
+                label: if k == others.len() / 2 {
+                    (*sc).to_owned()
+                } else {
+                    String::new()
+                },
+                value: v,
+                color: PALETTE[k % PALETTE.len()].into(),
+            });
+        }
+    }
+    if !ratios.is_empty() {
+        bars.push(Bar {
+            label: "g+int mean".into(),
+            value: ratios.iter().sum::<f64>() / ratios.len() as f64,
+            color: PALETTE[others.len().saturating_sub(1) % PALETTE.len()].into(),
+        });
+    }
+    let rule = match r.burst_overflow {
+        None => "mean rule".to_owned(),
+        Some(eps) => format!("burst rule {eps}"),
+    };
+    let (w, h) = (90.0 + 34.0 * bars.len() as f64, 340.0);
+    let mut doc = Svg::new(w, h);
+    svg::bar_chart(
+        &mut doc,
+        Frame {
+            x: 0.0,
+            y: 0.0,
+            w,
+            h: h - 20.0,
+        },
+        &format!(
+            "gpulet Fig. 13: SLO-preserved max rps / SBP's (simulated, {}; {rule})",
+            r.device
+        ),
+        "max rps / SBP's",
+        &bars,
+        1.0,
+        Some(1.0),
+    );
+    for (k, p) in others.iter().enumerate() {
+        let x = 60.0 + 110.0 * k as f64;
+        doc.rect(x, h - 14.0, 10.0, 10.0, PALETTE[k % PALETTE.len()], None);
+        doc.text(x + 14.0, h - 5.0, p, Anchor::Start, 10.0, false);
+    }
+    let name = if r.burst_overflow.is_some() {
+        "gpulet-fig13-burst.svg"
+    } else {
+        "gpulet-fig13.svg"
+    };
+    Some((name.to_owned(), doc.finish()))
+}
+
 /// The human-readable report.
 pub fn table(r: &ClusterReport) -> String {
     use std::fmt::Write;
@@ -1736,6 +1823,21 @@ mem_mb = 100
         assert!(v.get("fig14").is_none());
         assert!(table(&r).contains("SIMULATED"));
         assert!(table(&r).contains("simulated on device profile mi50"));
+        // Fig. 13 as a plot: greedy over SBP for the one scenario, and the
+        // rule in the title and the file name.
+        let (name, svg) = fig13_plot(&r).unwrap();
+        assert_eq!(name, "gpulet-fig13.svg");
+        crate::svg::check_well_formed(&svg).unwrap();
+        assert!(svg.contains("simulated, mi50; mean rule"), "{svg}");
+        let ratio = r.scenarios[1].max_rps.unwrap() / r.scenarios[0].max_rps.unwrap();
+        assert!(svg.contains(&format!("{ratio:.2}")), "{ratio} in {svg}");
+        let mut no_sbp = r.clone();
+        no_sbp
+            .fig13
+            .as_mut()
+            .unwrap()
+            .retain(|x| x.planner != "sbp");
+        assert!(fig13_plot(&no_sbp).is_none());
     }
 
     #[test]

@@ -709,6 +709,12 @@ enum Bench {
         /// List the shipped scenarios and exit.
         #[arg(long)]
         list: bool,
+        /// Write gpulet Fig. 13 as an SVG into DIR (`gpulet-fig13.svg`, or
+        /// `gpulet-fig13-burst.svg` under --burst-overflow): each planner's
+        /// max rps over SBP's per scenario. Needs sbp among the planners and
+        /// the served search (not --pass planned).
+        #[arg(long, value_name = "DIR")]
+        plot: Option<PathBuf>,
         /// Print one JSON object instead of tables.
         #[arg(long)]
         json: bool,
@@ -1341,6 +1347,7 @@ fn main() -> ExitCode {
                     partition_sizes,
                     models_dir,
                     list,
+                    plot,
                     json,
                 },
         } => bench_cluster_cmd(
@@ -1378,6 +1385,7 @@ fn main() -> ExitCode {
             },
             models_dir,
             list,
+            plot,
             json,
         ),
         Cmd::Bench {
@@ -1815,6 +1823,7 @@ fn bench_cluster_cmd(
     opts: sluice_cli::bench_cluster::ClusterOptions,
     models_dir: Option<PathBuf>,
     list: bool,
+    plot: Option<PathBuf>,
     json: bool,
 ) -> ExitCode {
     use sluice_cli::bench_cluster as bc;
@@ -1865,6 +1874,24 @@ fn bench_cluster_cmd(
         progress("sluice bench cluster: measuring L(b, p)", "models"),
         progress("sluice bench cluster", "scenario x planner runs"),
     );
+    if let (Ok(r), Some(dir)) = (&r, &plot) {
+        let Some((name, svg)) = bc::fig13_plot(r) else {
+            return fail(
+                "--plot: no Fig. 13 to draw; it needs sbp among the planners and the served search (drop --pass planned and --no-search)",
+            );
+        };
+        if let Err(e) = std::fs::create_dir_all(dir) {
+            return fail(format!(
+                "cannot create the plot directory {}: {e}",
+                dir.display()
+            ));
+        }
+        let path = dir.join(name);
+        if let Err(e) = std::fs::write(&path, svg) {
+            return fail(format!("cannot write the plot to {}: {e}", path.display()));
+        }
+        eprintln!("sluice bench cluster: wrote {}", path.display());
+    }
     match r {
         Ok(r) if json => print_json(&r),
         Ok(r) => {
