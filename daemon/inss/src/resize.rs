@@ -176,33 +176,14 @@ fn spread(pct: &mut [u32], room: u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::types::CoRunner;
+    use crate::testutil::Toy;
 
     /// `L(b, sms) = (b + 1) · 100 / sms` ms on a 100-SM GPU: a share of
     /// `p` % runs batch `b` at `10·p·b / (b + 1)` requests/s.
-    struct Linear;
-
-    impl ExecModel for Linear {
-        fn gpu_sms(&self) -> u32 {
-            100
-        }
-        fn gpu_mem_mb(&self) -> f64 {
-            1e6
-        }
-        fn model_count(&self) -> usize {
-            1
-        }
-        fn model_name(&self, _: usize) -> &str {
-            "linear"
-        }
-        fn exec_ms(&self, _: usize, batch: u32, sms: u32, _: &[CoRunner]) -> f64 {
-            (f64::from(batch) + 1.0) * 100.0 / f64::from(sms)
-        }
-        fn mem_mb(&self, _: usize, _: u32) -> f64 {
-            1.0
-        }
-        fn util(&self, _: usize, _: u32, _: u32) -> (f64, f64) {
-            (0.0, 0.0)
+    fn linear() -> Toy {
+        Toy {
+            batch_ms: 1.0,
+            ..Toy::one()
         }
     }
 
@@ -215,27 +196,24 @@ mod tests {
         }
     }
 
+    /// Every instance on GPU 0 with these `(pct, batch)`.
+    fn on_gpu0(slots: &[(u32, u32)]) -> Decision {
+        Decision {
+            slots: slots
+                .iter()
+                .map(|&(pct, batch)| Some(Slot { gpu: 0, pct, batch }))
+                .collect(),
+        }
+    }
+
     #[test]
     fn shares_follow_the_rates_and_fill_the_gpu() {
         // SLO 1000 lets batch 32 run on any share from 7 % (2 · 33 · 100 /
         // 7 = 943 ms): 9.70 rps per %. Rates 300 and 100 rps, 3 : 1, fill
         // the GPU at α = 2.42 with 75 % and 25 %. The agents gave 50/50.
         let is = [inst("a", 1000.0), inst("b", 1000.0)];
-        let d = Decision {
-            slots: vec![
-                Some(Slot {
-                    gpu: 0,
-                    pct: 50,
-                    batch: 1,
-                }),
-                Some(Slot {
-                    gpu: 0,
-                    pct: 50,
-                    batch: 1,
-                }),
-            ],
-        };
-        let r = resize(&d, &is, &[300.0, 100.0], &Linear, 32);
+        let d = on_gpu0(&[(50, 1), (50, 1)]);
+        let r = resize(&d, &is, &[300.0, 100.0], &linear(), 32);
         let s: Vec<(usize, u32)> = r
             .slots
             .iter()
@@ -249,21 +227,8 @@ mod tests {
     fn the_slo_limits_the_batch_and_an_unreachable_one_keeps_its_slot() {
         // SLO 20 ms: at 60 %, 2 · (b + 1) · 100 / 60 ≤ 20 → b ≤ 5.
         let is = [inst("a", 20.0), inst("b", 0.5)];
-        let d = Decision {
-            slots: vec![
-                Some(Slot {
-                    gpu: 0,
-                    pct: 40,
-                    batch: 3,
-                }),
-                Some(Slot {
-                    gpu: 0,
-                    pct: 40,
-                    batch: 1,
-                }),
-            ],
-        };
-        let r = resize(&d, &is, &[100.0, 100.0], &Linear, 32);
+        let d = on_gpu0(&[(40, 3), (40, 1)]);
+        let r = resize(&d, &is, &[100.0, 100.0], &linear(), 32);
         // b's SLO (0.5 ms) is out of reach at any share (2 · L(1, 100 %) =
         // 4 ms): it keeps 40 %, a gets the other 60 %.
         assert_eq!(r.slots[1], d.slots[1]);

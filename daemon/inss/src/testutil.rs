@@ -3,13 +3,17 @@
 use crate::types::{CoRunner, ExecModel};
 
 /// A GPU of 100 SMs whose model `m` runs a batch of `b` on `sms` SMs in
-/// `b × k[m] × 100 / sms` ms, `per_corunner` slower per co-runner.
+/// `(batch_ms + b × k[m]) × 100 / sms` ms, `per_corunner` slower per
+/// co-runner.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Toy {
     /// Model names.
     pub names: Vec<&'static str>,
     /// Per model: ms per request on the whole GPU.
     pub k: Vec<f64>,
+    /// Fixed ms per batch on the whole GPU, every model (0: batching
+    /// gains nothing).
+    pub batch_ms: f64,
     /// Slowdown per co-runner (0.1: 10 %).
     pub per_corunner: f64,
     /// `m(b) = mem_mb + mem_per_batch_mb × b`.
@@ -29,6 +33,7 @@ impl Toy {
         Self {
             names: vec!["toy"],
             k: vec![1.0],
+            batch_ms: 0.0,
             per_corunner: 0.0,
             mem_mb: 1.0,
             mem_per_batch_mb: 0.0,
@@ -52,7 +57,7 @@ impl ExecModel for Toy {
         self.names[m]
     }
     fn exec_ms(&self, m: usize, b: u32, sms: u32, o: &[CoRunner]) -> f64 {
-        f64::from(b) * self.k[m] * 100.0 / f64::from(sms.max(1))
+        (self.batch_ms + f64::from(b) * self.k[m]) * 100.0 / f64::from(sms.max(1))
             * (1.0 + self.per_corunner * o.len() as f64)
     }
     fn mem_mb(&self, _: usize, b: u32) -> f64 {

@@ -757,6 +757,7 @@ mod tests {
         Toy {
             names: vec!["fast", "slow"],
             k: vec![0.5, 2.0],
+            batch_ms: 0.0,
             per_corunner: 0.05,
             mem_mb: 100.0,
             mem_per_batch_mb: 1.0,

@@ -42,7 +42,7 @@ pub(crate) fn capacity_rps(batch: u32, duty_ms: f64) -> f64 {
 /// request is not always late (deadline batching may still take it); the
 /// served simulation is its test. (A first version bounded the window's
 /// overflow *probability*, `P(N > n) ≤ ε`; it is stricter than a
-/// per-request target and planned 15–20 % less load at the same ~0 %
+/// per-request target and planned 14–18 % less load at the same ~0 %
 /// violations: docs/planners.md, "Burst rule".)
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum Burst {
@@ -271,10 +271,14 @@ pub(crate) fn adaptive_with(
     slo_ms: f64,
     burst: Burst,
 ) -> Option<Batching> {
-    if let Burst::Poisson(_) = burst {
-        return adaptive_poisson(batches, lat, rate_rps, slo_ms, burst);
-    }
     let collect = |b: u32| f64::from(b) * 1000.0 / rate_rps;
+    if let Burst::Poisson(_) = burst {
+        return least_busy(batches, lat, |b, l| {
+            let d_max = collect(b).min(slo_ms - l);
+            let covers = |d: f64| burst.covers(b, rate_rps, d, l, slo_ms);
+            (d_max > 0.0 && le(l, d_max) && covers(l)).then(|| largest(l, d_max, covers))
+        });
+    }
     let nexus = batches.iter().rev().find_map(|&b| {
         let l = lat(b)?;
         let d = collect(b);
@@ -289,21 +293,6 @@ pub(crate) fn adaptive_with(
     least_busy(batches, lat, |b, l| {
         let d = collect(b).min(slo_ms - l);
         (d > 0.0 && le(l, d)).then_some(d)
-    })
-}
-
-/// [`adaptive_with`] under [`Burst::Poisson`].
-fn adaptive_poisson(
-    batches: &[u32],
-    lat: impl Fn(u32) -> Option<f64>,
-    rate_rps: f64,
-    slo_ms: f64,
-    burst: Burst,
-) -> Option<Batching> {
-    least_busy(batches, lat, |b, l| {
-        let d_max = (f64::from(b) * 1000.0 / rate_rps).min(slo_ms - l);
-        let covers = |d: f64| burst.covers(b, rate_rps, d, l, slo_ms);
-        (d_max > 0.0 && le(l, d_max) && covers(l)).then(|| largest(l, d_max, covers))
     })
 }
 

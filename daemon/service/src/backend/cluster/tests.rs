@@ -154,6 +154,14 @@ fn run_watching(
 }
 
 /// `n` arrivals of both models from 4 clients, `gap_ns` apart.
+/// Runs `arrivals`, checks that each completed once with the right output,
+/// and returns the layout afterwards.
+fn serve_ok(b: &mut ClusterBackend, reg: &ModelRegistry, arrivals: &[(u64, u32, u32)]) -> Layout {
+    let (done, sent) = run(b, reg, arrivals);
+    assert_each_once_ok(reg, &done, &sent);
+    b.layout.lock().unwrap().clone()
+}
+
 fn steady(reg: &ModelRegistry, n: usize, gap_ns: u64) -> Vec<(u64, u32, u32)> {
     (0..n)
         .map(|i| {
@@ -207,9 +215,7 @@ fn requests_of_several_clients_are_batched_and_each_output_is_right() {
     .unwrap();
     // Far more than the GPUs serve one at a time: queues build, batches grow.
     let arrivals = steady(&reg, 600, 200_000);
-    let (done, sent) = run(&mut b, &reg, &arrivals);
-    assert_each_once_ok(&reg, &done, &sent);
-    let l = b.layout.lock().unwrap().clone();
+    let l = serve_ok(&mut b, &reg, &arrivals);
     for m in &l.models {
         assert!(m.max_batch > 1, "{}: never batched: {l:?}", m.name);
         assert!(m.batches < m.completed, "{l:?}");
@@ -228,9 +234,7 @@ fn a_placement_change_every_10_ms_loses_duplicates_and_fails_nothing() {
     )
     .unwrap();
     let arrivals = steady(&reg, 1000, 1_000_000);
-    let (done, sent) = run(&mut b, &reg, &arrivals);
-    assert_each_once_ok(&reg, &done, &sent);
-    let l = b.layout.lock().unwrap().clone();
+    let l = serve_ok(&mut b, &reg, &arrivals);
     // 1 s of arrivals, a switch every 10 ms.
     assert!(l.switches >= 90, "{} switches", l.switches);
     eprintln!(
@@ -249,9 +253,7 @@ fn a_planner_that_finds_nothing_falls_back_and_still_serves() {
     let mut b =
         ClusterBackend::new(setup(&reg, 2, 20), Box::new(Hopeless), Arc::clone(&reg), 0).unwrap();
     let arrivals = steady(&reg, 100, 1_000_000);
-    let (done, sent) = run(&mut b, &reg, &arrivals);
-    assert_each_once_ok(&reg, &done, &sent);
-    let l = b.layout.lock().unwrap().clone();
+    let l = serve_ok(&mut b, &reg, &arrivals);
     let e = l.plan_error.clone().expect("the fallback says why");
     assert!(e.contains("needs 3 GPUs"), "{e}");
     assert_eq!(l.gpus.len(), 2);
@@ -383,9 +385,7 @@ fn a_planner_on_its_own_thread_switches_without_losing_anything() {
     .with_planner_thread()
     .unwrap();
     let arrivals = steady(&reg, 300, 1_000_000);
-    let (done, sent) = run(&mut b, &reg, &arrivals);
-    assert_each_once_ok(&reg, &done, &sent);
-    let l = b.layout.lock().unwrap().clone();
+    let l = serve_ok(&mut b, &reg, &arrivals);
     assert!(l.switches >= 1, "{l:?}");
     assert_eq!(l.planner, "churn (test)");
 }
@@ -402,9 +402,7 @@ fn the_gpulet_planner_serves_too() {
     .unwrap();
     // 250 requests/s of each model: within two GPUs.
     let arrivals = steady(&reg, 300, 2_000_000);
-    let (done, sent) = run(&mut b, &reg, &arrivals);
-    assert_each_once_ok(&reg, &done, &sent);
-    let l = b.layout.lock().unwrap().clone();
+    let l = serve_ok(&mut b, &reg, &arrivals);
     assert_eq!(l.planner, "gpulet");
     assert!(l.switches >= 1 && l.plan_error.is_none(), "{l:?}");
 }
@@ -440,9 +438,7 @@ fn the_burst_rule_reaches_the_planner_and_its_plans_serve() {
     // `the_gpulet_planner_serves_too` the rule asks for 6 GPUs: these SLOs,
     // 4.5 and 9 ms, leave one round to absorb a burst.)
     let arrivals = steady(&reg, 100, 8_000_000);
-    let (done, sent) = run(&mut b, &reg, &arrivals);
-    assert_each_once_ok(&reg, &done, &sent);
-    let l = b.layout.lock().unwrap().clone();
+    let l = serve_ok(&mut b, &reg, &arrivals);
     assert!(l.switches >= 1 && l.plan_error.is_none(), "{l:?}");
     let seen = seen.lock().unwrap();
     assert!(
