@@ -33,7 +33,15 @@ cp ../daemon/service/systemd/sluiced.toml corpus/config_parse/example.toml
 printf '\x07\x00\x00\x00' > corpus/control_decode/status_request
 printf '\x04\x00\x00\x00\x06\x00resnet' > corpus/control_decode/lookup
 
-targets=(control_decode request_validate config_parse)
+# ONNX seeds: the small operator models scripts/onnx/make-fixtures.py
+# writes (CI makes them before the tests), when they are there.
+mkdir -p corpus/onnx_import
+seeds="${SLUICE_ONNX_SEEDS:-../target/onnx-fixtures/ops}"
+if [ -d "$seeds" ]; then
+  find "$seeds" -name '*.onnx' -size -64k -exec cp {} corpus/onnx_import/ \;
+fi
+
+targets=(control_decode request_validate config_parse onnx_import)
 # Build outputs: fuzz/target, or $SLUICE_FUZZ_TARGET_DIR (CI keeps them in
 # ~/.cache/sluice/fuzz-target so that a warm run only rebuilds what changed;
 # cold, the fuzz crate and its dependencies take ~10 min on 2 cores).

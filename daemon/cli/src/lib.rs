@@ -61,6 +61,7 @@ pub mod disb;
 pub mod gpulet_data;
 pub mod inss_model;
 pub mod ipc_floor;
+pub mod model_cmd;
 pub mod profile_sim;
 pub mod roles;
 pub mod runs;

@@ -25,6 +25,15 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
+    /// Run one inference of an ONNX model outside the daemon, on the CPU
+    /// reference executor: `sluice run MODEL.onnx --input NAME=FILE.npy
+    /// --out DIR` writes one .npy per output.
+    Run(sluice_cli::model_cmd::RunArgs),
+    /// Describe an ONNX model: inputs and outputs with types and shapes
+    /// (the batch dimension as N), operator counts, parameter bytes and
+    /// estimated FLOPs; a model sluice cannot run gets an error that names
+    /// why (unsupported operators, bad tensors, unsafe external data).
+    Inspect(sluice_cli::model_cmd::InspectArgs),
     /// Train a learned planner's agents on the GPU model: `sluice train
     /// inss` (InSS's two-stage SACD + TD3 scheduler, docs/inss.md).
     Train {
@@ -955,6 +964,20 @@ fn main() -> ExitCode {
         keep_freed_memory();
     }
     match cli.cmd {
+        Cmd::Run(args) => match sluice_cli::model_cmd::run(&args) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        },
+        Cmd::Inspect(args) => match sluice_cli::model_cmd::inspect(&args) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e),
+        },
         Cmd::Train {
             which: TrainCmd::Inss(args),
         } => match sluice_cli::bench_inss_cmd::train_cmd(&args) {

@@ -1,0 +1,161 @@
+//! `sluice run MODEL.onnx` and `sluice inspect MODEL.onnx`: one model file,
+//! outside the daemon.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use sluice_graph::{Tensor, fmt_dims, npy};
+
+/// Arguments of `sluice run`.
+#[derive(clap::Args, Debug)]
+pub struct RunArgs {
+    /// The ONNX model file.
+    pub model: PathBuf,
+    /// An input tensor as `NAME=FILE.npy` (repeat for each input; the
+    /// model's inputs are listed by `sluice inspect`).
+    #[arg(long = "input", value_name = "NAME=FILE.npy")]
+    pub inputs: Vec<String>,
+    /// Folder to write one `.npy` per graph output into, named after the
+    /// output with every character outside `[A-Za-z0-9._-]` replaced by `_`.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+    /// Where to run: `cpu` (the reference executor) or `cuda`.
+    #[arg(long, default_value = "cpu", value_parser = ["cpu", "cuda"])]
+    pub device: String,
+    /// Batch size; by default the inputs' first dimension. Models whose
+    /// inputs have no symbolic first dimension take batch 1 only.
+    #[arg(long)]
+    pub batch: Option<usize>,
+}
+
+/// Arguments of `sluice inspect`.
+#[derive(clap::Args, Debug)]
+pub struct InspectArgs {
+    /// The ONNX model file.
+    pub model: PathBuf,
+}
+
+/// An output file name: the output's name with every character outside
+/// `[A-Za-z0-9._-]` replaced by `_`, plus `.npy`.
+pub fn output_file_name(output: &str) -> String {
+    let s: String = output
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("{s}.npy")
+}
+
+fn read_npy(path: &Path) -> Result<Tensor, String> {
+    let f =
+        std::fs::File::open(path).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    let len = f
+        .metadata()
+        .map_err(|e| format!("cannot stat {}: {e}", path.display()))?
+        .len();
+    npy::read(std::io::BufReader::new(f), len).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Runs `sluice run`; the text to print, or an error naming what is wrong.
+pub fn run(args: &RunArgs) -> Result<String, String> {
+    if args.device == "cuda" {
+        return Err("--device cuda: the CUDA backend does not run imported ONNX graphs yet (it runs the built-in DISB models); use --device cpu".into());
+    }
+    let t0 = Instant::now();
+    let model = sluice_onnx::load(&args.model, &sluice_onnx::Options::default())
+        .map_err(|e| e.to_string())?;
+    let load_s = t0.elapsed().as_secs_f64();
+    let g = &model.graph;
+    let mut given = Vec::new();
+    for spec in &args.inputs {
+        let (name, file) = spec.split_once('=').ok_or_else(|| {
+            format!(
+                "--input {spec:?}: expected NAME=FILE.npy (the model's inputs: {})",
+                input_list(g)
+            )
+        })?;
+        if given.iter().any(|(n, _): &(String, Tensor)| n == name) {
+            return Err(format!("--input {name} is given twice"));
+        }
+        given.push((name.to_owned(), read_npy(Path::new(file))?));
+    }
+    let batch = match args.batch {
+        Some(b) => b,
+        None if g.has_batch() => {
+            let from = g.inputs().iter().find_map(|i| {
+                let pos = i
+                    .shape
+                    .iter()
+                    .position(|d| *d == sluice_graph::Dim::Batch)?;
+                given
+                    .iter()
+                    .find(|(n, _)| *n == i.name)
+                    .and_then(|(_, t)| t.shape().get(pos).copied())
+            });
+            from.ok_or_else(|| {
+                format!(
+                    "cannot tell the batch size: give the inputs ({}) or --batch",
+                    input_list(g)
+                )
+            })?
+        }
+        None => 1,
+    };
+    let s = g
+        .specialize(batch)
+        .map_err(|e| format!("{}: {e}", args.model.display()))?;
+    let refs: Vec<(&str, &Tensor)> = given.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    let t1 = Instant::now();
+    let outs = s
+        .run(&refs)
+        .map_err(|e| format!("{}: {e}", args.model.display()))?;
+    let run_s = t1.elapsed().as_secs_f64();
+    let mut text = String::new();
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    for (name, t) in &outs {
+        text.push_str(&format!("output {name}: {} {:?}", t.dtype(), t.shape()));
+        if let Some(dir) = &args.out {
+            let path = dir.join(output_file_name(name));
+            let f = std::fs::File::create(&path)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            npy::write(std::io::BufWriter::new(f), t)
+                .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+            text.push_str(&format!(" -> {}", path.display()));
+        }
+        text.push('\n');
+    }
+    text.push_str(&format!(
+        "device cpu (reference executor), batch {batch}: load {:.1} ms, run {:.1} ms ({} kernels)\n",
+        load_s * 1e3,
+        run_s * 1e3,
+        s.nodes().len()
+    ));
+    Ok(text)
+}
+
+fn input_list(g: &sluice_graph::Graph) -> String {
+    g.inputs()
+        .iter()
+        .map(|i| format!("{} {} {}", i.name, i.dtype, fmt_dims(&i.shape)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Runs `sluice inspect`.
+pub fn inspect(args: &InspectArgs) -> Result<String, String> {
+    let model = sluice_onnx::load(&args.model, &sluice_onnx::Options::default())
+        .map_err(|e| e.to_string())?;
+    let s = model
+        .graph
+        .specialize(1)
+        .map_err(|e| format!("{}: {e}", args.model.display()))?;
+    Ok(sluice_onnx::summary::report(&model, Some(&s)))
+}
