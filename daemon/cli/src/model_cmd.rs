@@ -33,6 +33,15 @@ pub struct RunArgs {
 pub struct InspectArgs {
     /// The ONNX model file.
     pub model: PathBuf,
+    /// Also write the model's manifest for the simulated GPU (one kernel per
+    /// node, launch configurations and times ESTIMATED on the h100
+    /// profile; docs/onnx.md) to FILE; a folder of such files is a model
+    /// directory the daemon's simulated backends load.
+    #[arg(long, value_name = "FILE")]
+    pub manifest: Option<PathBuf>,
+    /// Batch size of the manifest (models without a symbolic batch: 1).
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
 }
 
 /// An output file name: the output's name with every character outside
@@ -157,5 +166,34 @@ pub fn inspect(args: &InspectArgs) -> Result<String, String> {
         .graph
         .specialize(1)
         .map_err(|e| format!("{}: {e}", args.model.display()))?;
-    Ok(sluice_onnx::summary::report(&model, Some(&s)))
+    let mut text = sluice_onnx::summary::report(&model, Some(&s));
+    if let Some(out) = &args.manifest {
+        let at = model
+            .graph
+            .specialize(args.batch)
+            .map_err(|e| format!("{}: {e}", args.model.display()))?;
+        let name = args
+            .model
+            .file_stem()
+            .map_or_else(|| "model".to_owned(), |n| n.to_string_lossy().into_owned());
+        let json =
+            sluice_nn::graph_manifest::manifest_json(&at, &name, &args.model.display().to_string())
+                .map_err(|e| {
+                    format!(
+                        "{}: cannot make the GPU model's manifest: {}",
+                        args.model.display(),
+                        crate::error_chain(&e)
+                    )
+                })?;
+        // The daemon's own loader checks it before it is written.
+        sluice_model::Manifest::parse_with_memory(&name, &json)
+            .map_err(|e| format!("generated manifest refused: {e}"))?;
+        std::fs::write(out, json).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+        text.push_str(&format!(
+            "manifest   {} (batch {}, estimated on h100)\n",
+            out.display(),
+            args.batch
+        ));
+    }
+    Ok(text)
 }

@@ -5,4 +5,5 @@
 //! DISB models' real layer shapes into kernel plans and model manifests.
 
 pub mod builders;
+pub mod graph_manifest;
 pub mod reference;
