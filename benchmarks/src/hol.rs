@@ -424,8 +424,8 @@ mod tests {
         }
     }
 
-    /// Prints the full table: `cargo test -p sluice-cli --release --lib
-    /// bench_hol::tests::print_hol_table -- --ignored --nocapture`.
+    /// Prints the full table: `cargo test -p sluice-bench --release --lib
+    /// hol::tests::print_hol_table -- --ignored --nocapture`.
     #[test]
     #[ignore = "prints the benchmark table; run in release"]
     fn print_hol_table() {

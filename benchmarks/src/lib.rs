@@ -5,7 +5,8 @@
 //! train inss`). One module per `sluice bench` subcommand:
 //!
 //! - [`ipc`]: the request path's round trip against a Unix socket, and the
-//!   cross-process floor it is compared with ([`ipc::floor`]);
+//!   cross-process floor it is compared with ([`ipc_floor`], which the
+//!   benchmark's client processes also run);
 //! - [`disb`], [`preempt`], [`hol`], [`paella`]: the scheduling benchmarks
 //!   (REEF's DISB, REEF Fig. 19 preemption latency, Paella's head-of-line
 //!   blocking, Paella's §7 evaluation) on the GPU model, and
@@ -47,6 +48,7 @@ pub mod hol;
 pub mod inss;
 pub mod interference;
 pub mod ipc;
+pub mod ipc_floor;
 pub mod padding;
 pub mod paella;
 pub mod preempt;

@@ -1127,7 +1127,7 @@ mod tests {
     /// makespan, the short model's last and mean finish, and CU-busy
     /// utilisation. Simulated, mi50 profile.
     ///
-    /// `cargo test -p sluice-cli --release --lib paella_drain_sensitivity -- --ignored --nocapture`
+    /// `cargo test -p sluice-bench --release --lib paella_drain_sensitivity -- --ignored --nocapture`
     #[test]
     #[ignore = "prints a sensitivity table"]
     fn paella_drain_sensitivity() {

@@ -324,10 +324,10 @@ pub enum BenchMode {
     Adaptive,
     /// The hardware floor: a raw cache-line ping-pong with a server thread
     /// over the shared file at `socket`, over lines rotating as a ring's
-    /// slots ([`crate::ipc::floor::FloorKind::Ring`]).
+    /// slots ([`crate::ipc_floor::FloorKind::Ring`]).
     Floor,
     /// The same over one fixed pair of lines
-    /// ([`crate::ipc::floor::FloorKind::Pair`]).
+    /// ([`crate::ipc_floor::FloorKind::Pair`]).
     FloorPair,
 }
 
@@ -382,11 +382,11 @@ pub fn run_bench(role: &BenchRole) -> Result<BenchReport, String> {
     }
     let warmup = (role.samples / 10).max(100);
     if let Some(kind) = match role.mode {
-        BenchMode::Floor => Some(crate::ipc::floor::FloorKind::Ring),
-        BenchMode::FloorPair => Some(crate::ipc::floor::FloorKind::Pair),
+        BenchMode::Floor => Some(crate::ipc_floor::FloorKind::Ring),
+        BenchMode::FloorPair => Some(crate::ipc_floor::FloorKind::Pair),
         _ => None,
     } {
-        let h = crate::ipc::floor::round_trips(&role.socket, kind, warmup, role.samples)?;
+        let h = crate::ipc_floor::round_trips(&role.socket, kind, warmup, role.samples)?;
         return Ok(BenchReport {
             rtt_ns: Summary::of(&h),
             throughput_rps: 0.0,

@@ -1453,7 +1453,7 @@ mod tests {
 
     /// The full benchmark with the test-only splitter, for development
     /// runs: `SPLIT_BENCH_OUT=DIR SPLIT_BENCH_POLICIES=seq,streams cargo
-    /// nextest run --release -p sluice-cli --run-ignored only full_run`.
+    /// nextest run --release -p sluice-bench --run-ignored only full_run`.
     #[test]
     #[ignore = "minutes of simulation; a development run, not a check"]
     fn full_run() {

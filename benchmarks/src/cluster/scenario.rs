@@ -2,7 +2,7 @@
 //! rates, on how many GPUs of which memory, with which planners.
 //!
 //! A scenario is a TOML file (the shipped ones are in
-//! `daemon/cli/scenarios/`, embedded in the binary, so `--scenario all`
+//! `benchmarks/scenarios/`, embedded in the binary, so `--scenario all`
 //! needs no paths):
 //!
 //! ```toml

@@ -12,7 +12,7 @@
 //! window, arrivals over the newest periods covering it / their length; the first
 //! period plans for the trace's rate at 0), and the period is served by
 //! that placement in the request-level simulator of `sluice bench cluster`
-//! (`bench_cluster_sim`). gpulet re-plans every 20 s because a new
+//! ([`crate::cluster::sim`]). gpulet re-plans every 20 s because a new
 //! partition is a new MPS process; sluice repartitions in place (green
 //! contexts, CU masks), so it can re-plan every second.
 //!

@@ -1038,8 +1038,8 @@ mod tests {
     /// configurations, most of them off the profile grid: batches 1, 4, 5,
     /// 8, 10, 16, 20, 28, 32 on every 5 % from 5 to 100 %. Prints, per fit,
     /// the median, 95th percentile and largest error over all models and
-    /// per model (`cargo test --release -p sluice-cli
-    /// inss_model::tests::print_fits_over_a_broad_grid -- --ignored
+    /// per model (`cargo test --release -p sluice-bench
+    /// inss::model::tests::print_fits_over_a_broad_grid -- --ignored
     /// --nocapture`).
     #[test]
     #[ignore = "prints the latency model's error over 1,440 configurations (~1 min)"]

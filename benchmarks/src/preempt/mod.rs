@@ -414,7 +414,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn bench_preempt_json_has_the_issue_shape() {
+    fn bench_preempt_json_has_the_documented_shape() {
         let r = run(&PreemptOptions::default()).unwrap();
         let v = serde_json::to_value(&r).unwrap();
         let top: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();

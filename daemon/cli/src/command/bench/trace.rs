@@ -15,7 +15,7 @@ use crate::command::{fail, fail_chain, parse, print_json, progress};
 /// GPUs, partition sizes and violations per window, and GPU-seconds,
 /// for each scheduling period given (gpulet: 20 s, an MPS restart per
 /// repartition; sluice repartitions in place, so 1 s). SIMULATED, on the
-/// scenario's device profile; the module docs of bench_cluster_trace.rs
+/// scenario's device profile; the module docs of benchmarks/src/cluster/trace.rs
 /// give every rule.
 #[derive(clap::Args, Debug)]
 pub struct Args {

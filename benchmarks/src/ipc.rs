@@ -20,7 +20,7 @@
 //!    path's overhead over the machine. Round trip `i` uses line `i % 256`
 //!    of each side, as the rings use their slots; `floor_pair`, the same on
 //!    one fixed pair of lines, is measured just before it
-//!    ([`crate::ipc::floor`] says why the ring is the yardstick);
+//!    ([`crate::ipc_floor`] says why the ring is the yardstick);
 //! 2. `spin`: embedded daemon (dispatcher spinning), client spinning on the
 //!    completion ring, zero-time `null` model;
 //! 3. `nospin`: same daemon, zero-time model, client spin budget 0: it goes
@@ -40,8 +40,6 @@
 //!    client whose budget is shorter than the daemon's wake-up falls asleep
 //!    too and pays a second wake-up.
 
-pub mod floor;
-
 use std::io::{IsTerminal, Read, Write};
 use std::os::unix::net::UnixListener;
 use std::path::Path;
@@ -51,7 +49,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 
-use self::floor::{FloorKind, FloorMap};
+use crate::ipc_floor::{FloorKind, FloorMap};
 use crate::roles::{BenchReport, UDS_MSG};
 use crate::{embedded_config, temp_socket};
 use sluice_service::Daemon;
