@@ -61,7 +61,7 @@ groups = [
     ("policies, builders", "#fce8e6", ["sluice-sched", "sluice-nn"]),
     ("backends", "#f3e8fd", ["sluice-gpusim", "sluice-cuda"]),
     ("clients", "#e8f0fe", ["sluice-client"]),
-    ("binaries", "#eeeeee", ["sluice-service", "sluice-cli"]),
+    ("binaries", "#eeeeee", ["sluice-service", "sluice-bench", "sluice-cli"]),
     ("tests", "#ffffff", ["sluice-tests"]),
 ]
 fill = {}

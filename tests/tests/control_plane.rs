@@ -14,7 +14,8 @@
 //!
 //! The attack tests need root: the attacker drops to uid/gid 65534
 //! (`nobody`/`nogroup`) itself, and the 4096-client test raises its
-//! descriptor limits. Without root they print a note and pass vacuously.
+//! descriptor limits. Without root they print a `SKIPPED` line (`sluice_tests::skipped`) and
+//! return without checking anything.
 //!
 //! Deadlines here are functional bounds (a connection must be gone by
 //! `handshake_timeout_ms` plus slack, scaled by
@@ -93,7 +94,10 @@ fn unauthorised_trickle_is_closed_at_accept_while_allowed_clients_get_in() {
         180,
     );
     if !is_root() {
-        eprintln!("skipped: playing user nobody (setuid) needs root");
+        sluice_tests::skipped(
+            "unauthorised_trickle_is_closed_at_accept_while_allowed_clients_get_in",
+            "playing user nobody (setuid) needs root",
+        );
         return;
     }
     let dir = TestDir::new("ctl-unauth");
@@ -217,7 +221,10 @@ fn silent(count: usize, as_user: Option<(u32, u32)>, groups: Vec<u32>) -> Trickl
 fn a_listed_supplementary_group_lets_a_peer_in() {
     let _w = sluice_tests::watchdog("a_listed_supplementary_group_lets_a_peer_in", 120);
     if !is_root() {
-        eprintln!("skipped: playing user nobody with chosen groups needs root");
+        sluice_tests::skipped(
+            "a_listed_supplementary_group_lets_a_peer_in",
+            "playing user nobody with chosen groups needs root",
+        );
         return;
     }
     const GROUP: u32 = 4242;
@@ -263,7 +270,10 @@ fn a_listed_supplementary_group_lets_a_peer_in() {
 fn a_handshake_flood_evicts_its_own_user_s_handshakes() {
     let _w = sluice_tests::watchdog("a_handshake_flood_evicts_its_own_user_s_handshakes", 120);
     if !is_root() {
-        eprintln!("skipped: playing user nobody needs root");
+        sluice_tests::skipped(
+            "a_handshake_flood_evicts_its_own_user_s_handshakes",
+            "playing user nobody needs root",
+        );
         return;
     }
     let dir = TestDir::new("ctl-hs-uid");
@@ -317,7 +327,10 @@ fn allowed_trickle_at_the_fd_limit_is_shed_within_the_deadline() {
         180,
     );
     if !is_root() {
-        eprintln!("skipped: setting the daemon's RLIMIT_NOFILE needs root");
+        sluice_tests::skipped(
+            "allowed_trickle_at_the_fd_limit_is_shed_within_the_deadline",
+            "setting the daemon's RLIMIT_NOFILE needs root",
+        );
         return;
     }
     let dir = TestDir::new("ctl-allowed");
@@ -390,8 +403,9 @@ fn status_json_is_valid_with_4096_connected_clients() {
         maximum: Some(want.max(lim.maximum.unwrap_or(want))),
     };
     if rustix::process::setrlimit(rustix::process::Resource::Nofile, ours).is_err() {
-        eprintln!(
-            "skipped: cannot raise RLIMIT_NOFILE to {want} (needs root or a higher hard limit)"
+        sluice_tests::skipped(
+            "status_json_is_valid_with_4096_connected_clients",
+            &format!("cannot raise RLIMIT_NOFILE to {want} (needs root or a higher hard limit)"),
         );
         return;
     }
@@ -605,7 +619,10 @@ fn limited_daemon(nofile: u64) -> DaemonProc {
 fn out_of_descriptors_sheds_connections_without_spinning() {
     let _w = sluice_tests::watchdog("out_of_descriptors_sheds_connections_without_spinning", 120);
     if !is_root() {
-        eprintln!("skipped: reading the daemon's /proc/PID/fd and setting its limit needs root");
+        sluice_tests::skipped(
+            "out_of_descriptors_sheds_connections_without_spinning",
+            "reading the daemon's /proc/PID/fd and setting its limit needs root",
+        );
         return;
     }
     // Sessions take 4 descriptors each, so with a limit of 96 a few may be

@@ -8,19 +8,12 @@
 //! finishes first because it passes at a block boundary; `seq`, and `split`
 //! with the long model unsplit, finish it last on the same workload.
 
-use std::sync::Arc;
-
-use sluice_sched::{PolicyKind, make_policy};
+use sluice_sched::PolicyKind;
 use sluice_tests::{ClientOpts, ClientProc, DaemonOpts, DaemonProc, PrioMix, TestDir, secs};
 
 sluice_tests::role_entry!();
 
 fn run_with(kind: PolicyKind) {
-    let models = Arc::new(sluice_model::ModelRegistry::builtin());
-    if make_policy(kind, &models).is_none() {
-        eprintln!("note: policy {kind} is not built yet; skipped");
-        return;
-    }
     let mut daemon = DaemonProc::spawn(DaemonOpts {
         scheduler: kind.as_str(),
         ..DaemonOpts::default()
@@ -259,11 +252,6 @@ fn short_during_long(kind: PolicyKind, split: bool) -> ((u64, u64, u64), (u64, u
 #[test]
 fn split_short_request_passes_long_one_at_block_boundary() {
     let _w = sluice_tests::watchdog("split_short_request_passes_long_one_at_block_boundary", 180);
-    let models = Arc::new(sluice_model::ModelRegistry::builtin());
-    if make_policy(PolicyKind::Split, &models).is_none() {
-        eprintln!("note: policy split is not built yet; skipped");
-        return;
-    }
     let (long, short) = short_during_long(PolicyKind::Split, true);
     assert!(
         short.2 < long.2,
@@ -299,12 +287,7 @@ fn seq_and_unsplit_split_finish_short_request_after_long_one() {
         "seq_and_unsplit_split_finish_short_request_after_long_one",
         180,
     );
-    let models = Arc::new(sluice_model::ModelRegistry::builtin());
     for (kind, split) in [(PolicyKind::Seq, true), (PolicyKind::Split, false)] {
-        if make_policy(kind, &models).is_none() {
-            eprintln!("note: policy {kind} is not built yet; skipped");
-            continue;
-        }
         let (long, short) = short_during_long(kind, split);
         assert!(
             short.2 > long.2,

@@ -371,13 +371,13 @@ pub fn write_into_manifest(
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GaSplitter;
 
-impl crate::bench_split::Splitter for GaSplitter {
+impl sluice_bench::split::Splitter for GaSplitter {
     fn split(
         &self,
         model: &sluice_model::Manifest,
         profile: &sluice_gpu::DeviceProfile,
         blocks: Option<u32>,
-    ) -> Result<crate::bench_split::SplitChoice, String> {
+    ) -> Result<sluice_bench::split::SplitChoice, String> {
         let graph = sluice_split::OperatorGraph::from_parts(model, &[], profile)
             .map_err(|e| e.to_string())?;
         let params = sluice_split::GaParams::default();
@@ -394,7 +394,7 @@ impl crate::bench_split::Splitter for GaSplitter {
             }),
         }
         .map_err(|e| e.to_string())?;
-        Ok(crate::bench_split::SplitChoice {
+        Ok(sluice_bench::split::SplitChoice {
             split: sluice_split::to_model_split(
                 &graph,
                 &ga.best,
@@ -464,7 +464,7 @@ mod tests {
     /// inside its kernel times) and fails this test.
     #[test]
     fn the_bench_splitter_reports_the_graphs_own_overhead() {
-        use crate::bench_split::{Splitter, TABLE1, calibrate, retime_kernels, scale_manifest};
+        use sluice_bench::split::{Splitter, TABLE1, calibrate, retime_kernels, scale_manifest};
         let profile = DeviceProfile::builtin("jetson-nano").expect("profile");
         let pm = TABLE1.iter().find(|p| p.name == "resnet50").expect("row");
         let reg = ModelRegistry::builtin();

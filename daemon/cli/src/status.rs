@@ -104,6 +104,84 @@ pub fn query_all(socket: &Path) -> Result<Status, StatusError> {
     Ok(status)
 }
 
+/// `sluice status`'s table: the daemon, its counters, the `[cluster]`
+/// part when it serves one ([`cluster_table`]), every client, and the
+/// control socket's counters.
+pub fn table(s: &Status) -> String {
+    let mut out = format!(
+        "sluiced pid {} v{} (protocol {}), up {:.0} s, socket {}\n\
+         device: {}   dispatcher: {}\n{}\
+         kill mechanism: {}\n\
+         models: {}\n\
+         requests: {} submitted, {} completed, {} errors; {} on the device\n\
+         sessions refused: {}, clients dropped for corrupting their region: {}\n\
+         dispatcher parks: {}, client wake-ups sent: {}\n\n",
+        s.pid,
+        s.version,
+        s.protocol,
+        s.uptime_s,
+        s.socket,
+        s.device,
+        s.dispatcher,
+        if s.dispatcher_warning.is_empty() {
+            String::new()
+        } else {
+            format!("WARNING: {}\n", s.dispatcher_warning)
+        },
+        s.kill_mechanism,
+        s.models.join(", "),
+        s.submitted,
+        s.completed,
+        s.errors,
+        s.device_queued,
+        s.refused,
+        s.dropped_clients,
+        s.parks,
+        s.wakes
+    );
+    if let Some(c) = &s.cluster {
+        out += &cluster_table(c);
+        out.push('\n');
+    }
+    out += &format!(
+        "{:>4} {:<20} {:>8} {:>6} {:>10} {:>10} {:>8} {:>9} {:>10}\n",
+        "id", "name", "pid", "uid", "submitted", "completed", "errors", "on device", "connected"
+    );
+    for c in &s.clients {
+        out += &format!(
+            "{:>4} {:<20} {:>8} {:>6} {:>10} {:>10} {:>8} {:>9} {:>9.0}s\n",
+            c.id,
+            c.name,
+            c.pid,
+            c.uid,
+            c.submitted,
+            c.completed,
+            c.errors,
+            c.on_device,
+            c.connected_s
+        );
+    }
+    if s.clients.is_empty() {
+        out += "(no clients connected)\n";
+    }
+    let c = &s.control;
+    out += &format!(
+        "\ncontrol socket: {} connections open ({} in handshake, this query among them); closed at accept (not \
+         allowed): {}, handshake timeouts: {}, handshakes evicted: {}, out of fds: {} \
+         ({} shed), RLIMIT_NOFILE {}\n",
+        c.open_connections,
+        c.handshaking,
+        c.not_allowed,
+        c.handshake_timeouts,
+        c.handshakes_evicted,
+        c.fd_exhausted,
+        c.shed,
+        c.nofile_limit
+            .map_or_else(|| "unlimited".to_owned(), |n| n.to_string())
+    );
+    out
+}
+
 /// The `[cluster]` part of `sluice status`: the placement in force, each
 /// GPU's partitions with what they serve, each model's load, and what
 /// switching placements has cost the dispatcher.

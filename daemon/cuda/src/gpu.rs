@@ -1051,7 +1051,7 @@ pub(crate) mod tests {
             PolicyKind::WaitPreempt,
         ] {
             let (mut g, _) = gpu(Kill::Cooperative);
-            let mut p = make_policy(kind, &models).unwrap();
+            let mut p = make_policy(kind, &models);
             let r = workload::run_on(&mut g, &models, p.as_mut(), &w);
             let rt: Vec<u64> = r
                 .done
@@ -1100,7 +1100,7 @@ pub(crate) mod tests {
         let mut rt_latency = Vec::new();
         for kind in [PolicyKind::Reef, PolicyKind::WaitPreempt] {
             let (mut g, _) = gpu(Kill::Cooperative);
-            let mut policy: Box<dyn Policy> = make_policy(kind, &models).unwrap();
+            let mut policy: Box<dyn Policy> = make_policy(kind, &models);
             let mut stats = PolicyStats::default();
             let mut done: Vec<TaskDone> = Vec::new();
             let mut failed = Vec::new();

@@ -16,6 +16,10 @@
 //! - [`gpu`]: the scheduler's `Gpu` interface over those queues, and
 //!   [`serve`]: the daemon's job path on it (real model layers under a
 //!   policy).
+//! - [`measure`]: a model's real layers on a device, measured: checked
+//!   against the CPU reference, its kernels timed into a measured
+//!   manifest, its latency on spatial partitions (`sluice check|profile
+//!   --device cuda`).
 //! - `real` (feature `cuda`): [`driver::CuDriver`] over cudarc's run-time
 //!   loaded driver API, and `open` (feature `cuda`): the one function that
 //!   opens CUDA device 0 (`open_cuda`), and `open_device0` on it.
@@ -28,6 +32,7 @@ pub mod driver;
 pub mod fake;
 pub mod gpu;
 pub mod kernels;
+pub mod measure;
 #[cfg(feature = "cuda")]
 pub mod open;
 pub mod partition;

@@ -508,7 +508,7 @@ mod tests {
         ] {
             let (g, d) = gpu();
             let mut g = Partitioned(g);
-            let mut p = make_policy(kind, &models).unwrap();
+            let mut p = make_policy(kind, &models);
             let r = workload::run_on(&mut g, &models, p.as_mut(), &w);
             let rt = r
                 .done

@@ -96,9 +96,6 @@ pub enum ServeError {
         "policy `rt-only` is a benchmark reference that drops best-effort work; choose another for the daemon"
     )]
     RtOnly,
-    /// The policy is not available in this build.
-    #[error("scheduling policy `{0}` is not implemented in this build")]
-    NoPolicy(PolicyKind),
     /// A registry model has no builder.
     #[error(
         "model `{name}` has no {scale:?}-scale builder, so the CUDA backend cannot run it; it \
@@ -411,7 +408,7 @@ impl CudaServer {
         // The two clocks are read together, before the models load (seconds
         // on a GPU): device times then map onto `mono_now`'s clock.
         let mono_offset = i128::from(mono_now) - i128::from(gpu.now());
-        let policy = sluice_sched::make_policy(kind, &models).ok_or(ServeError::NoPolicy(kind))?;
+        let policy = sluice_sched::make_policy(kind, &models);
         let instances = opts.instances.max(1);
         let mut upload = VirtualQueue::new(
             gpu.driver(),

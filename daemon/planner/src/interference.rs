@@ -14,7 +14,8 @@
 //! and utilisations supplied by the caller (for instance parsed from the
 //! gpulet artifact's `INT_MODEL_CONSTANT.CSV` and `UTIL.CSV`, copied in
 //! `../shared/data/gpulet/`, with [`LinearCoefficients::parse_csv`] and
-//! [`parse_util_csv`]).
+//! [`parse_util_csv`], or a whole folder with
+//! [`LinearInterference::load_dir`]).
 //!
 //! Rules (each stated in `docs/planners.md`):
 //!
@@ -32,6 +33,7 @@
 //!   for a `p` % partition (the artifact's `getInterference` does both).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
 /// A latency multiplier for a model running next to another one on the
 /// same GPU.
@@ -89,6 +91,22 @@ pub enum InterferenceError {
     UtilTable {
         /// What is wrong.
         what: String,
+    },
+    /// A file of the data that cannot be read.
+    #[error("cannot read {path}: {why}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        why: String,
+    },
+    /// A file of the data that does not parse.
+    #[error("{path}: {error}")]
+    InFile {
+        /// The file.
+        path: String,
+        /// What is wrong in it.
+        error: Box<InterferenceError>,
     },
 }
 
@@ -195,6 +213,13 @@ impl UtilTable {
         Ok(UtilTable { points })
     }
 
+    /// `(l2, dram)` measured at exactly `batch` on a whole GPU, if listed.
+    pub fn get(&self, batch: u32) -> Option<(f64, f64)> {
+        let p = &self.points;
+        let i = p.binary_search_by_key(&batch, |q| q.0).ok()?;
+        Some((p[i].1, p[i].2))
+    }
+
     /// `(l2, dram)` at `batch` on a whole GPU: the listed point, linear
     /// interpolation between the listed neighbours, the end values beyond
     /// the ends.
@@ -279,6 +304,43 @@ impl LinearInterference {
     pub fn with_util(mut self, model: &str, table: UtilTable) -> Self {
         self.util.insert(model.to_owned(), table);
         self
+    }
+
+    /// The gpulet authors' data for one GPU, from the folder `dir` that
+    /// holds the artifact's `INT_MODEL_CONSTANT.CSV`
+    /// ([`LinearCoefficients::parse_csv`]) and `UTIL.CSV`
+    /// ([`parse_util_csv`]), with the tables under the data's model names
+    /// (look one up with [`LinearInterference::util_of`]).
+    pub fn load_dir(dir: &Path) -> Result<Self, InterferenceError> {
+        let read = |name: &str| {
+            let path = dir.join(name);
+            let text = std::fs::read_to_string(&path).map_err(|e| InterferenceError::Read {
+                path: path.display().to_string(),
+                why: e.to_string(),
+            })?;
+            let in_file = move |error| InterferenceError::InFile {
+                path: path.display().to_string(),
+                error: Box::new(error),
+            };
+            Ok::<_, InterferenceError>((text, in_file))
+        };
+        let (text, in_file) = read("INT_MODEL_CONSTANT.CSV")?;
+        let coeffs = LinearCoefficients::parse_csv(&text).map_err(in_file)?;
+        let (text, in_file) = read("UTIL.CSV")?;
+        let util = parse_util_csv(&text).map_err(in_file)?;
+        Ok(LinearInterference { coeffs, util })
+    }
+
+    /// The utilisation table the data gives `name`, also under the name
+    /// the gpulet artifact's 3080 data uses for it (SSD-MobileNet is
+    /// `ssd` there).
+    pub fn util_of(&self, name: &str) -> Option<&UtilTable> {
+        let alias = if name == "ssd-mobilenetv1" {
+            "ssd"
+        } else {
+            name
+        };
+        self.util.get(name).or_else(|| self.util.get(alias))
     }
 }
 
@@ -398,6 +460,51 @@ mod tests {
             let u = std::fs::read_to_string(format!("{dir}/{gpu}/UTIL.CSV")).unwrap();
             let t = parse_util_csv(&u).unwrap();
             assert!(t.contains_key("resnet50"), "{:?}", t.keys());
+            let li = LinearInterference::load_dir(&std::path::Path::new(dir).join(gpu)).unwrap();
+            assert_eq!(li.util, t);
         }
+    }
+
+    /// A folder of the artifact's two files loads as one model; a missing
+    /// or malformed file names itself; exact batches and the 3080 data's
+    /// name for SSD-MobileNet are found.
+    #[test]
+    fn loads_a_folder_of_the_artifacts_files() {
+        let dir =
+            std::env::temp_dir().join(format!("sluice-planner-gpulet-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = LinearInterference::load_dir(&dir).unwrap_err();
+        assert!(
+            matches!(&e, InterferenceError::Read { path, .. } if path.ends_with("INT_MODEL_CONSTANT.CSV")),
+            "{e}"
+        );
+        std::fs::write(
+            dir.join("INT_MODEL_CONSTANT.CSV"),
+            "l2_util_m1,l2_util_m2,dram_util_m1,dram_util_m2,constant\n0.1,0.2,0.3,0.4,1\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("UTIL.CSV"),
+            "h\nssd,1,0.1,10,50,25\nssd,x,1,1,1,1\n",
+        )
+        .unwrap();
+        let e = LinearInterference::load_dir(&dir).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("UTIL.CSV: utilisation line 3: batch `x`"),
+            "{e}"
+        );
+        std::fs::write(
+            dir.join("UTIL.CSV"),
+            "h\nssd,1,0.1,10,50,25\nssd,8,0.1,10,70,45\n",
+        )
+        .unwrap();
+        let li = LinearInterference::load_dir(&dir).unwrap();
+        assert_eq!(li.coeffs.constant, 1.0);
+        let t = li.util_of("ssd-mobilenetv1").expect("the alias");
+        assert_eq!(t.get(8), Some((0.7, 0.45)));
+        assert_eq!(t.get(4), None);
+        assert!(li.util_of("resnet50").is_none());
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

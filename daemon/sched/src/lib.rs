@@ -244,34 +244,31 @@ pub const fn untag(tag: u64) -> (TaskId, usize) {
 /// Builds a policy. `models` is the registry the tasks refer to.
 ///
 /// Each policy module adds its arm here.
-pub fn make_policy(kind: PolicyKind, models: &Arc<ModelRegistry>) -> Option<Box<dyn Policy>> {
+pub fn make_policy(kind: PolicyKind, models: &Arc<ModelRegistry>) -> Box<dyn Policy> {
     match kind {
-        PolicyKind::Seq => Some(Box::new(seq::Seq::new())),
-        PolicyKind::Streams => Some(Box::new(streams::Streams::new())),
-        PolicyKind::RtOnly => Some(Box::new(rt_only::RtOnly::new())),
-        PolicyKind::WaitPreempt => Some(Box::new(wait_preempt::wait_preempt(Arc::clone(models)))),
-        PolicyKind::Reef => Some(Box::new(reef::Reef::new(
+        PolicyKind::Seq => Box::new(seq::Seq::new()),
+        PolicyKind::Streams => Box::new(streams::Streams::new()),
+        PolicyKind::RtOnly => Box::new(rt_only::RtOnly::new()),
+        PolicyKind::WaitPreempt => Box::new(wait_preempt::wait_preempt(Arc::clone(models))),
+        PolicyKind::Reef => Box::new(reef::Reef::new(
             Arc::clone(models),
             reef::ReefConfig::reef(),
-        ))),
-        PolicyKind::Paella => Some(Box::new(paella::Paella::new(models))),
-        PolicyKind::PaellaSjf => Some(Box::new(paella::Paella::with_config(
+        )),
+        PolicyKind::Paella => Box::new(paella::Paella::new(models)),
+        PolicyKind::PaellaSjf => Box::new(paella::Paella::with_config(
             models,
             paella::PaellaConfig::sjf(),
-        ))),
-        PolicyKind::PaellaRr => Some(Box::new(paella::Paella::with_config(
+        )),
+        PolicyKind::PaellaRr => Box::new(paella::Paella::with_config(
             models,
             paella::PaellaConfig::round_robin(),
-        ))),
-        PolicyKind::Split => Some(Box::new(split::SplitPolicy::new(
+        )),
+        PolicyKind::Split => Box::new(split::SplitPolicy::new(
             models,
             split::SplitConfig::from_manifests(models),
-        ))),
-        PolicyKind::Prema => Some(Box::new(prema::Prema::new(
-            models,
-            prema::PremaConfig::default(),
-        ))),
-        PolicyKind::RtA => Some(Box::new(rt_a::RtA::new())),
+        )),
+        PolicyKind::Prema => Box::new(prema::Prema::new(models, prema::PremaConfig::default())),
+        PolicyKind::RtA => Box::new(rt_a::RtA::new()),
     }
 }
 

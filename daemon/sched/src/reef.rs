@@ -976,7 +976,7 @@ mod tests {
             return &tracked_reef().0;
         }
         map[kind.as_str()].get_or_init(|| {
-            let mut p = make_policy(kind, &models()).unwrap();
+            let mut p = make_policy(kind, &models());
             run(&DeviceProfile::mi50(), &models(), p.as_mut(), &workload())
         })
     }

@@ -529,7 +529,7 @@ mod tests {
                 fail_every: 4,
                 fail_kernel: 3,
             };
-            let mut p = make_policy(kind, &models).unwrap();
+            let mut p = make_policy(kind, &models);
             let r = run_on(&mut gpu, &models, p.as_mut(), &w);
             // The first task to need a stream found none; after it, every
             // fourth task's fourth kernel was refused, and nothing else.
@@ -617,7 +617,7 @@ mod tests {
         for kind in [PolicyKind::Paella, PolicyKind::Streams] {
             let mut ends = Vec::new();
             for instances in [1, 2, 4] {
-                let mut p = make_policy(kind, &models).expect("policy");
+                let mut p = make_policy(kind, &models);
                 let r = run(&profile, &models, p.as_mut(), &pool(instances));
                 let mut done = r.done.clone();
                 done.sort_by_key(|d| d.task.arrival);

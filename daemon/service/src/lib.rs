@@ -27,3 +27,19 @@ pub mod startup;
 pub mod sys;
 
 pub use server::{Daemon, StartError, Status};
+
+/// An error and every `source` below it, one per clause after a colon (a
+/// source whose message already ends the text is not repeated): how the
+/// daemon, the `sluice` command and the benchmarks print an error.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        let clause = c.to_string();
+        if !msg.ends_with(&clause) {
+            msg += &format!(": {clause}");
+        }
+        src = c.source();
+    }
+    msg
+}

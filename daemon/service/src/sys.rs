@@ -363,7 +363,7 @@ impl RealtimeReport {
         ]
         .into_iter()
         .flatten()
-        .map(error_chain)
+        .map(|e| crate::error_chain(e))
         .collect()
     }
 
@@ -379,7 +379,7 @@ impl RealtimeReport {
         let why = match &self.fifo {
             Ok(Some(_)) => return None,
             Ok(None) => "daemon.realtime_priority = 0".to_owned(),
-            Err(e) => format!("SCHED_FIFO was refused ({})", error_chain(e)),
+            Err(e) => format!("SCHED_FIFO was refused ({})", crate::error_chain(e)),
         };
         Some(format!(
             "the dispatcher runs SCHED_OTHER ({why}): when client processes keep the CPUs \
@@ -416,18 +416,6 @@ impl fmt::Display for RealtimeReport {
             Err(_) => f.write_str(", memory not locked (mlockall failed)"),
         }
     }
-}
-
-/// `err`, then each `source()` after a colon.
-fn error_chain(err: &SysError) -> String {
-    let mut s = err.to_string();
-    let mut source = std::error::Error::source(err);
-    while let Some(e) = source {
-        s.push_str(": ");
-        s.push_str(&e.to_string());
-        source = e.source();
-    }
-    s
 }
 
 /// What the dispatcher thread asks of the OS (in the config file:

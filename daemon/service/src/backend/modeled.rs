@@ -31,9 +31,6 @@ use sluice_sched::{
 /// Why a modeled device could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum ModeledError {
-    /// The policy is not available in this build.
-    #[error("scheduling policy `{0}` is not implemented in this build")]
-    NoPolicy(PolicyKind),
     /// `rt-only` drops best-effort requests, which clients would wait for
     /// forever.
     #[error(
@@ -115,7 +112,7 @@ impl ModeledBackend {
                 sluice_sched::split::SplitConfig::for_device(&models, Some(&profile.name)),
             ))
         } else {
-            sluice_sched::make_policy(kind, &models).ok_or(ModeledError::NoPolicy(kind))?
+            sluice_sched::make_policy(kind, &models)
         };
         Ok(Self {
             name: format!("modeled {} GPU, policy {kind}", profile.name),

@@ -565,8 +565,7 @@ impl ClusterBackend {
             } else {
                 (first_cu..first_cu + cus).collect()
             };
-            let policy = sluice_sched::make_policy(self.setup.policy, &self.batched)
-                .expect("checked at construction");
+            let policy = sluice_sched::make_policy(self.setup.policy, &self.batched);
             let size_pct = ((u64::from(cus) * 100).div_ceil(u64::from(ncu))) as u32;
             let part = Partition {
                 gpu: g,

@@ -1,0 +1,1481 @@
+//! SPLIT's evaluation (ICPP'23 §5: Table 1–3, Fig. 6 and Fig. 7) in
+//! virtual time on the GPU model. Every figure it gives is **simulated**
+//! and names its device profile (by default `jetson-nano`, SPLIT's testbed;
+//! see `daemon/gpu/profiles/jetson-nano.toml`). docs/split-eval.md gives
+//! every choice below and how it differs from the paper.
+//!
+//! - **Models** ([`TABLE1`]): the five of SPLIT Table 1. The registry has
+//!   no YOLOv2 or GoogLeNet: YOLOv3's graph stands in for YOLOv2 and
+//!   Inception v3 (GoogLeNet family) for GoogLeNet. Each model's kernel
+//!   times are **scaled to Table 1's Jetson Nano latency**: the scale is
+//!   found from the model's standalone time on the profile (one request
+//!   alone under `seq`) so that the scaled model's standalone time is
+//!   Table 1's latency ([`calibrate`]); the scale factors are reported.
+//! - **Scenarios** (Table 2): Poisson arrivals of mean gap 160 … 110 ms,
+//!   1000 requests each ([`scenario_requests`], [`Mix`]).
+//! - **Splits**: the long models of Table 1 (ResNet-50, VGG-19) are cut by
+//!   a [`Splitter`] (the caller's: the integrator's genetic algorithm); the
+//!   short ones run as one block. The split goes on the scaled manifest as
+//!   its first `splits` entry, which `make_policy` reads for `split`.
+//! - **Metrics**: per request the response ratio `RR = latency / Ext`,
+//!   `Ext` the model's scaled standalone time; the violation rate at
+//!   `α = 2..=20` (Fig. 6) is the fraction of requests with `RR > α`. One
+//!   run per scenario and policy serves every α: no policy here is told α
+//!   (SPLIT orders by response ratio, which does not depend on α). Jitter
+//!   (Fig. 7) is the standard deviation of end-to-end latency per model.
+//!   Table 3 rows give, per long model and `m = 2, 3, 4` blocks, the
+//!   splitter's block-time σ, its splitting overhead on its own operator
+//!   graph ([`SplitChoice::overhead`]) and the block-time range.
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use shm_proto::Priority;
+
+use sluice_gpu::{DeviceProfile, Ns};
+use sluice_gpusim::GpuSim;
+use sluice_model::{Manifest, ModelRegistry, ModelSplit};
+use sluice_sched::workload::{self, Arrival, ClientSpec, Workload};
+use sluice_sched::{PolicyKind, make_policy};
+
+/// One model of SPLIT Table 1 and the manifest that plays it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PaperModel {
+    /// Name of the derived (scaled) manifest, e.g. `yolov2`.
+    pub name: &'static str,
+    /// The paper's name.
+    pub paper: &'static str,
+    /// The registry manifest whose graph is used.
+    pub manifest: &'static str,
+    /// SPLIT Table 1 latency on the Jetson Nano, ms.
+    pub latency_ms: f64,
+    /// Table 1's type: long models are split, short ones run whole.
+    pub long: bool,
+    /// Where the graph comes from, in words (stand-in or not, measured or
+    /// estimated).
+    pub source: &'static str,
+}
+
+/// SPLIT Table 1, in the paper's order.
+pub const TABLE1: [PaperModel; 5] = [
+    PaperModel {
+        name: "yolov2",
+        paper: "YOLOv2",
+        manifest: "yolov3",
+        latency_ms: 10.8,
+        long: false,
+        source: "stand-in: the yolov3 manifest's graph (estimated, not measured); the registry has no YOLOv2",
+    },
+    PaperModel {
+        name: "googlenet",
+        paper: "GoogLeNet",
+        manifest: "inception",
+        latency_ms: 13.2,
+        long: false,
+        source: "stand-in: the inception manifest (Inception v3, GoogLeNet family; REEF-measured MI50 kernels); the registry has no GoogLeNet",
+    },
+    PaperModel {
+        name: "resnet50",
+        paper: "ResNet-50",
+        manifest: "resnet50",
+        latency_ms: 28.35,
+        long: true,
+        source: "the resnet50 manifest (REEF-measured MI50 kernels)",
+    },
+    PaperModel {
+        name: "vgg19",
+        paper: "VGG-19",
+        manifest: "vgg19",
+        latency_ms: 67.5,
+        long: true,
+        source: "the vgg19 manifest (REEF-measured MI50 kernels)",
+    },
+    PaperModel {
+        name: "gpt2",
+        paper: "GPT-2",
+        manifest: "gpt2",
+        latency_ms: 20.4,
+        long: false,
+        source: "the gpt2 manifest (estimated, not measured)",
+    },
+];
+
+/// SPLIT Table 2: the mean inter-arrival time of each scenario, ms.
+pub const SCENARIOS_MS: [f64; 6] = [160.0, 150.0, 140.0, 130.0, 120.0, 110.0];
+
+/// Requests per scenario (SPLIT §5.1: "The total number of requests is set
+/// to 1000").
+pub const REQUESTS: usize = 1000;
+
+/// The latency targets of Fig. 6: `α = 2..=20`.
+pub const ALPHAS: std::ops::RangeInclusive<u32> = 2..=20;
+
+/// Block counts of Table 3.
+pub const TABLE3_BLOCKS: [u32; 3] = [2, 3, 4];
+
+/// The policies of Fig. 6 and 7 by default, in the order reports list them.
+pub const DEFAULT_POLICIES: [&str; 4] = ["split", "seq", "prema", "rt-a"];
+
+/// Profiles whose kernel kill is not sourced: `reef` is refused on them.
+pub const NO_KILL_PROFILES: [&str; 1] = ["jetson-nano"];
+
+/// The paper's name for a sluice policy, for labels.
+pub fn paper_label(policy: &str) -> &str {
+    match policy {
+        "split" => "SPLIT",
+        "seq" => "Clockwork (seq)",
+        "prema" => "PREMA",
+        "rt-a" => "RT-A",
+        "reef" => "REEF",
+        "streams" => "streams",
+        other => other,
+    }
+}
+
+/// A split a [`Splitter`] chose, and how long it searched.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SplitChoice {
+    /// The cuts and each block's time on the profile (boundary cost
+    /// included).
+    pub split: ModelSplit,
+    /// The splitting overhead the splitter's own cost model gives the
+    /// split: `(Σ t_j − T) / T` with `T` the unsplit model's time on that
+    /// same model (the Eq. 2 term; `sluice_split::Evaluation::overhead`),
+    /// so 0 for one block. Not `Σ t_j / Ext − 1`: the splitter's block
+    /// times and `Ext` (the simulated standalone time) count per-kernel
+    /// launch spacing differently, which would add a constant offset.
+    pub overhead: f64,
+    /// Generations the search ran (0 for a search without generations).
+    pub generations: u32,
+}
+
+/// Chooses a model's block cuts (SPLIT §3.3: evenly sized blocks). The
+/// benchmark does not ship one: the caller provides it (`sluice bench
+/// split` wires in the genetic algorithm).
+pub trait Splitter {
+    /// Cuts `model` (already scaled to the profile) into `blocks` blocks,
+    /// or, with `None`, into the number of blocks the splitter finds best
+    /// (SPLIT Eq. 1), with block times on `profile`.
+    fn split(
+        &self,
+        model: &Manifest,
+        profile: &DeviceProfile,
+        blocks: Option<u32>,
+    ) -> Result<SplitChoice, String>;
+}
+
+/// How a scenario's requests are given models.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mix {
+    /// Each of the five models issues its own Poisson stream of the
+    /// scenario's mean gap (SPLIT §4.1: "each generating requests
+    /// independently"); the first [`REQUESTS`] of the merged streams run.
+    /// Load = Σ Ext / λ, 0.88 at 160 ms to 1.28 at 110 ms.
+    PerModel,
+    /// One Poisson stream of the scenario's mean gap; each request draws
+    /// its model uniformly. Load = mean Ext / λ, 0.18 to 0.26.
+    Shared,
+}
+
+impl Mix {
+    /// The name the CLI spells.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::PerModel => "per-model",
+            Self::Shared => "shared",
+        }
+    }
+
+    /// Parses a name.
+    pub fn from_name(s: &str) -> Result<Self, String> {
+        match s {
+            "per-model" => Ok(Self::PerModel),
+            "shared" => Ok(Self::Shared),
+            _ => Err(format!(
+                "unknown mix `{s}`; use per-model (one Poisson stream per model) or shared (one stream, uniform model draw)"
+            )),
+        }
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SplitBenchOptions {
+    /// Device profile of the GPU model.
+    pub device: String,
+    /// Mean inter-arrival time of each scenario, ms.
+    pub scenarios_ms: Vec<f64>,
+    /// Requests per scenario.
+    pub requests: usize,
+    /// Policy names, as `PolicyKind::from_name` spells them.
+    pub policies: Vec<String>,
+    /// How requests are given models.
+    pub mix: Mix,
+    /// Clients per model; a model's requests go to them in turn (so that a
+    /// policy with one stream per client may run a model's requests
+    /// concurrently).
+    pub clients_per_model: u32,
+    /// Seed of the arrival times and model choices.
+    pub seed: u64,
+    /// Worker threads.
+    pub jobs: usize,
+}
+
+impl Default for SplitBenchOptions {
+    fn default() -> Self {
+        Self {
+            device: "jetson-nano".to_owned(),
+            scenarios_ms: SCENARIOS_MS.to_vec(),
+            requests: REQUESTS,
+            policies: DEFAULT_POLICIES.iter().map(|s| (*s).to_owned()).collect(),
+            mix: Mix::PerModel,
+            clients_per_model: 4,
+            seed: 1,
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// A model as the runs saw it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ModelInfo {
+    /// Derived manifest name.
+    pub model: String,
+    /// The paper's name.
+    pub paper: String,
+    /// Registry manifest whose graph is used.
+    pub manifest: String,
+    /// Stand-in or not, measured or estimated.
+    pub source: String,
+    /// Kernels.
+    pub kernels: usize,
+    /// SPLIT Table 1 latency, ms.
+    pub table1_ms: f64,
+    /// Standalone time on the profile before scaling, ms.
+    pub unscaled_ms: f64,
+    /// Factor applied to every kernel, block and wave time.
+    pub scale: f64,
+    /// Standalone time on the profile after scaling (`Ext`), ms.
+    pub ext_ms: f64,
+    /// The block cuts the runs used (empty: one block).
+    pub cuts: Vec<u32>,
+    /// Each block's time as the splitter gave it, ms.
+    pub block_ms: Vec<f64>,
+}
+
+/// One scenario of Table 2.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ScenarioInfo {
+    /// `Scenario1` …
+    pub scenario: String,
+    /// Mean inter-arrival time λ, ms.
+    pub mean_gap_ms: f64,
+    /// Offered load the mix implies: GPU time asked for per unit time.
+    pub load: f64,
+    /// Requests.
+    pub requests: usize,
+    /// Arrival time of the last request, s.
+    pub span_s: f64,
+}
+
+/// One point of Fig. 6.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Violation {
+    /// Scenario name.
+    pub scenario: String,
+    /// Policy name.
+    pub policy: String,
+    /// Latency target, in multiples of `Ext`.
+    pub alpha: u32,
+    /// Fraction of requests with `RR > α` (unfinished ones count).
+    pub rate: f64,
+}
+
+/// One bar of Fig. 7.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Jitter {
+    /// Scenario name.
+    pub scenario: String,
+    /// Policy name.
+    pub policy: String,
+    /// Derived model name.
+    pub model: String,
+    /// Standard deviation of end-to-end latency, ms.
+    pub std_ms: f64,
+}
+
+/// One row of Table 3.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SplitRow {
+    /// Derived model name.
+    pub model: String,
+    /// Blocks.
+    pub blocks: u32,
+    /// Standard deviation of the block times, ms.
+    pub std_ms: f64,
+    /// The splitter's splitting overhead, `(Σ t_j − T) / T` on its own
+    /// operator graph ([`SplitChoice::overhead`]); 0 for one block.
+    pub overhead: f64,
+    /// (max − min block time) / `Ext`, percent.
+    pub range_pct: f64,
+    /// Generations the splitter ran.
+    pub generations: u32,
+}
+
+/// Requests a run left unfinished (they count as violations at every α).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Unfinished {
+    /// Scenario name.
+    pub scenario: String,
+    /// Policy name.
+    pub policy: String,
+    /// Requests with no completion.
+    pub count: usize,
+}
+
+/// A policy and the paper's name for it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Label {
+    /// sluice's name.
+    pub policy: String,
+    /// The paper's.
+    pub label: String,
+}
+
+/// Everything the benchmark measured.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SplitReport {
+    /// Device profile of the GPU model.
+    pub device: String,
+    /// Always true: virtual time on the GPU model.
+    pub simulated: bool,
+    /// How requests were given models.
+    pub mix: Mix,
+    /// Seed of the arrivals.
+    pub seed: u64,
+    /// Fig. 6 points.
+    pub violation: Vec<Violation>,
+    /// Fig. 7 bars.
+    pub jitter: Vec<Jitter>,
+    /// Table 3 rows.
+    pub splits: Vec<SplitRow>,
+    /// The models: scale factors, `Ext`, the cuts the runs used.
+    pub models: Vec<ModelInfo>,
+    /// The scenarios and the load each implies.
+    pub scenarios: Vec<ScenarioInfo>,
+    /// Policies and their paper names.
+    pub labels: Vec<Label>,
+    /// Unfinished requests per run (none listed: all finished).
+    pub unfinished: Vec<Unfinished>,
+    /// Wall-clock seconds the whole benchmark took on this machine.
+    pub wall_s: f64,
+}
+
+pub use crate::runs::Progress;
+
+/// A progress line on stderr.
+pub fn stderr_progress() -> impl FnMut(Progress) + Send {
+    crate::runs::stderr_progress("bench split")
+}
+
+use crate::runs::unit;
+
+/// `n` Poisson arrivals (exponential gaps of mean `mean_ns`) from 0.
+fn poisson(mean_ns: f64, n: usize, rng: &mut u64) -> Vec<Ns> {
+    let mut t = 0.0f64;
+    (0..n)
+        .map(|_| {
+            t += -unit(rng).ln() * mean_ns;
+            t as Ns
+        })
+        .collect()
+}
+
+/// The requests of one scenario, `(arrival ns, model index)` sorted by
+/// arrival: `n` requests over `models` models with mean gap `mean_gap_ms`
+/// per stream, as `mix` says. Deterministic in `seed`.
+pub fn scenario_requests(
+    mean_gap_ms: f64,
+    n: usize,
+    models: usize,
+    mix: Mix,
+    seed: u64,
+) -> Vec<(Ns, usize)> {
+    let mean_ns = mean_gap_ms * 1e6;
+    let mut rng = seed;
+    let mut out: Vec<(Ns, usize)> = match mix {
+        Mix::Shared => poisson(mean_ns, n, &mut rng)
+            .into_iter()
+            .map(|t| {
+                let m = ((unit(&mut rng) * models as f64) as usize).min(models.saturating_sub(1));
+                (t, m)
+            })
+            .collect(),
+        Mix::PerModel => (0..models)
+            .flat_map(|m| {
+                let mut r = seed ^ (m as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f);
+                poisson(mean_ns, n, &mut r).into_iter().map(move |t| (t, m))
+            })
+            .collect(),
+    };
+    out.sort_unstable();
+    out.truncate(n);
+    out
+}
+
+/// GPU time the requests ask for per unit of time: Σ Ext over the span.
+pub fn offered_load(mean_gap_ms: f64, ext_ms: &[f64], mix: Mix) -> f64 {
+    let sum: f64 = ext_ms.iter().sum();
+    match mix {
+        Mix::PerModel => sum / mean_gap_ms,
+        Mix::Shared => sum / ext_ms.len().max(1) as f64 / mean_gap_ms,
+    }
+}
+
+/// One finished (or unfinished) request.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    /// Model index.
+    pub model: usize,
+    /// End-to-end latency, ns; `None` if it never finished.
+    pub latency_ns: Option<Ns>,
+}
+
+/// Each request's response ratio `latency / Ext` (infinite if unfinished).
+pub fn response_ratios(samples: &[Sample], ext_ns: &[Ns]) -> Vec<f64> {
+    samples
+        .iter()
+        .map(|s| match s.latency_ns {
+            Some(l) => l as f64 / ext_ns[s.model].max(1) as f64,
+            None => f64::INFINITY,
+        })
+        .collect()
+}
+
+/// Fraction of `rr` above `alpha` (0 for no requests).
+pub fn violation_rate(rr: &[f64], alpha: f64) -> f64 {
+    if rr.is_empty() {
+        return 0.0;
+    }
+    rr.iter().filter(|&&r| r > alpha).count() as f64 / rr.len() as f64
+}
+
+/// Population standard deviation of the finished latencies of `model`, ms
+/// (0 for fewer than two).
+pub fn jitter_ms(samples: &[Sample], model: usize) -> f64 {
+    let v: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.model == model)
+        .filter_map(|s| s.latency_ns.map(|l| l as f64 / 1e6))
+        .collect();
+    std_dev(&v)
+}
+
+/// Population standard deviation (0 for fewer than two values).
+pub fn std_dev(v: &[f64]) -> f64 {
+    if v.len() < 2 {
+        return 0.0;
+    }
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    (v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / v.len() as f64).sqrt()
+}
+
+/// Table 3's block-time numbers for one split: (σ of block times in ms,
+/// range in percent of `ext_ms`). The overhead column is the splitter's
+/// own ([`SplitChoice::overhead`]).
+pub fn split_stats(split: &ModelSplit, ext_ms: f64) -> (f64, f64) {
+    let b: Vec<f64> = split.block_time_us.iter().map(|t| t / 1e3).collect();
+    let max = b.iter().copied().fold(f64::MIN, f64::max);
+    let min = b.iter().copied().fold(f64::MAX, f64::min);
+    let ext = ext_ms.max(f64::MIN_POSITIVE);
+    (std_dev(&b), (max - min) / ext * 100.0)
+}
+
+/// `manifest` with every kernel, block and wave time times `scale`; its
+/// profiled tables and splits (for other devices) dropped.
+pub fn scale_manifest(manifest: &Manifest, scale: f64) -> Manifest {
+    let mut m = manifest.clone();
+    for k in &mut m.kernels {
+        k.kernel_time_us *= scale;
+        k.block_time_us *= scale;
+        for w in &mut k.wave_us {
+            *w *= scale;
+        }
+    }
+    m.total_time_us = m.kernels.iter().map(|k| k.kernel_time_us).sum();
+    m.lbp.clear();
+    m.splits.clear();
+    m
+}
+
+/// One request of `manifest` alone under `seq` on `profile`, ns.
+pub fn standalone_ns(profile: &DeviceProfile, manifest: &Manifest) -> Result<Ns, String> {
+    let reg = ModelRegistry::from_manifests([("bench-split".to_owned(), manifest.clone())])
+        .map_err(|e| format!("model `{}` is not a valid manifest: {e}", manifest.name))?;
+    let models = Arc::new(reg);
+    let mut p = sluice_sched::seq::Seq::new();
+    let w = Workload {
+        clients: vec![ClientSpec {
+            priority: Priority::BestEffort,
+            model: 0,
+            arrival: Arrival::Trace(vec![0]),
+        }],
+        duration_ns: 1,
+    };
+    let r = workload::run_on(&mut GpuSim::new(profile.clone()), &models, &mut p, &w);
+    r.done.first().map(|d| d.finished).ok_or_else(|| {
+        format!(
+            "model `{}` did not finish alone on the GPU model",
+            manifest.name
+        )
+    })
+}
+
+/// The scale that gives `manifest` a standalone time of `target_ms` on
+/// `profile`, with the unscaled and scaled standalone times (ms). The
+/// per-kernel queue costs do not scale, so the time is affine in the scale;
+/// a secant search finds it within 0.1 % in a few steps.
+pub fn calibrate(
+    profile: &DeviceProfile,
+    manifest: &Manifest,
+    target_ms: f64,
+) -> Result<(f64, f64, f64), String> {
+    let time = |s: f64| -> Result<f64, String> {
+        Ok(standalone_ns(profile, &scale_manifest(manifest, s))? as f64 / 1e6)
+    };
+    let t1 = time(1.0)?;
+    if t1 <= 0.0 {
+        return Err(format!("model `{}` takes no time alone", manifest.name));
+    }
+    let (mut s0, mut f0) = (1.0, t1);
+    let mut s1 = target_ms / t1;
+    let mut f1 = time(s1)?;
+    for _ in 0..8 {
+        if ((f1 - target_ms) / target_ms).abs() < 1e-3 || f1 == f0 {
+            break;
+        }
+        let s2 = s1 + (target_ms - f1) * (s1 - s0) / (f1 - f0);
+        if !(s2.is_finite() && s2 > 0.0) {
+            return Err(format!(
+                "model `{}`: cannot reach {target_ms} ms on {} by scaling (the per-kernel queue costs alone exceed it)",
+                manifest.name, profile.name
+            ));
+        }
+        (s0, f0) = (s1, f1);
+        s1 = s2;
+        f1 = time(s1)?;
+    }
+    Ok((s1, t1, f1))
+}
+
+/// Each kernel's time alone on `profile` (one-kernel model under `seq`,
+/// queue costs included), µs. The manifests' `kernel_time_us` were
+/// measured on 60 MI50 CUs; on a profile with other CUs they are no
+/// estimate of the kernel's time there.
+pub fn kernel_times_us(profile: &DeviceProfile, manifest: &Manifest) -> Result<Vec<f64>, String> {
+    (0..manifest.kernels.len())
+        .map(|i| {
+            let mut one = manifest.clone();
+            one.kernels = vec![manifest.kernels[i].clone()];
+            one.total_time_us = one.kernels[0].kernel_time_us;
+            Ok(standalone_ns(profile, &one)? as f64 / 1e3)
+        })
+        .collect()
+}
+
+/// Sets each kernel's `kernel_time_us` to its share of `ext_ms` in
+/// proportion to its time alone on `profile` ([`kernel_times_us`]), so
+/// that policies and splitters that estimate from the manifest see the
+/// profile's times; `total_time_us` becomes `ext_ms`.
+pub fn retime_kernels(
+    profile: &DeviceProfile,
+    manifest: &mut Manifest,
+    ext_ms: f64,
+) -> Result<(), String> {
+    let t = kernel_times_us(profile, manifest)?;
+    let sum: f64 = t.iter().sum();
+    if sum <= 0.0 {
+        return Err(format!(
+            "model `{}`: its kernels take no time",
+            manifest.name
+        ));
+    }
+    // On a wide profile a one-wave kernel's time alone is mostly one
+    // launch's queue cost, which the normalisation shrinks; it may then
+    // fall below its own block time, which no kernel can. Such kernels
+    // keep their block time and the rest share what is left of `ext_ms`
+    // in proportion (repeated until no other kernel falls below its
+    // block), so the times still sum to `ext_ms`.
+    let budget = ext_ms * 1e3;
+    let mut pinned = vec![false; t.len()];
+    loop {
+        let fixed: f64 = manifest
+            .kernels
+            .iter()
+            .zip(&pinned)
+            .filter(|(_, p)| **p)
+            .map(|(k, _)| k.block_time_us)
+            .sum();
+        let free: f64 = t
+            .iter()
+            .zip(&pinned)
+            .filter(|(_, p)| !**p)
+            .map(|(x, _)| x)
+            .sum();
+        let scale = (budget - fixed) / free;
+        let mut more = false;
+        for ((k, ti), p) in manifest.kernels.iter_mut().zip(&t).zip(&mut pinned) {
+            if *p {
+                k.kernel_time_us = k.block_time_us;
+            } else if ti * scale < k.block_time_us {
+                *p = true;
+                more = true;
+            } else {
+                k.kernel_time_us = ti * scale;
+            }
+        }
+        if !more {
+            break;
+        }
+        if pinned.iter().all(|&p| p) {
+            return Err(format!(
+                "model `{}`: its block times alone exceed {ext_ms} ms",
+                manifest.name
+            ));
+        }
+    }
+    manifest.total_time_us = manifest.kernels.iter().map(|k| k.kernel_time_us).sum();
+    Ok(())
+}
+
+/// Parses a policy name; an unknown one is refused with the known names.
+pub fn parse_policy(name: &str) -> Result<PolicyKind, String> {
+    PolicyKind::from_name(name).ok_or_else(|| {
+        let known: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.as_str()).collect();
+        format!(
+            "unknown policy `{name}`; known policies: {}",
+            known.join(", ")
+        )
+    })
+}
+
+/// One run: a scenario under a policy.
+struct Point {
+    scenario: usize,
+    policy: usize,
+}
+
+/// Runs one scenario under one policy: every request's sample.
+fn run_point(
+    profile: &DeviceProfile,
+    models: &Arc<ModelRegistry>,
+    ids: &[u32],
+    kind: PolicyKind,
+    requests: &[(Ns, usize)],
+    clients_per_model: u32,
+    work_ns: Ns,
+) -> Result<Vec<Sample>, String> {
+    let k = clients_per_model.max(1) as usize;
+    let mut traces: Vec<Vec<Ns>> = vec![Vec::new(); ids.len() * k];
+    let mut turn = vec![0usize; ids.len()];
+    for &(t, m) in requests {
+        traces[m * k + turn[m] % k].push(t);
+        turn[m] += 1;
+    }
+    let client_model: Vec<usize> = (0..traces.len()).map(|c| c / k).collect();
+    let last = requests.last().map_or(0, |r| r.0);
+    let clients: Vec<ClientSpec> = traces
+        .iter()
+        .enumerate()
+        .map(|(c, tr)| ClientSpec {
+            priority: Priority::BestEffort,
+            model: ids[c / k],
+            arrival: Arrival::Trace(tr.clone()),
+        })
+        .collect();
+    // Arrivals stop after the last request; the run goes on until the
+    // device is idle, bounded by twice all the work asked for.
+    let w = Workload {
+        clients,
+        duration_ns: last + 1 + work_ns.saturating_mul(2),
+    };
+    let mut policy = make_policy(kind, models);
+    let mut gpu = GpuSim::new(profile.clone());
+    let r = workload::run_on(&mut gpu, models, policy.as_mut(), &w);
+    let mut done = std::collections::HashMap::new();
+    for d in &r.done {
+        done.insert((d.task.client, d.task.arrival), d.finished - d.task.arrival);
+    }
+    let mut out = Vec::with_capacity(requests.len());
+    for (c, tr) in traces.iter().enumerate() {
+        for &t in tr {
+            out.push(Sample {
+                model: client_model[c],
+                latency_ns: done.get(&(c as u32, t)).copied(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// Runs the benchmark with no progress output.
+pub fn run(opts: &SplitBenchOptions, splitter: &dyn Splitter) -> Result<SplitReport, String> {
+    run_with_progress(opts, splitter, &mut |_| {})
+}
+
+/// Runs the benchmark; `progress` sees every finished run.
+pub fn run_with_progress(
+    opts: &SplitBenchOptions,
+    splitter: &dyn Splitter,
+    progress: &mut (dyn FnMut(Progress) + Send),
+) -> Result<SplitReport, String> {
+    let start = std::time::Instant::now();
+    let profile = DeviceProfile::builtin(&opts.device).map_err(|e| e.to_string())?;
+    if opts.scenarios_ms.is_empty() {
+        return Err("no scenarios given; give at least one mean gap in ms".into());
+    }
+    if let Some(bad) = opts
+        .scenarios_ms
+        .iter()
+        .find(|g| !(g.is_finite() && **g > 0.0))
+    {
+        return Err(format!(
+            "scenario mean gap {bad} ms is not positive; give gaps such as 160,150"
+        ));
+    }
+    if opts.requests == 0 {
+        return Err("--requests 0: give at least one request per scenario".into());
+    }
+    if opts.policies.is_empty() {
+        return Err("no policies given; give at least one with --policies".into());
+    }
+    let kinds: Vec<PolicyKind> = opts
+        .policies
+        .iter()
+        .map(|p| parse_policy(p))
+        .collect::<Result<_, _>>()?;
+    if kinds.contains(&PolicyKind::Reef) && NO_KILL_PROFILES.contains(&profile.name.as_str()) {
+        return Err(format!(
+            "policy reef needs kernel kill, which profile {} does not have (not sourced for its GPU); drop reef from --policies or use --device gv100",
+            profile.name
+        ));
+    }
+    let base = ModelRegistry::builtin();
+    // Scale each model to its Table 1 latency, then split the long ones.
+    let mut manifests = Vec::new();
+    let mut infos = Vec::new();
+    for pm in &TABLE1 {
+        let (_, m) = base.lookup(pm.manifest).ok_or_else(|| {
+            format!(
+                "model `{}` (for {}) is not in the registry; the built-in manifests should have it",
+                pm.manifest, pm.paper
+            )
+        })?;
+        let (scale, unscaled, ext) = calibrate(&profile, &m.manifest, pm.latency_ms)?;
+        let mut d = scale_manifest(&m.manifest, scale);
+        retime_kernels(&profile, &mut d, ext)?;
+        d.name = pm.name.to_owned();
+        d.display_name = format!("{} (SPLIT Table 1, scaled)", pm.paper);
+        d.provenance = format!(
+            "derived by `sluice bench split`: {}; every block and wave time scaled by {scale:.6} so that one request alone on the {} profile takes SPLIT Table 1's {} ms (Jetson Nano) on the GPU model; kernel_time_us is each kernel's time alone on that profile (GPU model), normalised to sum to it; original provenance: {}",
+            pm.source, profile.name, pm.latency_ms, m.manifest.provenance
+        );
+        manifests.push(d);
+        infos.push(ModelInfo {
+            model: pm.name.to_owned(),
+            paper: pm.paper.to_owned(),
+            manifest: pm.manifest.to_owned(),
+            source: pm.source.to_owned(),
+            kernels: m.manifest.kernels.len(),
+            table1_ms: pm.latency_ms,
+            unscaled_ms: unscaled,
+            scale,
+            ext_ms: ext,
+            cuts: Vec::new(),
+            block_ms: vec![ext],
+        });
+    }
+    // Table 3: the long models at 2, 3 and 4 blocks.
+    let mut splits = Vec::new();
+    for (i, pm) in TABLE1.iter().enumerate().filter(|(_, p)| p.long) {
+        for m in TABLE3_BLOCKS {
+            let c = splitter
+                .split(&manifests[i], &profile, Some(m))
+                .map_err(|e| format!("splitting {} into {m} blocks: {e}", pm.name))?;
+            check_split(&c.split, &manifests[i], &profile)?;
+            let (std_ms, range_pct) = split_stats(&c.split, infos[i].ext_ms);
+            splits.push(SplitRow {
+                model: pm.name.to_owned(),
+                blocks: m,
+                std_ms,
+                overhead: c.overhead,
+                range_pct,
+                generations: c.generations,
+            });
+        }
+    }
+    // The deployed splits: the splitter's own block count for long models,
+    // one block for short ones (SPLIT §5.4 splits the long models).
+    for (i, pm) in TABLE1.iter().enumerate() {
+        let split = if pm.long {
+            let c = splitter
+                .split(&manifests[i], &profile, None)
+                .map_err(|e| format!("splitting {}: {e}", pm.name))?;
+            check_split(&c.split, &manifests[i], &profile)?;
+            c.split
+        } else {
+            ModelSplit {
+                device: profile.name.clone(),
+                cuts: Vec::new(),
+                block_time_us: vec![infos[i].ext_ms * 1e3],
+                rule: "one block: SPLIT splits only the long models (ICPP'23 §5.4)".into(),
+            }
+        };
+        infos[i].cuts = split.cuts.clone();
+        infos[i].block_ms = split.block_time_us.iter().map(|t| t / 1e3).collect();
+        manifests[i].splits.insert(0, split);
+    }
+    let models = Arc::new(
+        ModelRegistry::from_manifests(manifests.into_iter().map(|m| ("bench-split".to_owned(), m)))
+            .map_err(|e| {
+                let mut why = e.to_string();
+                let mut src = std::error::Error::source(&e);
+                while let Some(inner) = src {
+                    let _ = write!(why, ": {inner}");
+                    src = inner.source();
+                }
+                format!("the scaled models do not form a registry: {why}")
+            })?,
+    );
+    let ids: Vec<u32> = TABLE1
+        .iter()
+        .map(|pm| models.lookup(pm.name).map(|(id, _)| id))
+        .collect::<Option<_>>()
+        .ok_or("a scaled model went missing from its registry")?;
+    let ext_ns: Vec<Ns> = infos.iter().map(|m| (m.ext_ms * 1e6) as Ns).collect();
+    let ext_ms: Vec<f64> = infos.iter().map(|m| m.ext_ms).collect();
+    let mut scen = Vec::new();
+    let mut reqs = Vec::new();
+    for (s, &gap) in opts.scenarios_ms.iter().enumerate() {
+        let r = scenario_requests(
+            gap,
+            opts.requests,
+            TABLE1.len(),
+            opts.mix,
+            opts.seed ^ (s as u64 + 1),
+        );
+        scen.push(ScenarioInfo {
+            scenario: format!("Scenario{}", s + 1),
+            mean_gap_ms: gap,
+            load: offered_load(gap, &ext_ms, opts.mix),
+            requests: r.len(),
+            span_s: r.last().map_or(0.0, |x| x.0 as f64 / 1e9),
+        });
+        reqs.push(r);
+    }
+    let mut points = Vec::new();
+    for scenario in 0..reqs.len() {
+        for policy in 0..kinds.len() {
+            points.push(Point { scenario, policy });
+        }
+    }
+    let results = crate::runs::run_all(
+        &points,
+        opts.jobs,
+        |pt| {
+            let rq = &reqs[pt.scenario];
+            let work: Ns = rq.iter().map(|r| ext_ns[r.1]).sum();
+            run_point(
+                &profile,
+                &models,
+                &ids,
+                kinds[pt.policy],
+                rq,
+                opts.clients_per_model,
+                work,
+            )
+        },
+        progress,
+    );
+    let mut violation = Vec::new();
+    let mut jitter = Vec::new();
+    let mut unfinished = Vec::new();
+    for (pt, o) in points.iter().zip(results) {
+        let samples = o?;
+        let scenario = scen[pt.scenario].scenario.clone();
+        let policy = kinds[pt.policy].as_str().to_owned();
+        let rr = response_ratios(&samples, &ext_ns);
+        for alpha in ALPHAS {
+            violation.push(Violation {
+                scenario: scenario.clone(),
+                policy: policy.clone(),
+                alpha,
+                rate: violation_rate(&rr, f64::from(alpha)),
+            });
+        }
+        for (m, pm) in TABLE1.iter().enumerate() {
+            jitter.push(Jitter {
+                scenario: scenario.clone(),
+                policy: policy.clone(),
+                model: pm.name.to_owned(),
+                std_ms: jitter_ms(&samples, m),
+            });
+        }
+        let left = samples.iter().filter(|s| s.latency_ns.is_none()).count();
+        if left > 0 {
+            unfinished.push(Unfinished {
+                scenario,
+                policy,
+                count: left,
+            });
+        }
+    }
+    Ok(SplitReport {
+        device: profile.name.clone(),
+        simulated: true,
+        mix: opts.mix,
+        seed: opts.seed,
+        violation,
+        jitter,
+        splits,
+        models: infos,
+        scenarios: scen,
+        labels: kinds
+            .iter()
+            .map(|k| Label {
+                policy: k.as_str().to_owned(),
+                label: paper_label(k.as_str()).to_owned(),
+            })
+            .collect(),
+        unfinished,
+        wall_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Refuses a split that does not fit `model` or names another device.
+fn check_split(
+    split: &ModelSplit,
+    model: &Manifest,
+    profile: &DeviceProfile,
+) -> Result<(), String> {
+    split
+        .check(model.kernels.len())
+        .map_err(|e| format!("the splitter's split of {}: {e}", model.name))?;
+    if split.device != profile.name {
+        return Err(format!(
+            "the splitter's split of {} is for device `{}`, not `{}`; split on the bench's profile",
+            model.name, split.device, profile.name
+        ));
+    }
+    Ok(())
+}
+
+/// The report as Markdown tables: models and scales, scenarios, Table 3,
+/// Fig. 6 at α = 2, 4, 6, 10, 20 and Fig. 7.
+pub fn markdown(r: &SplitReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "SPLIT ICPP'23 §5 on the GPU model: SIMULATED, device profile `{}`, mix `{}`, seed {}, {:.1} s wall.\n",
+        r.device,
+        r.mix.as_str(),
+        r.seed,
+        r.wall_s
+    );
+    let _ = writeln!(
+        s,
+        "| Model | Graph | Kernels | Unscaled (ms) | Scale | Ext (ms) | Table 1 (ms) | Blocks (ms) |"
+    );
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---|");
+    for m in &r.models {
+        let blocks: Vec<String> = m.block_ms.iter().map(|b| format!("{b:.2}")).collect();
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {:.2} | {:.5} | {:.2} | {} | {} |",
+            m.paper,
+            m.manifest,
+            m.kernels,
+            m.unscaled_ms,
+            m.scale,
+            m.ext_ms,
+            m.table1_ms,
+            blocks.join(" + ")
+        );
+    }
+    let _ = writeln!(s, "\n| Scenario | λ (ms) | Load | Requests | Span (s) |");
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+    for x in &r.scenarios {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {} | {:.1} |",
+            x.scenario, x.mean_gap_ms, x.load, x.requests, x.span_s
+        );
+    }
+    let _ = writeln!(
+        s,
+        "\nTable 3 (the splitter's splits)\n\n| Model | Blocks | σ (ms) | Overhead | Range | Generations |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
+    for x in &r.splits {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.2} | {:.3}% | {:.2}% | {} |",
+            x.model,
+            x.blocks,
+            x.std_ms,
+            x.overhead * 100.0,
+            x.range_pct,
+            x.generations
+        );
+    }
+    let shown = [2u32, 4, 6, 10, 20];
+    let _ = write!(
+        s,
+        "\nFig. 6: violation rate (RR > α)\n\n| Scenario | Policy |"
+    );
+    for a in shown {
+        let _ = write!(s, " α={a} |");
+    }
+    let _ = write!(s, "\n|---|---|");
+    for _ in shown {
+        let _ = write!(s, "---:|");
+    }
+    let _ = writeln!(s);
+    for x in &r.scenarios {
+        for l in &r.labels {
+            let _ = write!(s, "| {} | {} |", x.scenario, l.label);
+            for a in shown {
+                let v = r
+                    .violation
+                    .iter()
+                    .find(|v| v.scenario == x.scenario && v.policy == l.policy && v.alpha == a)
+                    .map_or(f64::NAN, |v| v.rate);
+                let _ = write!(s, " {:.1}% |", v * 100.0);
+            }
+            let _ = writeln!(s);
+        }
+    }
+    let _ = write!(
+        s,
+        "\nFig. 7: standard deviation of end-to-end latency (ms)\n\n| Scenario | Policy |"
+    );
+    for m in &r.models {
+        let _ = write!(s, " {} |", m.paper);
+    }
+    let _ = write!(s, "\n|---|---|");
+    for _ in &r.models {
+        let _ = write!(s, "---:|");
+    }
+    let _ = writeln!(s);
+    for x in &r.scenarios {
+        for l in &r.labels {
+            let _ = write!(s, "| {} | {} |", x.scenario, l.label);
+            for m in &r.models {
+                let v = r
+                    .jitter
+                    .iter()
+                    .find(|j| {
+                        j.scenario == x.scenario && j.policy == l.policy && j.model == m.model
+                    })
+                    .map_or(f64::NAN, |j| j.std_ms);
+                let _ = write!(s, " {v:.2} |");
+            }
+            let _ = writeln!(s);
+        }
+    }
+    for u in &r.unfinished {
+        let _ = writeln!(
+            s,
+            "\n{} under {}: {} requests unfinished (counted as violations).",
+            u.scenario, u.policy, u.count
+        );
+    }
+    s
+}
+
+/// The SVG plots: `(file name, svg)`: Fig. 6 (violation rate against α,
+/// one panel per scenario, a line per policy) and Fig. 7 (jitter bars, one
+/// panel per scenario, a bar per model and policy).
+pub fn plots(r: &SplitReport) -> Vec<(String, String)> {
+    use crate::svg::{self, Anchor, Bar, Frame, PALETTE, Svg};
+    let color = |i: usize| PALETTE[i % PALETTE.len()];
+    let n = r.scenarios.len();
+    // Fig. 6: a grid of panels, three a row.
+    let cols = 3usize.min(n.max(1));
+    let rows = n.div_ceil(cols).max(1);
+    let (pw, ph) = (330.0, 260.0);
+    let legend = 22.0 + 14.0 * r.labels.len() as f64;
+    let mut doc = Svg::new(pw * cols as f64, ph * rows as f64 + legend);
+    doc.text(
+        pw * cols as f64 / 2.0,
+        16.0,
+        &format!(
+            "SPLIT Fig. 6: latency violation rate vs target α (SIMULATED, {})",
+            r.device
+        ),
+        Anchor::Middle,
+        12.0,
+        true,
+    );
+    for (i, l) in r.labels.iter().enumerate() {
+        let y = 30.0 + 14.0 * i as f64;
+        doc.line(20.0, y - 4.0, 44.0, y - 4.0, color(i), 2.0, None);
+        doc.text(50.0, y, &l.label, Anchor::Start, 10.0, false);
+    }
+    let (a0, a1) = (*ALPHAS.start() as f64, *ALPHAS.end() as f64);
+    for (si, sc) in r.scenarios.iter().enumerate() {
+        let fx = pw * (si % cols) as f64;
+        let fy = legend + ph * (si / cols) as f64;
+        let (x0, y0, w, h) = (fx + 48.0, fy + 24.0, pw - 64.0, ph - 60.0);
+        doc.text(
+            fx + pw / 2.0,
+            fy + 16.0,
+            &format!("{} (λ = {} ms)", sc.scenario, sc.mean_gap_ms),
+            Anchor::Middle,
+            11.0,
+            true,
+        );
+        doc.rect(x0, y0, w, h, "#ffffff", Some("#888888"));
+        let sx = |a: f64| x0 + (a - a0) / (a1 - a0) * w;
+        let sy = |v: f64| y0 + h - v.clamp(0.0, 1.0) * h;
+        for k in 0..=4 {
+            let v = f64::from(k) * 0.25;
+            doc.line(x0, sy(v), x0 + w, sy(v), "#e4e4e4", 1.0, None);
+            doc.text(
+                x0 - 4.0,
+                sy(v) + 4.0,
+                &format!("{:.0}%", v * 100.0),
+                Anchor::End,
+                9.5,
+                false,
+            );
+        }
+        for a in ALPHAS.step_by(2) {
+            let x = sx(f64::from(a));
+            doc.text(x, y0 + h + 13.0, &a.to_string(), Anchor::Middle, 9.5, false);
+        }
+        doc.text(
+            x0 + w / 2.0,
+            y0 + h + 28.0,
+            "α (× Ext)",
+            Anchor::Middle,
+            10.0,
+            false,
+        );
+        for (li, l) in r.labels.iter().enumerate() {
+            let pts: Vec<(f64, f64)> = r
+                .violation
+                .iter()
+                .filter(|v| v.scenario == sc.scenario && v.policy == l.policy)
+                .map(|v| (sx(f64::from(v.alpha)), sy(v.rate)))
+                .collect();
+            doc.polyline(&pts, color(li), 1.8, None);
+        }
+    }
+    let mut out = vec![("split-fig6.svg".to_owned(), doc.finish())];
+    // Fig. 7: a bar chart per scenario, bars grouped by model.
+    let bw = (60.0 * (r.models.len() * r.labels.len()) as f64).max(400.0) + 80.0;
+    let mut doc = Svg::new(bw, 280.0 * n as f64 + legend);
+    doc.text(
+        bw / 2.0,
+        16.0,
+        &format!(
+            "SPLIT Fig. 7: std. dev. of end-to-end latency per model (SIMULATED, {})",
+            r.device
+        ),
+        Anchor::Middle,
+        12.0,
+        true,
+    );
+    for (i, l) in r.labels.iter().enumerate() {
+        let y = 30.0 + 14.0 * i as f64;
+        doc.rect(20.0, y - 9.0, 20.0, 9.0, color(i), None);
+        doc.text(50.0, y, &l.label, Anchor::Start, 10.0, false);
+    }
+    for (si, sc) in r.scenarios.iter().enumerate() {
+        let mut bars = Vec::new();
+        for m in &r.models {
+            for (li, l) in r.labels.iter().enumerate() {
+                let v = r
+                    .jitter
+                    .iter()
+                    .find(|j| {
+                        j.scenario == sc.scenario && j.policy == l.policy && j.model == m.model
+                    })
+                    .map_or(0.0, |j| j.std_ms);
+                bars.push(Bar {
+                    label: if li == 0 {
+                        m.paper.clone()
+                    } else {
+                        String::new()
+                    },
+                    value: v,
+                    color: color(li).to_owned(),
+                });
+            }
+        }
+        svg::bar_chart(
+            &mut doc,
+            Frame {
+                x: 0.0,
+                y: legend + 280.0 * si as f64,
+                w: bw,
+                h: 280.0,
+            },
+            &format!("{} (λ = {} ms)", sc.scenario, sc.mean_gap_ms),
+            "std. dev. (ms)",
+            &bars,
+            0.0,
+            None,
+        );
+    }
+    out.push(("split-fig7.svg".to_owned(), doc.finish()));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Test-only splitter: greedy equal-time cuts by cumulative kernel
+    /// time (not SPLIT's genetic algorithm; the benchmark ships none).
+    struct EqualTime;
+
+    impl Splitter for EqualTime {
+        fn split(
+            &self,
+            model: &Manifest,
+            profile: &DeviceProfile,
+            blocks: Option<u32>,
+        ) -> Result<SplitChoice, String> {
+            let m = blocks.unwrap_or(2).max(1) as usize;
+            let total: f64 = model.kernels.iter().map(|k| k.kernel_time_us).sum();
+            let mut cuts = Vec::new();
+            let mut acc = 0.0;
+            let mut times = vec![0.0; m];
+            for (i, k) in model.kernels.iter().enumerate() {
+                if cuts.len() + 1 < m && i > 0 && acc >= total * (cuts.len() + 1) as f64 / m as f64
+                {
+                    cuts.push(i as u32);
+                }
+                acc += k.kernel_time_us;
+                times[cuts.len()] += k.kernel_time_us;
+            }
+            times.truncate(cuts.len() + 1);
+            Ok(SplitChoice {
+                split: ModelSplit {
+                    device: profile.name.clone(),
+                    cuts,
+                    block_time_us: times,
+                    rule: "test: equal kernel time".into(),
+                },
+                // Block times are plain kernel-time sums: cuts add nothing.
+                overhead: 0.0,
+                generations: 0,
+            })
+        }
+    }
+
+    #[test]
+    fn scenarios_are_deterministic_with_the_right_gap() {
+        for mix in [Mix::Shared, Mix::PerModel] {
+            let a = scenario_requests(150.0, 1000, 5, mix, 7);
+            let b = scenario_requests(150.0, 1000, 5, mix, 7);
+            assert_eq!(a, b, "{mix:?}");
+            assert_eq!(a.len(), 1000);
+            assert!(a.windows(2).all(|w| w[0].0 <= w[1].0));
+            assert_ne!(a, scenario_requests(150.0, 1000, 5, mix, 8));
+            // Shared: one stream of mean gap λ; per model: five streams of
+            // mean gap λ, so the merged gap is λ / 5.
+            let want = match mix {
+                Mix::Shared => 150.0,
+                Mix::PerModel => 30.0,
+            };
+            let gap = a.last().unwrap().0 as f64 / 1e6 / 1000.0;
+            assert!((gap / want - 1.0).abs() < 0.1, "{mix:?}: gap {gap} ms");
+            for m in 0..5 {
+                let n = a.iter().filter(|r| r.1 == m).count();
+                assert!((140..=260).contains(&n), "{mix:?}: model {m}: {n}");
+            }
+        }
+    }
+
+    #[test]
+    fn ratios_violations_and_jitter_on_a_hand_made_result() {
+        let ms = 1_000_000;
+        let samples = [
+            Sample {
+                model: 0,
+                latency_ns: Some(10 * ms),
+            },
+            Sample {
+                model: 0,
+                latency_ns: Some(30 * ms),
+            },
+            Sample {
+                model: 1,
+                latency_ns: Some(100 * ms),
+            },
+            Sample {
+                model: 1,
+                latency_ns: None,
+            },
+        ];
+        let ext = [10 * ms, 20 * ms];
+        let rr = response_ratios(&samples, &ext);
+        assert_eq!(rr[..3], [1.0, 3.0, 5.0]);
+        assert!(rr[3].is_infinite());
+        assert_eq!(violation_rate(&rr, 2.0), 0.75);
+        assert_eq!(violation_rate(&rr, 3.0), 0.5);
+        assert_eq!(violation_rate(&rr, 20.0), 0.25);
+        assert_eq!(violation_rate(&[], 2.0), 0.0);
+        assert!((jitter_ms(&samples, 0) - 10.0).abs() < 1e-9);
+        assert_eq!(jitter_ms(&samples, 1), 0.0);
+        let split = ModelSplit {
+            device: "x".into(),
+            cuts: vec![1],
+            block_time_us: vec![6000.0, 4000.0],
+            rule: String::new(),
+        };
+        let (sd, range) = split_stats(&split, 8.0);
+        assert!((sd - 1.0).abs() < 1e-9);
+        assert!((range - 25.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn scaled_models_take_table1_time_on_the_profile() {
+        let profile = DeviceProfile::builtin("jetson-nano").unwrap();
+        let base = ModelRegistry::builtin();
+        for pm in &TABLE1 {
+            let (_, m) = base.lookup(pm.manifest).unwrap();
+            let (scale, _, _) = calibrate(&profile, &m.manifest, pm.latency_ms).unwrap();
+            let t =
+                standalone_ns(&profile, &scale_manifest(&m.manifest, scale)).unwrap() as f64 / 1e6;
+            let mut d = scale_manifest(&m.manifest, scale);
+            retime_kernels(&profile, &mut d, t).unwrap();
+            assert!((d.total_time_us / 1e3 / t - 1.0).abs() < 1e-9);
+            assert!(
+                (t / pm.latency_ms - 1.0).abs() < 0.01,
+                "{}: {t} ms, want {}",
+                pm.name,
+                pm.latency_ms
+            );
+        }
+    }
+
+    #[test]
+    fn on_a_wide_profile_retimed_models_validate_and_keep_their_blocks() {
+        // gv100's 80 SMs: one-wave kernels' times alone are mostly queue
+        // costs, and the normalisation would put some below their block
+        // time (YOLOv2's kernel 39 did, and the registry refused it).
+        let profile = DeviceProfile::builtin("gv100").unwrap();
+        let base = ModelRegistry::builtin();
+        for pm in &TABLE1 {
+            let (_, m) = base.lookup(pm.manifest).unwrap();
+            let (scale, _, ext) = calibrate(&profile, &m.manifest, pm.latency_ms).unwrap();
+            let mut d = scale_manifest(&m.manifest, scale);
+            retime_kernels(&profile, &mut d, ext).unwrap();
+            assert!(
+                d.kernels
+                    .iter()
+                    .all(|k| k.block_time_us <= k.kernel_time_us)
+            );
+            assert!(
+                (d.total_time_us / 1e3 / ext - 1.0).abs() < 1e-9,
+                "{}",
+                pm.name
+            );
+            ModelRegistry::from_manifests([("t".to_owned(), d)]).unwrap();
+        }
+    }
+
+    #[test]
+    fn unknown_policy_is_refused_with_the_known_names() {
+        let e = parse_policy("fifo").unwrap_err();
+        assert!(e.contains("`fifo`"), "{e}");
+        for k in PolicyKind::ALL {
+            assert!(e.contains(k.as_str()), "{e}");
+        }
+        let opts = SplitBenchOptions {
+            policies: vec!["seq".into(), "nope".into()],
+            ..SplitBenchOptions::default()
+        };
+        let e = run(&opts, &EqualTime).unwrap_err();
+        assert!(e.contains("`nope`") && e.contains("seq"), "{e}");
+    }
+
+    #[test]
+    fn reef_is_refused_on_a_profile_without_kill() {
+        let opts = SplitBenchOptions {
+            policies: vec!["reef".into()],
+            ..SplitBenchOptions::default()
+        };
+        let e = run(&opts, &EqualTime).unwrap_err();
+        assert!(e.contains("reef") && e.contains("jetson-nano"), "{e}");
+    }
+
+    #[test]
+    fn a_small_run_fills_every_table_and_plot() {
+        let opts = SplitBenchOptions {
+            scenarios_ms: vec![150.0],
+            requests: 40,
+            policies: vec!["seq".into(), "streams".into()],
+            jobs: 2,
+            ..SplitBenchOptions::default()
+        };
+        let r = run(&opts, &EqualTime).unwrap();
+        assert_eq!(r.violation.len(), 2 * ALPHAS.count());
+        assert_eq!(r.jitter.len(), 2 * TABLE1.len());
+        assert_eq!(r.splits.len(), 2 * TABLE3_BLOCKS.len());
+        assert!(r.violation.iter().all(|v| (0.0..=1.0).contains(&v.rate)));
+        // Violation rates fall (weakly) as α grows.
+        for p in ["seq", "streams"] {
+            let v: Vec<f64> = r
+                .violation
+                .iter()
+                .filter(|v| v.policy == p)
+                .map(|v| v.rate)
+                .collect();
+            assert!(v.windows(2).all(|w| w[0] >= w[1]), "{p}: {v:?}");
+        }
+        let long: Vec<&ModelInfo> = r.models.iter().filter(|m| m.cuts.len() == 1).collect();
+        assert_eq!(long.len(), 2, "resnet50 and vgg19 split in two");
+        let json = serde_json::to_value(&r).unwrap();
+        for key in ["violation", "jitter", "splits"] {
+            assert!(json[key].is_array(), "{key}");
+        }
+        assert!(markdown(&r).contains("SIMULATED"));
+        for (_, svg) in plots(&r) {
+            crate::svg::check_well_formed(&svg).unwrap();
+        }
+    }
+
+    /// The full benchmark with the test-only splitter, for development
+    /// runs: `SPLIT_BENCH_OUT=DIR SPLIT_BENCH_POLICIES=seq,streams cargo
+    /// nextest run --release -p sluice-bench --run-ignored only full_run`.
+    #[test]
+    #[ignore = "minutes of simulation; a development run, not a check"]
+    fn full_run() {
+        let out = std::path::PathBuf::from(
+            std::env::var("SPLIT_BENCH_OUT").unwrap_or_else(|_| "target/bench-split".into()),
+        );
+        let policies =
+            std::env::var("SPLIT_BENCH_POLICIES").unwrap_or_else(|_| "seq,streams".into());
+        let opts = SplitBenchOptions {
+            policies: policies.split(',').map(str::to_owned).collect(),
+            ..SplitBenchOptions::default()
+        };
+        let r = run(&opts, &EqualTime).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(
+            out.join("split.json"),
+            serde_json::to_string_pretty(&r).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(out.join("split.md"), markdown(&r)).unwrap();
+        for (name, svg) in plots(&r) {
+            std::fs::write(out.join(name), svg).unwrap();
+        }
+    }
+}

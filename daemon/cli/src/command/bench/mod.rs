@@ -1,0 +1,71 @@
+//! `sluice bench <name>`: one module per benchmark, each calling its
+//! module of `sluice-bench`.
+
+pub mod cluster;
+pub mod disb;
+pub mod gpulet;
+pub mod hol;
+pub mod inss;
+pub mod interference;
+pub mod ipc;
+pub mod padding;
+pub mod paella;
+pub mod preempt;
+pub mod sim;
+pub mod split;
+pub mod trace;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// The benchmarks, in the order `sluice bench --help` lists them; each
+/// one's help is the doc comment of its `Args`.
+#[derive(clap::Subcommand, Debug)]
+pub enum Bench {
+    /// InSS's experiments (§6) on the simulated GPU (default profile a100):
+    /// the latency model against the GPU model (Tables 3–4), the agents'
+    /// training record (Fig. 8–9), and each planner's SLO-preserved
+    /// maximum load on 4 and 64 GPUs — InSS, InSS-ni, gpulet, GSLICE,
+    /// iGniter — with fragments and decision time (Fig. 10, 12, 15–19).
+    /// docs/inss.md.
+    Inss(sluice_bench::inss::cmd::BenchInssArgs),
+    Ipc(ipc::Args),
+    Disb(disb::Args),
+    Preempt(preempt::Args),
+    Hol(hol::Args),
+    Padding(padding::Args),
+    Paella(paella::Args),
+    Split(split::Args),
+    Interference(interference::Args),
+    Trace(trace::Args),
+    Cluster(cluster::Args),
+    Gpulet(gpulet::Args),
+    Sim(sim::Args),
+}
+
+/// Runs the benchmark.
+pub fn run(which: Bench) -> ExitCode {
+    match which {
+        Bench::Inss(a) => inss::run(a),
+        Bench::Ipc(a) => ipc::run(a),
+        Bench::Disb(a) => disb::run(a),
+        Bench::Preempt(a) => preempt::run(a),
+        Bench::Hol(a) => hol::run(a),
+        Bench::Padding(a) => padding::run(a),
+        Bench::Paella(a) => paella::run(a),
+        Bench::Split(a) => split::run(a),
+        Bench::Interference(a) => interference::run(a),
+        Bench::Trace(a) => trace::run(a),
+        Bench::Cluster(a) => cluster::run(a),
+        Bench::Gpulet(a) => gpulet::run(a),
+        Bench::Sim(a) => sim::run(a),
+    }
+}
+
+/// `--gpulet-data`, else `../shared/data/gpulet` if that folder exists.
+fn gpulet_data_or_default(given: Option<PathBuf>) -> Option<PathBuf> {
+    given.or_else(|| {
+        let p = PathBuf::from("../shared/data/gpulet");
+        p.is_dir().then_some(p)
+    })
+}
