@@ -11,6 +11,13 @@
 //! A task the policy fails ([`Ctx::fail`]: the device refused it; the GPU
 //! model never does) completes with `DEVICE_ERROR`.
 //!
+//! A request's deadline becomes its task's deadline on the device clock.
+//! A task late on arrival is never handed to the policy, and one whose
+//! deadline passes while it waits in the policy is dropped unstarted
+//! ([`sluice_sched::arrive`], [`Ctx::drop_if_late`]); either completes with
+//! `DEADLINE_MISSED` and no output, no kernel of it launched. A task that
+//! started runs to its end and returns its output, however late.
+//!
 //! A departed client's tasks are forgotten (no completion is produced), but
 //! kernels already handed to the model run to their end: the policy
 //! interface has no cancellation yet.
@@ -25,7 +32,8 @@ use sluice_gpu::{DeviceProfile, Event};
 use sluice_gpusim::GpuSim;
 use sluice_model::ModelRegistry;
 use sluice_sched::{
-    Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, untag,
+    Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, TaskMissed, arrive,
+    untag,
 };
 
 /// Why a modeled device could not be built.
@@ -59,6 +67,7 @@ pub struct ModeledBackend {
     events: Vec<Event>,
     fresh: Vec<TaskDone>,
     failed: Vec<TaskFailed>,
+    missed: Vec<TaskMissed>,
     stats: PolicyStats,
     buf: Vec<u8>,
     /// Jobs finished by the last `poll`, kept until
@@ -128,6 +137,7 @@ impl ModeledBackend {
             events: Vec::new(),
             fresh: Vec::new(),
             failed: Vec::new(),
+            missed: Vec::new(),
             stats: PolicyStats::default(),
             buf: vec![0u8; super::fifo::CHUNK],
             finished_jobs: Vec::new(),
@@ -179,6 +189,7 @@ impl ModeledBackend {
                 models: &self.models,
                 done: &mut self.fresh,
                 failed: &mut self.failed,
+                missed: &mut self.missed,
                 stats: &mut self.stats,
             };
             self.policy.on_event(&mut cx, &ev);
@@ -202,6 +213,7 @@ impl Backend for ModeledBackend {
             priority: job.priority,
             model: job.model,
             arrival: self.gpu.now(),
+            deadline: (job.deadline_ns != 0).then(|| self.vt(job.deadline_ns)),
         };
         self.jobs.insert(id, Pending { job, started: None });
         let mut cx = Ctx {
@@ -209,30 +221,40 @@ impl Backend for ModeledBackend {
             models: &self.models,
             done: &mut self.fresh,
             failed: &mut self.failed,
+            missed: &mut self.missed,
             stats: &mut self.stats,
         };
-        self.policy.on_arrival(&mut cx, task);
+        arrive(&mut *self.policy, &mut cx, task);
     }
 
     fn poll(&mut self, now_ns: u64, done: &mut Vec<Finished>) {
         self.finished_jobs.clear();
         self.advance(now_ns);
         // A failed task completes with DEVICE_ERROR when the policy gave up
-        // on it; a finished one with its output.
-        let completed = self.fresh.drain(..).map(|d| (d.task.id, d.finished, false));
-        let refused = self.failed.drain(..).map(|f| (f.task.id, f.at, true));
-        for (id, at, failed) in completed.chain(refused) {
+        // on it, a dropped one with DEADLINE_MISSED, a finished one (however
+        // late) with its output.
+        let completed = self
+            .fresh
+            .drain(..)
+            .map(|d| (d.task.id, d.finished, status::OK));
+        let refused = self
+            .failed
+            .drain(..)
+            .map(|f| (f.task.id, f.at, status::DEVICE_ERROR));
+        let missed = self
+            .missed
+            .drain(..)
+            .map(|m| (m.task.id, m.at, status::DEADLINE_MISSED));
+        for (id, at, code) in completed.chain(refused).chain(missed) {
             let Some(p) = self.jobs.remove(&id) else {
                 continue; // its client went away
             };
             let finished = self.epoch + at;
             let started = p.started.map_or(finished, |s| self.epoch + s);
-            let (status, output_len) = if failed {
-                (status::DEVICE_ERROR, 0)
-            } else if p.job.deadline_ns != 0 && started > p.job.deadline_ns {
-                (status::DEADLINE_MISSED, 0)
-            } else {
+            let (status, output_len) = if code == status::OK {
                 super::fifo::compute_output(&self.models, &mut self.buf, &p.job)
+            } else {
+                (code, 0)
             };
             done.push(Finished {
                 client: p.job.client,
@@ -248,7 +270,7 @@ impl Backend for ModeledBackend {
     }
 
     fn next_event_ns(&self) -> Option<u64> {
-        if !self.fresh.is_empty() || !self.failed.is_empty() {
+        if !self.fresh.is_empty() || !self.failed.is_empty() || !self.missed.is_empty() {
             return Some(self.epoch + self.gpu.now());
         }
         self.gpu.next_event_time().map(|t| self.epoch + t)
