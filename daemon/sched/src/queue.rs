@@ -93,6 +93,11 @@ impl<T> EdfQueue<T> {
         self.items.iter().map(|(_, t)| t)
     }
 
+    /// Removes and returns the item at position `i` (0: the first).
+    pub fn remove(&mut self, i: usize) -> Option<T> {
+        self.items.remove(i).map(|(_, t)| t)
+    }
+
     /// Keeps only the items `keep` accepts, in order.
     pub fn retain(&mut self, mut keep: impl FnMut(&T) -> bool) {
         self.items.retain(|(_, t)| keep(t));

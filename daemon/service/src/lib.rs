@@ -26,4 +26,4 @@ mod slots;
 pub mod startup;
 pub mod sys;
 
-pub use server::{Daemon, StartError, Status};
+pub use server::{Daemon, MissedStatus, StartError, Status};

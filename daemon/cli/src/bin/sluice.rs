@@ -2381,6 +2381,7 @@ fn status_table(s: &Status) -> String {
          kill mechanism: {}\n\
          models: {}\n\
          requests: {} submitted, {} completed, {} errors; {} on the device\n\
+         {}\
          sessions refused: {}, clients dropped for corrupting their region: {}\n\
          dispatcher parks: {}, client wake-ups sent: {}\n\n",
         s.pid,
@@ -2401,6 +2402,7 @@ fn status_table(s: &Status) -> String {
         s.completed,
         s.errors,
         s.device_queued,
+        sluice_cli::status::missed_line(&s.deadline_missed),
         s.refused,
         s.dropped_clients,
         s.parks,

@@ -291,3 +291,127 @@ impl Backend for ModeledBackend {
         self.jobs.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shm_proto::Priority;
+    use sluice_gpu::DeviceProfile;
+
+    const MS: u64 = 1_000_000;
+    /// `CLOCK_MONOTONIC` of the device's virtual 0.
+    const EPOCH: u64 = 1_000 * MS;
+
+    fn registry() -> Arc<ModelRegistry> {
+        Arc::new(ModelRegistry::builtin())
+    }
+
+    fn job(model: &str, client: u32, request_id: u64, received_ns: u64, deadline_ns: u64) -> Job {
+        let reg = ModelRegistry::builtin();
+        let (model, m) = reg.lookup(model).unwrap();
+        let mut j = sluice_backend::testmem::job(
+            client,
+            request_id,
+            model,
+            Priority::RealTime,
+            (m.input_bytes, m.output_bytes),
+            received_ns,
+        );
+        j.deadline_ns = deadline_ns;
+        j
+    }
+
+    fn backend(kind: PolicyKind) -> ModeledBackend {
+        let mut b = ModeledBackend::new(DeviceProfile::mi50(), kind, registry(), EPOCH).unwrap();
+        b.gpu.record_launches(true);
+        b
+    }
+
+    /// Polls far enough ahead for everything to finish, in virtual time.
+    fn drain(b: &mut ModeledBackend) -> Vec<Finished> {
+        let mut done = Vec::new();
+        while let Some(t) = b.next_event_ns() {
+            b.poll(t, &mut done);
+        }
+        done
+    }
+
+    fn launched_tasks(b: &ModeledBackend) -> Vec<TaskId> {
+        b.gpu.launched_tags().iter().map(|&t| untag(t).0).collect()
+    }
+
+    #[test]
+    fn a_request_late_on_arrival_launches_nothing_and_misses_its_deadline() {
+        for kind in [
+            PolicyKind::Reef,
+            PolicyKind::Paella,
+            PolicyKind::Streams,
+            PolicyKind::Seq,
+            PolicyKind::WaitPreempt,
+            PolicyKind::Split,
+            PolicyKind::Prema,
+            PolicyKind::RtA,
+        ] {
+            let mut b = backend(kind);
+            let at = EPOCH + 5 * MS;
+            // Task 0: deadline 1 ms before it arrives. Task 1: plenty.
+            let late = job("resnet152", 1, 10, at, at - MS);
+            let memory = late.memory.clone();
+            b.submit(late, at);
+            b.submit(job("resnet152", 2, 20, at, at + 10_000 * MS), at);
+            let done = drain(&mut b);
+            let status = |id| done.iter().find(|f| f.request_id == id).map(|f| f.status);
+            assert_eq!(status(10), Some(status::DEADLINE_MISSED), "{kind}");
+            assert_eq!(status(20), Some(status::OK), "{kind}");
+            let launched = launched_tasks(&b);
+            assert!(
+                !launched.contains(&0),
+                "{kind}: the late request launched a kernel"
+            );
+            assert!(launched.contains(&1), "{kind}");
+            let mut out = vec![1u8; 64];
+            let input_bytes = registry().lookup("resnet152").unwrap().1.input_bytes;
+            assert!(memory.read(input_bytes, &mut out));
+            assert_eq!(out, [0; 64], "{kind}: a missed request writes no output");
+            assert_eq!(b.queued(), 0, "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_request_whose_deadline_passes_behind_a_long_one_is_not_started() {
+        for kind in [PolicyKind::Reef, PolicyKind::Seq, PolicyKind::WaitPreempt] {
+            let mut b = backend(kind);
+            let at = EPOCH + MS;
+            b.submit(job("resnet152", 1, 10, at, 0), at);
+            // Arrives in time, but resnet152 runs for about 14 ms.
+            b.submit(job("resnet152", 2, 20, at, at + 2 * MS), at);
+            b.submit(job("resnet152", 3, 30, at, at + 10_000 * MS), at);
+            let done = drain(&mut b);
+            let mut order: Vec<(u64, u32)> =
+                done.iter().map(|f| (f.request_id, f.status)).collect();
+            order.sort_unstable();
+            assert_eq!(
+                order,
+                [
+                    (10, status::OK),
+                    (20, status::DEADLINE_MISSED),
+                    (30, status::OK)
+                ],
+                "{kind}"
+            );
+            assert!(!launched_tasks(&b).contains(&1), "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_request_that_started_returns_its_output_however_late() {
+        let mut b = backend(PolicyKind::Seq);
+        let at = EPOCH + MS;
+        // Starts at once, so it runs, but it cannot finish by its deadline.
+        b.submit(job("resnet152", 1, 10, at, at + MS / 10), at);
+        let done = drain(&mut b);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].status, status::OK);
+        assert!(done[0].finished_ns > at + MS / 10);
+    }
+}
