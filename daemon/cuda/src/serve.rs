@@ -1014,6 +1014,52 @@ mod tests {
         panic!("the fake device never finished");
     }
 
+    fn launches(d: &FakeDriver) -> usize {
+        d.calls()
+            .iter()
+            .filter(|c| matches!(c, crate::fake::Call::Launch { .. }))
+            .count()
+    }
+
+    /// On the fake driver: a request already late when it reaches the
+    /// server completes with DEADLINE_MISSED and launches no kernel, under
+    /// `reef`, `paella` and `streams`; one with room to spare runs.
+    #[test]
+    fn a_request_late_on_arrival_launches_no_kernel_on_the_fake_driver() {
+        let reg = small_registry();
+        for kind in [PolicyKind::Reef, PolicyKind::Paella, PolicyKind::Streams] {
+            let mut rig = server(Arc::clone(&reg), kind, 1);
+            let before = launches(&rig.d);
+            let (mut late, late_mem) = job(&reg, "vgg19", 1, 0, Priority::RealTime, 3);
+            // The device clock has passed 1 ns by the time the models loaded.
+            late.deadline_ns = 1;
+            rig.srv.submit(late, 0);
+            let mut done = Vec::new();
+            run(&mut rig, &mut done, 1);
+            assert_eq!(done.len(), 1, "{kind}");
+            assert_eq!(done[0].status, status::DEADLINE_MISSED, "{kind}");
+            assert_eq!(done[0].output_len, 0, "{kind}");
+            assert_eq!(launches(&rig.d), before, "{kind}: a kernel was launched");
+            assert!(
+                output(&reg, "vgg19", &late_mem).iter().all(|&b| b == 0),
+                "{kind}: output written"
+            );
+            let (mut fine, fine_mem) = job(&reg, "vgg19", 2, 1, Priority::RealTime, 4);
+            fine.deadline_ns = u64::MAX / 2;
+            rig.srv.submit(fine, 0);
+            done.clear();
+            run(&mut rig, &mut done, 1);
+            assert_eq!(done.len(), 1, "{kind}");
+            assert_eq!(done[0].status, status::OK, "{kind}");
+            assert!(launches(&rig.d) > before, "{kind}");
+            assert_eq!(
+                output(&reg, "vgg19", &fine_mem),
+                expected("vgg19", 4),
+                "{kind}"
+            );
+        }
+    }
+
     #[test]
     fn every_model_served_equals_the_cpu_reference_in_both_classes() {
         let reg = small_registry();
