@@ -344,6 +344,8 @@ pub struct CudaServer {
     failed: Vec<TaskFailed>,
     /// Tasks the policy dropped for a passed deadline, for the next poll.
     missed: Vec<TaskMissed>,
+    /// The latest `CLOCK_MONOTONIC` time the dispatcher passed in.
+    seen_ns: u64,
     /// Completions decided outside the policy (errors), for the next poll.
     ready: Vec<Finished>,
     stats: PolicyStats,
@@ -495,6 +497,7 @@ impl CudaServer {
             fresh: Vec::new(),
             failed: Vec::new(),
             missed: Vec::new(),
+            seen_ns: 0,
             ready: Vec::new(),
             stats: PolicyStats::default(),
             mono_offset,
@@ -559,7 +562,9 @@ impl CudaServer {
     /// Starts waiting requests of pool `p` while it has free instances.
     fn admit(&mut self, p: usize) {
         loop {
-            let now_mono = self.mono(self.gpu.now());
+            // The later of the device's clock and the dispatcher's: a fake
+            // device's clock runs behind the wall clock.
+            let now_mono = self.mono(self.gpu.now()).max(self.seen_ns);
             let pool = &mut self.pools[p];
             let (Some(&inst), false) = (pool.free.last(), pool.waiting.is_empty()) else {
                 return;
@@ -746,7 +751,8 @@ impl Backend for CudaServer {
         &self.name
     }
 
-    fn submit(&mut self, job: Job, _now_ns: u64) {
+    fn submit(&mut self, job: Job, now_ns: u64) {
+        self.seen_ns = self.seen_ns.max(now_ns);
         if self.broken.is_some() {
             let f = self.error_completion(&job, status::DEVICE_ERROR);
             self.ready.push(f);
@@ -766,7 +772,8 @@ impl Backend for CudaServer {
         self.admit(p);
     }
 
-    fn poll(&mut self, _now_ns: u64, done: &mut Vec<Finished>) {
+    fn poll(&mut self, now_ns: u64, done: &mut Vec<Finished>) {
+        self.seen_ns = self.seen_ns.max(now_ns);
         if self.broken.is_none() && self.gpu.busy() {
             // A real driver spins a moment; the fake one moves its clock
             // to its next change, so a fake device runs as it is polled.
