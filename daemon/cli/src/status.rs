@@ -114,6 +114,7 @@ pub fn table(s: &Status) -> String {
          kill mechanism: {}\n\
          models: {}\n\
          requests: {} submitted, {} completed, {} errors; {} on the device\n\
+         {}\
          sessions refused: {}, clients dropped for corrupting their region: {}\n\
          dispatcher parks: {}, client wake-ups sent: {}\n\n",
         s.pid,
@@ -134,6 +135,7 @@ pub fn table(s: &Status) -> String {
         s.completed,
         s.errors,
         s.device_queued,
+        missed_line(&s.deadline_missed),
         s.refused,
         s.dropped_clients,
         s.parks,
@@ -180,6 +182,20 @@ pub fn table(s: &Status) -> String {
             .map_or_else(|| "unlimited".to_owned(), |n| n.to_string())
     );
     out
+}
+
+/// The deadline line of `sluice status`: requests not started because
+/// their deadline had passed, by class and by model.
+pub fn missed_line(m: &sluice_service::MissedStatus) -> String {
+    let mut line = format!(
+        "deadline missed (not started): {} ({} real-time, {} best-effort)",
+        m.total, m.real_time, m.best_effort
+    );
+    if !m.by_model.is_empty() {
+        let by: Vec<String> = m.by_model.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        line += &format!("; by model: {}", by.join(", "));
+    }
+    line + "\n"
 }
 
 /// The `[cluster]` part of `sluice status`: the placement in force, each
@@ -310,6 +326,25 @@ pub fn cluster_table(c: &sluice_backend::Layout) -> String {
 mod tests {
     use super::*;
     use sluice_backend::{GpuLayout, Layout, ModelLoad, PartitionLayout, PlanRecord};
+
+    #[test]
+    fn the_missed_line_counts_by_class_and_model() {
+        let m = sluice_service::MissedStatus {
+            total: 3,
+            real_time: 2,
+            best_effort: 1,
+            by_model: [("resnet152".to_owned(), 2), ("vgg19".to_owned(), 1)].into(),
+        };
+        assert_eq!(
+            missed_line(&m),
+            "deadline missed (not started): 3 (2 real-time, 1 best-effort); by model: resnet152 2, vgg19 1\n"
+        );
+        let none = sluice_service::MissedStatus::default();
+        assert_eq!(
+            missed_line(&none),
+            "deadline missed (not started): 0 (0 real-time, 0 best-effort)\n"
+        );
+    }
 
     #[test]
     fn the_cluster_table_names_every_partition_and_model() {

@@ -1104,18 +1104,21 @@ pub(crate) mod tests {
             let mut stats = PolicyStats::default();
             let mut done: Vec<TaskDone> = Vec::new();
             let mut failed = Vec::new();
+            let mut missed = Vec::new();
             let be = Task {
                 id: 0,
                 client: 1,
                 priority: Priority::BestEffort,
                 model: be_model,
                 arrival: 0,
+                deadline: None,
             };
             let mut cx = Ctx {
                 gpu: &mut g,
                 models: &models,
                 done: &mut done,
                 failed: &mut failed,
+                missed: &mut missed,
                 stats: &mut stats,
             };
             policy.on_arrival(&mut cx, be);
@@ -1129,6 +1132,7 @@ pub(crate) mod tests {
                     models: &models,
                     done: &mut done,
                     failed: &mut failed,
+                    missed: &mut missed,
                     stats: &mut stats,
                 };
                 for e in &evs {
@@ -1143,6 +1147,7 @@ pub(crate) mod tests {
                         priority: Priority::RealTime,
                         model: rt_model,
                         arrival: rt_arrival,
+                        deadline: None,
                     };
                     policy.on_arrival(&mut cx, rt);
                 }

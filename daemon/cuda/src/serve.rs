@@ -17,7 +17,8 @@
 //! **Instances.** A loaded model ([`DeviceModel`]: weights, activations,
 //! pinned input and output buffers in one device arena) runs one inference
 //! at a time, so each model is loaded `instances` times per priority class,
-//! and a request waits in a FIFO (in this device, not the policy) until an
+//! and a request waits in a queue (in this device, not the policy;
+//! earliest deadline first, [`EdfQueue`], FIFO without deadlines) until an
 //! instance of its model and class is free. Each instance is the policy's
 //! "client": the policy keys lanes and streams by [`Task::client`], so the
 //! number of CUDA streams stays bounded however many clients come and go.
@@ -33,6 +34,13 @@
 //! correct. There is no dynamic kernel padding on CUDA
 //! ([`CudaGpu`] has no fused launch).
 //!
+//! **Deadlines.** A request whose deadline has passed when an instance
+//! frees for it is not started: it completes with `DEADLINE_MISSED`, its
+//! input is not copied, and no kernel of it is launched. Once handed to the
+//! policy, the policy's own check applies ([`Ctx::drop_if_late`]), and a
+//! task it drops frees its instance and completes the same way. A request
+//! that has started runs to its end, however late.
+//!
 //! **Errors.** A request whose memory cannot be read or written, or whose
 //! launch cannot be resolved, completes with `DEVICE_ERROR`; the device
 //! carries on. So does a request the policy fails because the device
@@ -44,7 +52,7 @@
 //! `DEVICE_ERROR`: the daemon keeps serving its clients the error rather
 //! than hanging them.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use shm_proto::{Priority, status};
@@ -60,7 +68,8 @@ use sluice_gpu::{
 use sluice_model::{Model, ModelError, ModelRegistry};
 use sluice_nn::builders::{BuildError, BuildOptions, ExportError, MODEL_NAMES, Scale, build};
 use sluice_sched::{
-    Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, untag,
+    Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, TaskMissed, arrive,
+    queue::EdfQueue, untag,
 };
 
 /// How a [`CudaServer`] loads its models.
@@ -298,7 +307,7 @@ fn class_name(p: Priority) -> &'static str {
 struct Pool {
     instances: Vec<DeviceModel>,
     free: Vec<usize>,
-    waiting: VecDeque<Job>,
+    waiting: EdfQueue<Job>,
 }
 
 /// A request the policy is running.
@@ -330,6 +339,10 @@ pub struct CudaServer {
     fresh: Vec<TaskDone>,
     /// Tasks the policy failed, for the next poll.
     failed: Vec<TaskFailed>,
+    /// Tasks the policy dropped for a passed deadline, for the next poll.
+    missed: Vec<TaskMissed>,
+    /// The latest `CLOCK_MONOTONIC` time the dispatcher passed in.
+    seen_ns: u64,
     /// Completions decided outside the policy (errors), for the next poll.
     ready: Vec<Finished>,
     stats: PolicyStats,
@@ -464,7 +477,7 @@ impl CudaServer {
                 pools.push(Pool {
                     free: (0..instances).rev().collect(),
                     instances: loaded,
-                    waiting: VecDeque::new(),
+                    waiting: EdfQueue::new(),
                 });
             }
         }
@@ -480,6 +493,8 @@ impl CudaServer {
             events: Vec::new(),
             fresh: Vec::new(),
             failed: Vec::new(),
+            missed: Vec::new(),
+            seen_ns: 0,
             ready: Vec::new(),
             stats: PolicyStats::default(),
             mono_offset,
@@ -497,6 +512,12 @@ impl CudaServer {
     /// The scheduler's device, e.g. to reach a fake driver in tests.
     pub fn gpu(&mut self) -> &mut CudaGpu {
         &mut self.gpu
+    }
+
+    /// The device time of `CLOCK_MONOTONIC` `mono_ns` (0 if before the
+    /// device's start).
+    fn device_ns(&self, mono_ns: u64) -> Ns {
+        u64::try_from((i128::from(mono_ns) - self.mono_offset).max(0)).unwrap_or(u64::MAX)
     }
 
     fn mono(&self, device_ns: Ns) -> u64 {
@@ -529,6 +550,7 @@ impl CudaServer {
             models: &self.models,
             done: &mut self.fresh,
             failed: &mut self.failed,
+            missed: &mut self.missed,
             stats: &mut self.stats,
         };
         f(&mut *self.policy, &mut cx);
@@ -537,13 +559,22 @@ impl CudaServer {
     /// Starts waiting requests of pool `p` while it has free instances.
     fn admit(&mut self, p: usize) {
         loop {
+            // The later of the device's clock and the dispatcher's: a fake
+            // device's clock runs behind the wall clock.
+            let now_mono = self.mono(self.gpu.now()).max(self.seen_ns);
             let pool = &mut self.pools[p];
             let (Some(&inst), false) = (pool.free.last(), pool.waiting.is_empty()) else {
                 return;
             };
-            let Some(job) = pool.waiting.pop_front() else {
+            let Some(job) = pool.waiting.pop() else {
                 return;
             };
+            if job.deadline_ns != 0 && now_mono > job.deadline_ns {
+                // Late before it started: nothing copied, nothing launched.
+                let f = self.error_completion(&job, status::DEADLINE_MISSED);
+                self.ready.push(f);
+                continue;
+            }
             let dm = &pool.instances[inst];
             let n = dm.input_bytes();
             let input = &mut self.buf[..n];
@@ -571,6 +602,7 @@ impl CudaServer {
                 priority: job.priority,
                 model: job.model,
                 arrival: self.gpu.now(),
+                deadline: (job.deadline_ns != 0).then(|| self.device_ns(job.deadline_ns)),
             };
             self.running.insert(
                 id,
@@ -583,7 +615,7 @@ impl CudaServer {
                     failed: false,
                 },
             );
-            self.with_policy(|p, cx| p.on_arrival(cx, task));
+            self.with_policy(|p, cx| arrive(p, cx, task));
         }
     }
 
@@ -622,7 +654,7 @@ impl CudaServer {
             .map(|(_, r)| r.job)
             .collect();
         for pool in &mut self.pools {
-            jobs.extend(pool.waiting.drain(..));
+            jobs.extend(pool.waiting.drain());
         }
         for job in &jobs {
             let f = self.error_completion(job, status::DEVICE_ERROR);
@@ -646,6 +678,23 @@ impl CudaServer {
                 finished: f.at,
             });
         }
+        // A task the policy dropped for its deadline launched nothing: its
+        // instance is free, and it completes with DEADLINE_MISSED.
+        for m in std::mem::take(&mut self.missed) {
+            let Some(r) = self.running.remove(&m.task.id) else {
+                continue;
+            };
+            self.pools[r.pool].free.push(r.inst);
+            if !r.cancelled {
+                let at = self.mono(m.at);
+                done.push(Finished {
+                    status: status::DEADLINE_MISSED,
+                    started_ns: at,
+                    finished_ns: at,
+                    ..self.error_completion(&r.job, status::DEADLINE_MISSED)
+                });
+            }
+        }
         let mut fresh = std::mem::take(&mut self.fresh);
         for d in fresh.drain(..) {
             let Some(r) = self.running.remove(&d.task.id) else {
@@ -657,10 +706,10 @@ impl CudaServer {
             }
             let finished = self.mono(d.finished);
             let started = r.started.map_or(finished, |s| self.mono(s));
+            // A request that started runs to its end and returns its
+            // output, however late it finished.
             let (st, output_len) = if r.failed {
                 (status::DEVICE_ERROR, 0)
-            } else if r.job.deadline_ns != 0 && started > r.job.deadline_ns {
-                (status::DEADLINE_MISSED, 0)
             } else {
                 self.write_output(&r)
             };
@@ -699,7 +748,8 @@ impl Backend for CudaServer {
         &self.name
     }
 
-    fn submit(&mut self, job: Job, _now_ns: u64) {
+    fn submit(&mut self, job: Job, now_ns: u64) {
+        self.seen_ns = self.seen_ns.max(now_ns);
         if self.broken.is_some() {
             let f = self.error_completion(&job, status::DEVICE_ERROR);
             self.ready.push(f);
@@ -713,11 +763,14 @@ impl Backend for CudaServer {
             return;
         }
         self.advance();
-        self.pools[p].waiting.push_back(job);
+        self.pools[p]
+            .waiting
+            .push((job.deadline_ns != 0).then_some(job.deadline_ns), job);
         self.admit(p);
     }
 
-    fn poll(&mut self, _now_ns: u64, done: &mut Vec<Finished>) {
+    fn poll(&mut self, now_ns: u64, done: &mut Vec<Finished>) {
+        self.seen_ns = self.seen_ns.max(now_ns);
         if self.broken.is_none() && self.gpu.busy() {
             // A real driver spins a moment; the fake one moves its clock
             // to its next change, so a fake device runs as it is polled.
@@ -742,6 +795,7 @@ impl Backend for CudaServer {
         let busy = !self.ready.is_empty()
             || !self.fresh.is_empty()
             || !self.failed.is_empty()
+            || !self.missed.is_empty()
             || (self.broken.is_none() && (self.gpu.busy() || !self.running.is_empty()));
         busy.then(|| self.mono(self.gpu.now()))
     }
@@ -962,6 +1016,52 @@ mod tests {
             rig.d.wait_for_progress();
         }
         panic!("the fake device never finished");
+    }
+
+    fn launches(d: &FakeDriver) -> usize {
+        d.calls()
+            .iter()
+            .filter(|c| matches!(c, crate::fake::Call::Launch { .. }))
+            .count()
+    }
+
+    /// On the fake driver: a request already late when it reaches the
+    /// server completes with DEADLINE_MISSED and launches no kernel, under
+    /// `reef`, `paella` and `streams`; one with room to spare runs.
+    #[test]
+    fn a_request_late_on_arrival_launches_no_kernel_on_the_fake_driver() {
+        let reg = small_registry();
+        for kind in [PolicyKind::Reef, PolicyKind::Paella, PolicyKind::Streams] {
+            let mut rig = server(Arc::clone(&reg), kind, 1);
+            let before = launches(&rig.d);
+            let (mut late, late_mem) = job(&reg, "vgg19", 1, 0, Priority::RealTime, 3);
+            // The device clock has passed 1 ns by the time the models loaded.
+            late.deadline_ns = 1;
+            rig.srv.submit(late, 0);
+            let mut done = Vec::new();
+            run(&mut rig, &mut done, 1);
+            assert_eq!(done.len(), 1, "{kind}");
+            assert_eq!(done[0].status, status::DEADLINE_MISSED, "{kind}");
+            assert_eq!(done[0].output_len, 0, "{kind}");
+            assert_eq!(launches(&rig.d), before, "{kind}: a kernel was launched");
+            assert!(
+                output(&reg, "vgg19", &late_mem).iter().all(|&b| b == 0),
+                "{kind}: output written"
+            );
+            let (mut fine, fine_mem) = job(&reg, "vgg19", 2, 1, Priority::RealTime, 4);
+            fine.deadline_ns = u64::MAX / 2;
+            rig.srv.submit(fine, 0);
+            done.clear();
+            run(&mut rig, &mut done, 1);
+            assert_eq!(done.len(), 1, "{kind}");
+            assert_eq!(done[0].status, status::OK, "{kind}");
+            assert!(launches(&rig.d) > before, "{kind}");
+            assert_eq!(
+                output(&reg, "vgg19", &fine_mem),
+                expected("vgg19", 4),
+                "{kind}"
+            );
+        }
     }
 
     #[test]

@@ -336,6 +336,9 @@ pub struct GpuSim {
     time_model: bool,
     model_work_ns: u64,
     counts: ModelCounts,
+    /// Tags of every kernel admitted (plain and padded launches), when
+    /// [`Self::record_launches`] turned it on; `None` otherwise.
+    launch_log: Option<Vec<u64>>,
 }
 impl GpuSim {
     /// An idle device described by `profile`, at time 0.
@@ -374,6 +377,7 @@ impl GpuSim {
             wake: false,
             heads_stale: true,
             time_model: false,
+            launch_log: None,
             model_work_ns: 0,
             counts: ModelCounts::default(),
             ratio_cache: vec![
@@ -411,6 +415,19 @@ impl GpuSim {
         let r = op(self);
         self.model_work_ns += t0.elapsed().as_nanos() as u64;
         r
+    }
+
+    /// Starts (or stops and forgets) recording the tag of every kernel
+    /// launched, plain or padded, in launch order ([`Self::launched_tags`]).
+    /// Off by default: tests use it to check what a policy launched.
+    pub fn record_launches(&mut self, on: bool) {
+        self.launch_log = on.then(Vec::new);
+    }
+
+    /// The tags of the kernels launched since [`Self::record_launches`]
+    /// turned recording on (empty when off), in launch order.
+    pub fn launched_tags(&self) -> &[u64] {
+        self.launch_log.as_deref().unwrap_or(&[])
     }
 
     /// Internal events and distinct event times handled so far.
@@ -696,6 +713,9 @@ impl GpuSim {
                 (self.kernels.len() - 1) as u32
             }
         };
+        if let Some(log) = self.launch_log.as_mut() {
+            log.push(k.tag);
+        }
         Ok((
             id,
             KernelRef {

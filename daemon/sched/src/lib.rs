@@ -33,6 +33,7 @@
 
 pub mod paella;
 pub mod prema;
+pub mod queue;
 pub mod reef;
 pub mod rt_a;
 pub mod rt_only;
@@ -41,6 +42,9 @@ pub mod split;
 pub mod streams;
 pub mod wait_preempt;
 pub mod workload;
+
+#[cfg(test)]
+mod deadline_tests;
 
 use std::sync::Arc;
 
@@ -65,6 +69,17 @@ pub struct Task {
     pub model: u32,
     /// Arrival time (virtual ns).
     pub arrival: Ns,
+    /// Absolute deadline on the device's clock, if any: a task still
+    /// waiting after it is not started ([`Ctx::drop_if_late`]).
+    pub deadline: Option<Ns>,
+}
+
+impl Task {
+    /// Whether the task's deadline has passed at `now` (a task may still
+    /// start exactly at its deadline).
+    pub fn late_at(&self, now: Ns) -> bool {
+        self.deadline.is_some_and(|d| now > d)
+    }
 }
 
 /// A finished task.
@@ -87,6 +102,16 @@ pub struct TaskFailed {
     pub error: GpuError,
 }
 
+/// A task that was not started because its deadline had passed while it
+/// waited ([`Ctx::drop_if_late`]); none of its kernels was launched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskMissed {
+    /// Which.
+    pub task: Task,
+    /// When the policy dropped it (device clock).
+    pub at: Ns,
+}
+
 /// What a policy reports besides completions.
 #[derive(Debug, Clone, Default)]
 pub struct PolicyStats {
@@ -106,6 +131,9 @@ pub struct Ctx<'a> {
     pub done: &'a mut Vec<TaskDone>,
     /// Append tasks that cannot run here (through [`Ctx::fail`]).
     pub failed: &'a mut Vec<TaskFailed>,
+    /// Append tasks dropped for a passed deadline here (through
+    /// [`Ctx::drop_if_late`]).
+    pub missed: &'a mut Vec<TaskMissed>,
     /// Append statistics here.
     pub stats: &'a mut PolicyStats,
 }
@@ -134,6 +162,32 @@ impl Ctx<'_> {
             at: self.gpu.now(),
             error,
         });
+    }
+
+    /// The deadline check every policy makes before it launches a task's
+    /// first kernel: when `task`'s deadline has passed, records it in
+    /// [`Ctx::missed`] and returns `true`, and the caller forgets the task
+    /// without launching anything of it. A task that has started is never
+    /// dropped: it may finish after its deadline.
+    pub fn drop_if_late(&mut self, task: Task) -> bool {
+        let now = self.gpu.now();
+        if !task.late_at(now) {
+            return false;
+        }
+        self.missed.push(TaskMissed { task, at: now });
+        true
+    }
+}
+
+/// Hands `task`, arriving now, to `policy`, unless its deadline has already
+/// passed: then it goes to [`Ctx::missed`] and the policy never sees it.
+/// Every driver of a policy (the workload driver, the daemon's backends)
+/// delivers arrivals through this, so a task late on arrival is dropped
+/// the same way under every policy, including those that launch a task's
+/// kernels as soon as it arrives (`streams`, `rt-a`, `rt-only`).
+pub fn arrive(policy: &mut dyn Policy, cx: &mut Ctx<'_>, task: Task) {
+    if !cx.drop_if_late(task) {
+        policy.on_arrival(cx, task);
     }
 }
 

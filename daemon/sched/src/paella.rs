@@ -42,6 +42,12 @@
 //!   Remaining time is the sum of the manifest times
 //!   (`kernel_time_us`) of the task's kernels not yet dispatched, the
 //!   kernel about to go included. Ties go to the older task.
+//!   Deadlines come before remaining time within a class: a task with an
+//!   earlier deadline goes first, tasks without one after those with one
+//!   (the order of [`crate::queue`]; without deadlines, Paella's order
+//!   unchanged). The deficit rule's oldest-task pick ignores deadlines. A
+//!   task whose deadline passed before its first kernel went is dropped
+//!   unstarted ([`Ctx::drop_if_late`]).
 //! - **Deficits** (§6 (2)) count best-effort kernels: each dispatch of a
 //!   best-effort kernel takes 1 from its client's counter and adds `1/U` to
 //!   every active best-effort client's counter (`U` = best-effort clients
@@ -509,8 +515,9 @@ struct Job {
     aborted: bool,
 }
 
-/// SRPT key: (class, remaining ns, arrival seq); unique since seq is.
-type SrptKey = (u8, Ns, u64);
+/// SRPT key: (class, deadline (`Ns::MAX`: none), remaining ns, arrival
+/// seq); unique since seq is.
+type SrptKey = (u8, Ns, Ns, u64);
 
 /// A binary min-heap of job slots by key that knows where each slot sits
 /// (`pos`, indexed by job slot, owned by the caller so that several heaps
@@ -1719,7 +1726,9 @@ impl Paella {
     }
 
     /// Job `slot`'s place in line for its next kernel (lower first): its
-    /// class, then by the queueing policy (SRPT: remaining manifest time;
+    /// class, then its deadline (earliest first, none last: the order
+    /// inside a class of [`crate::queue`]; all equal without deadlines),
+    /// then by the queueing policy (SRPT: remaining manifest time;
     /// SJF: 0 once started, else the model's total time; round robin: a
     /// new turn), then arrival.
     fn key(&mut self, slot: u32) -> SrptKey {
@@ -1736,7 +1745,7 @@ impl Paella {
                 self.turn
             }
         };
-        (class, mid, j.seq)
+        (class, j.task.deadline.unwrap_or(Ns::MAX), mid, j.seq)
     }
 
     fn make_ready(&mut self, slot: u32) {
@@ -1808,6 +1817,12 @@ impl Paella {
 
     /// Takes job `slot` out of the ready sets and charges its client.
     fn take(&mut self, slot: u32) {
+        self.unready(slot);
+        self.charge(slot);
+    }
+
+    /// Takes job `slot` out of the ready sets.
+    fn unready(&mut self, slot: u32) {
         let j = &mut self.jobs[slot as usize];
         j.state = JobState::Running;
         let class = class_of(j.task.priority);
@@ -1819,7 +1834,6 @@ impl Paella {
                 .oldest
                 .remove(&mut self.oldest_pos, slot);
         }
-        self.charge(slot);
     }
 
     /// Charges job `slot`'s client for one best-effort kernel (§6 (2)).
@@ -1859,6 +1873,14 @@ impl Paella {
     fn pump_ready(&mut self, cx: &mut Ctx<'_>) {
         while let Some(slot) = self.choose() {
             let job = self.jobs[slot as usize];
+            if job.next == 0 && job.task.late_at(cx.gpu.now()) {
+                // Its deadline passed while it waited: dropped unstarted,
+                // its client not charged.
+                self.unready(slot);
+                self.free_job(slot);
+                cx.drop_if_late(job.task);
+                continue;
+            }
             let fig = self.fig(cx.gpu.profile(), job.task.model, job.next);
             let Some(dev) = self.dev.as_mut() else { return };
             let launch = &self.launches[job.task.model as usize][job.next as usize];
@@ -2077,6 +2099,15 @@ impl Paella {
     /// Frees job `slot`: its task finished at `finished`, or, with an
     /// `error`, failed.
     fn finish_job(&mut self, cx: &mut Ctx<'_>, slot: u32, finished: Ns, error: Option<GpuError>) {
+        let task = self.free_job(slot);
+        match error {
+            None => cx.done.push(TaskDone { task, finished }),
+            Some(e) => cx.fail(task, e),
+        }
+    }
+
+    /// Frees job `slot` and returns its task.
+    fn free_job(&mut self, slot: u32) -> Task {
         self.leave_ahead(slot);
         let j = &mut self.jobs[slot as usize];
         j.state = JobState::Free;
@@ -2090,10 +2121,7 @@ impl Paella {
             }
         }
         self.free_jobs.push(slot);
-        match error {
-            None => cx.done.push(TaskDone { task, finished }),
-            Some(e) => cx.fail(task, e),
-        }
+        task
     }
 
     fn ensure_init(&mut self, cx: &Ctx<'_>) {
@@ -2778,12 +2806,13 @@ mod tests {
         );
         let mut done = Vec::new();
         let mut call = |gpu: &mut GpuSim, p: &mut Paella, f: &dyn Fn(&mut Paella, &mut Ctx<'_>)| {
-            let (mut failed, mut stats) = (Vec::new(), Default::default());
+            let (mut failed, mut missed, mut stats) = (Vec::new(), Vec::new(), Default::default());
             let mut cx = Ctx {
                 gpu,
                 models: &models,
                 done: &mut done,
                 failed: &mut failed,
+                missed: &mut missed,
                 stats: &mut stats,
             };
             f(p, &mut cx);
@@ -2794,6 +2823,7 @@ mod tests {
             priority: Priority::BestEffort,
             model,
             arrival: 0,
+            deadline: None,
         };
         call(&mut gpu, &mut p, &|p, cx| p.on_arrival(cx, task(0, 0)));
         call(&mut gpu, &mut p, &|p, cx| p.on_arrival(cx, task(1, 1)));

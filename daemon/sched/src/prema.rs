@@ -167,6 +167,17 @@ impl Prema {
     fn dispatch(&mut self, cx: &mut Ctx<'_>) {
         while self.running.is_none() {
             let now = cx.gpu.now();
+            // Requests not started yet whose deadline has passed are
+            // dropped, not run.
+            let mut i = 0;
+            while i < self.reqs.len() {
+                let r = &self.reqs[i];
+                if r.next == 0 && cx.drop_if_late(r.task) {
+                    self.reqs.remove(i);
+                } else {
+                    i += 1;
+                }
+            }
             let cands: Vec<Candidate> = self.reqs.iter().map(|r| self.candidate(r, now)).collect();
             let Some(i) = pick(&cands, self.cfg.threshold) else {
                 return;

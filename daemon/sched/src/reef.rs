@@ -1,8 +1,17 @@
 //! `reef`: reset-based preemption and dynamic kernel padding (REEF, TOCS 2025).
 //!
-//! Real-time (RT) tasks run FIFO on one RT stream. Each best-effort (BE)
-//! client has its own stream (a *lane*) whose device queue is capped
-//! ([`ReefConfig::dq_capacity`], REEF's `hip_set_stream_cap`, §4.2).
+//! Real-time (RT) tasks run on one RT stream, earliest deadline first
+//! (FIFO without deadlines, [`EdfQueue`]). Each best-effort (BE) client has
+//! its own stream (a *lane*) whose device queue is capped
+//! ([`ReefConfig::dq_capacity`], REEF's `hip_set_stream_cap`, §4.2), and a
+//! queue of its tasks in the same order.
+//!
+//! - **Deadlines.** An RT task is launched (all its kernels at once) when
+//!   the RT stream is empty or the task launched last has started its last
+//!   kernel, so one task at most waits on the stream behind the running one
+//!   and the others wait here, in deadline order, where one whose deadline
+//!   passes is dropped unstarted ([`Ctx::drop_if_late`]). A BE task is
+//!   checked likewise before its first kernel goes, freely or as padding.
 //!
 //! - **Preemption (§4).** When an RT task arrives, every BE lane with work
 //!   on the device is preempted with [`GpuSim::preempt_reset`](sluice_gpusim::GpuSim::preempt_reset): host-queue
@@ -69,6 +78,7 @@ use std::sync::Arc;
 
 use shm_proto::Priority;
 
+use super::queue::EdfQueue;
 use super::rt_only::{kernel_count, last_kernel_done, launch_kernels, launch_task};
 use super::{Ctx, Policy, Task, TaskDone, tag, untag};
 use sluice_gpu::{
@@ -399,7 +409,7 @@ struct Cur {
 #[derive(Debug)]
 struct Lane {
     stream: StreamId,
-    queue: VecDeque<Task>,
+    queue: EdfQueue<Task>,
     cur: Option<Cur>,
     state: LaneState,
     /// The padding kernel in flight, and whether it covers the last of its
@@ -414,7 +424,14 @@ pub struct Reef {
     models: Arc<ModelRegistry>,
     tables: Option<Tables>,
     rt: Option<StreamId>,
+    /// RT tasks launched on the RT stream, in stream order (at most two:
+    /// the running one and one behind it).
     rt_tasks: VecDeque<Task>,
+    /// Whether the last of `rt_tasks` has started its last kernel, so the
+    /// next RT task may be launched behind it.
+    rt_tail_started: bool,
+    /// RT tasks not launched yet, earliest deadline first.
+    rt_waiting: EdfQueue<Task>,
     lanes: Vec<Lane>,
     /// Lane of each client, indexed by client id (`u32::MAX`: none).
     lane_of_client: Vec<u32>,
@@ -432,6 +449,8 @@ impl Reef {
             tables: None,
             rt: None,
             rt_tasks: VecDeque::new(),
+            rt_tail_started: false,
+            rt_waiting: EdfQueue::new(),
             lanes: Vec::new(),
             lane_of_client: Vec::new(),
             lane_of_stream: Vec::new(),
@@ -474,6 +493,26 @@ impl Reef {
         Ok(rt)
     }
 
+    /// Whether no RT task is launched or waiting.
+    fn rt_idle(&self) -> bool {
+        self.rt_tasks.is_empty() && self.rt_waiting.is_empty()
+    }
+
+    /// Launches waiting RT tasks, earliest deadline first, while the RT
+    /// stream is empty or holds one task that has started its last kernel.
+    /// Tasks whose deadline has passed are dropped on the way.
+    fn launch_rt(&mut self, cx: &mut Ctx<'_>, rt: StreamId) {
+        while self.rt_tasks.is_empty() || (self.rt_tasks.len() == 1 && self.rt_tail_started) {
+            let Some(task) = self.rt_waiting.pop_startable(cx) else {
+                return;
+            };
+            if launch_task(cx, rt, task) {
+                self.rt_tasks.push_back(task);
+                self.rt_tail_started = false;
+            }
+        }
+    }
+
     fn pads(&self) -> bool {
         self.cfg.padding && self.cfg.mechanism == Mechanism::Reset
     }
@@ -508,9 +547,9 @@ impl Reef {
         let l = self.lanes.len();
         self.lanes.push(Lane {
             stream,
-            queue: VecDeque::new(),
+            queue: EdfQueue::new(),
             cur: None,
-            state: if self.rt_tasks.is_empty() {
+            state: if self.rt_idle() {
                 LaneState::Running
             } else {
                 LaneState::Parked
@@ -572,8 +611,17 @@ impl Reef {
     fn start_next(&mut self, cx: &mut Ctx<'_>, l: usize) {
         loop {
             let lane = &mut self.lanes[l];
+            if let Some(cur) = lane.cur
+                && cur.launched == 0
+                && cur.covered == 0
+                && cx.drop_if_late(cur.task)
+            {
+                // Made current while the lane was parked, never launched,
+                // and its deadline passed meanwhile.
+                lane.cur = None;
+            }
             if lane.cur.is_none() {
-                let Some(task) = lane.queue.pop_front() else {
+                let Some(task) = lane.queue.pop_startable(cx) else {
                     return;
                 };
                 let n = kernel_count(cx.models, task.model);
@@ -689,6 +737,9 @@ impl Reef {
             };
             if cur.next >= cur.n {
                 continue;
+            }
+            if cur.launched == 0 && cur.covered == 0 && cur.task.late_at(now) {
+                continue; // not started, and must not be: dropped at restore
             }
             let Some(mt) = tables.models.get(cur.task.model as usize) else {
                 continue;
@@ -824,7 +875,7 @@ impl Reef {
                 if lane.state == LaneState::Preempting {
                     lane.state = LaneState::Parked;
                 }
-                if self.rt_tasks.is_empty() && self.lanes[l].state == LaneState::Parked {
+                if self.rt_idle() && self.lanes[l].state == LaneState::Parked {
                     self.restore(cx, l);
                 }
             }
@@ -848,8 +899,9 @@ impl Policy for Reef {
         };
         match task.priority {
             Priority::RealTime => {
-                if launch_task(cx, rt, task) {
-                    self.rt_tasks.push_back(task);
+                self.rt_waiting.push_task(task);
+                self.launch_rt(cx, rt);
+                if !self.rt_idle() {
                     self.preempt_all(cx);
                 }
             }
@@ -859,7 +911,7 @@ impl Policy for Reef {
                     Err(e) => return cx.fail(task, e),
                 };
                 let lane = &mut self.lanes[l];
-                lane.queue.push_back(task);
+                lane.queue.push_task(task);
                 if lane.cur.is_none() {
                     self.start_next(cx, l);
                 }
@@ -881,6 +933,14 @@ impl Policy for Reef {
                     if self.cfg.padding && self.cfg.mechanism == Mechanism::Reset {
                         self.pad(cx, rt, *kernel);
                     }
+                    let (tid, k) = untag(kernel.tag);
+                    if let Some(back) = self.rt_tasks.back()
+                        && back.id == tid
+                        && k + 1 == kernel_count(cx.models, back.model)
+                    {
+                        self.rt_tail_started = true;
+                        self.launch_rt(cx, rt);
+                    }
                 }
                 _ => {
                     if let Some((task, t)) =
@@ -888,7 +948,8 @@ impl Policy for Reef {
                     {
                         self.rt_tasks.pop_front();
                         cx.done.push(TaskDone { task, finished: t });
-                        if self.rt_tasks.is_empty() {
+                        self.launch_rt(cx, rt);
+                        if self.rt_idle() {
                             self.restore_all(cx);
                         }
                     }

@@ -3,12 +3,15 @@
 //! This is the Clockwork-like baseline of REEF §6.2 ("SEQ"): the device runs
 //! one inference at a time, so a real-time task never shares the GPU, but it
 //! waits for whatever task is running, best-effort included, to finish.
-//! Waiting tasks are kept in two FIFO queues; the real-time queue is served
-//! first. All kernels of the chosen task go to one stream at once.
-
-use std::collections::VecDeque;
+//! Waiting tasks are kept in two queues, earliest deadline first within
+//! each ([`EdfQueue`]; FIFO without deadlines); the real-time queue is
+//! served first. A task whose deadline passed while it waited is dropped
+//! instead of started. All kernels of the chosen task go to one stream at
+//! once.
 
 use shm_proto::Priority;
+
+use super::queue::EdfQueue;
 
 use super::rt_only::{last_kernel_done, launch_task, stream_in};
 use super::{Ctx, Policy, Task, TaskDone};
@@ -18,8 +21,8 @@ use sluice_gpu::{Event, StreamId};
 #[derive(Debug, Default)]
 pub struct Seq {
     stream: Option<StreamId>,
-    rt: VecDeque<Task>,
-    be: VecDeque<Task>,
+    rt: EdfQueue<Task>,
+    be: EdfQueue<Task>,
     running: Option<Task>,
 }
 
@@ -34,7 +37,11 @@ impl Seq {
     /// fails, and the next one is tried.
     fn start_next(&mut self, cx: &mut Ctx<'_>) {
         while self.running.is_none() {
-            let Some(task) = self.rt.pop_front().or_else(|| self.be.pop_front()) else {
+            let Some(task) = self
+                .rt
+                .pop_startable(cx)
+                .or_else(|| self.be.pop_startable(cx))
+            else {
                 return;
             };
             let stream = match stream_in(&mut self.stream, cx.gpu, 0) {
@@ -58,8 +65,8 @@ impl Policy for Seq {
 
     fn on_arrival(&mut self, cx: &mut Ctx<'_>, task: Task) {
         match task.priority {
-            Priority::RealTime => self.rt.push_back(task),
-            Priority::BestEffort => self.be.push_back(task),
+            Priority::RealTime => self.rt.push_task(task),
+            Priority::BestEffort => self.be.push_task(task),
         }
         self.start_next(cx);
     }

@@ -389,6 +389,11 @@ impl SplitPolicy {
             };
             let task = head.task;
             let next = head.next_block;
+            if next == 0 && cx.drop_if_late(task) {
+                // Its deadline passed while it waited: never started.
+                self.queue.remove(0);
+                continue;
+            }
             let blocks = self.blocks.get(task.model as usize);
             let Some(block) = blocks.and_then(|b| b.get(next)).cloned() else {
                 // An empty or unknown model: done at once.

@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use shm_proto::Priority;
 
-use super::{Ctx, Policy, PolicyStats, Task, TaskDone, TaskFailed};
+use super::{Ctx, Policy, PolicyStats, Task, TaskDone, TaskFailed, TaskMissed, arrive};
 #[cfg(test)]
 use sluice_gpu::DeviceProfile;
 use sluice_gpu::{Clocked, Event, Ns};
@@ -101,8 +101,12 @@ pub struct RunResult {
     /// start like `done`'s; not in `done`. A closed-loop client issues its
     /// next task [`RETRY_AFTER_FAILURE_NS`] after a failure.
     pub failed: Vec<TaskFailed>,
-    /// Tasks that arrived and had neither finished nor failed when the run
-    /// stopped.
+    /// Tasks dropped unstarted because their deadline had passed
+    /// ([`Ctx::drop_if_late`]), times relative to the start; none for a
+    /// [`Workload`], whose tasks have no deadline (see [`run_tasks`]).
+    pub missed: Vec<TaskMissed>,
+    /// Tasks that arrived and had neither finished, failed nor been
+    /// dropped when the run stopped.
     pub unfinished: u64,
     /// The policy's statistics (preemption latencies, relaunches).
     pub stats: PolicyStats,
@@ -288,6 +292,7 @@ pub fn run_on(
     let mut fresh = Vec::new();
     let mut failed = Vec::new();
     let mut fresh_failed = Vec::new();
+    let mut missed = Vec::new();
     let mut stats = PolicyStats::default();
     let mut decision = sluice_stats::histogram();
     let mut callback = sluice_stats::histogram();
@@ -315,6 +320,7 @@ pub fn run_on(
                     models,
                     done: fresh,
                     failed: &mut fresh_failed,
+                    missed: &mut missed,
                     stats: &mut stats,
                 };
                 let m0 = cx.gpu.model_work_ns();
@@ -360,6 +366,7 @@ pub fn run_on(
                 priority: c.spec.priority,
                 model: c.spec.model,
                 arrival: t0 + pooled.unwrap_or(ta),
+                deadline: None,
             };
             next_id += 1;
             arrived += 1;
@@ -369,7 +376,7 @@ pub fn run_on(
             {
                 arrivals.push(Reverse((tn, ci)));
             }
-            decide(&mut *gpu, &mut fresh, &mut |p, cx| p.on_arrival(cx, task));
+            decide(&mut *gpu, &mut fresh, &mut |p, cx| arrive(p, cx, task));
         }
         for mut d in fresh.drain(..) {
             d.task.arrival -= t0;
@@ -397,16 +404,74 @@ pub fn run_on(
             failed.push(f);
         }
     }
+    for m in &mut missed {
+        m.task.arrival -= t0;
+        m.at = m.at.saturating_sub(t0);
+    }
     RunResult {
-        unfinished: arrived - done.len() as u64 - failed.len() as u64,
+        unfinished: arrived - done.len() as u64 - failed.len() as u64 - missed.len() as u64,
         done,
         failed,
+        missed,
         stats,
         end_ns: gpu.now() - t0,
         utilisation: gpu.utilisation().unwrap_or(0.0),
         decision_ns: decision,
         callback_ns: callback,
     }
+}
+
+/// What [`run_tasks`] produced, times on the device's clock.
+#[derive(Debug, Clone, Default)]
+pub struct TaskRun {
+    /// Finished tasks, in completion order.
+    pub done: Vec<TaskDone>,
+    /// Tasks the policy failed.
+    pub failed: Vec<TaskFailed>,
+    /// Tasks dropped unstarted for a passed deadline.
+    pub missed: Vec<TaskMissed>,
+    /// Every event the device reported, in order (kernel starts included:
+    /// which task's kernels ran, and when).
+    pub events: Vec<Event>,
+}
+
+/// Runs explicit `tasks` through `policy` on `gpu`, each arriving at its
+/// own `arrival` (device clock, sorted) with its own deadline, until the
+/// device is idle. For tests of deadline handling, which a [`Workload`]
+/// (no deadlines) cannot express.
+pub fn run_tasks(
+    gpu: &mut dyn Clocked,
+    models: &ModelRegistry,
+    policy: &mut dyn Policy,
+    tasks: &[Task],
+) -> TaskRun {
+    let mut r = TaskRun::default();
+    let mut stats = PolicyStats::default();
+    let mut events = Vec::new();
+    let mut next = 0;
+    loop {
+        let until = tasks.get(next).map(|t| t.arrival);
+        let Some(now) = gpu.advance(until, &mut events) else {
+            break;
+        };
+        let mut cx = Ctx {
+            gpu: &mut *gpu,
+            models,
+            done: &mut r.done,
+            failed: &mut r.failed,
+            missed: &mut r.missed,
+            stats: &mut stats,
+        };
+        for ev in events.drain(..) {
+            policy.on_event(&mut cx, &ev);
+            r.events.push(ev);
+        }
+        while let Some(&t) = tasks.get(next).filter(|t| t.arrival <= now) {
+            next += 1;
+            arrive(policy, &mut cx, t);
+        }
+    }
+    r
 }
 
 #[cfg(test)]

@@ -218,6 +218,42 @@ pub struct Counters {
     pub wakes: AtomicU64,
     /// Times the dispatcher parked.
     pub parks: AtomicU64,
+    /// Requests completed with `DEADLINE_MISSED` (never started).
+    pub deadline_missed: MissedCounters,
+}
+
+/// Requests that completed with `DEADLINE_MISSED` (their deadline passed
+/// before they started), by class and by model. Written by the dispatcher
+/// thread only.
+#[derive(Debug, Default)]
+pub struct MissedCounters {
+    /// Real-time requests.
+    pub real_time: AtomicU64,
+    /// Best-effort requests.
+    pub best_effort: AtomicU64,
+    /// By model id, one per model of the registry ([`Self::for_models`]).
+    pub by_model: Box<[AtomicU64]>,
+}
+
+impl MissedCounters {
+    /// Counters for a registry of `models` models, all zero.
+    pub fn for_models(models: usize) -> Self {
+        Self {
+            by_model: (0..models).map(|_| AtomicU64::new(0)).collect(),
+            ..Self::default()
+        }
+    }
+
+    /// Counts one missed request of `model` in class `priority`.
+    fn count(&self, model: u32, priority: Priority) {
+        bump(match priority {
+            Priority::RealTime => &self.real_time,
+            Priority::BestEffort => &self.best_effort,
+        });
+        if let Some(c) = self.by_model.get(model as usize) {
+            bump(c);
+        }
+    }
 }
 
 /// What the dispatcher needs from the rest of the daemon: the models, its
@@ -565,6 +601,9 @@ impl<H: Host> Dispatcher<H> {
             };
             c.set_on_device(c.on_device.saturating_sub(1));
             let ok = f.status == status::OK;
+            if f.status == status::DEADLINE_MISSED {
+                counters.deadline_missed.count(d.model, d.priority);
+            }
             let (mine, all) = if ok {
                 (&c.stats.completed, &counters.completed)
             } else {

@@ -26,7 +26,7 @@ mod slots;
 pub mod startup;
 pub mod sys;
 
-pub use server::{Daemon, StartError, Status};
+pub use server::{Daemon, MissedStatus, StartError, Status};
 
 /// An error and every `source` below it, one per clause after a colon (a
 /// source whose message already ends the text is not repeated): how the

@@ -218,6 +218,7 @@ impl Shared {
             dropped_clients: c.dropped_clients.load(Ordering::Relaxed),
             wakes: c.wakes.load(Ordering::Relaxed),
             parks: c.parks.load(Ordering::Relaxed),
+            deadline_missed: self.missed_status(),
             control: ControlStatus {
                 open_connections: cc.open.load(Ordering::Relaxed),
                 handshaking: cc.handshaking.load(Ordering::Relaxed),
@@ -231,6 +232,27 @@ impl Shared {
             clients_total: clients_total as u64,
             next_client_id: None,
             clients: Vec::new(),
+        }
+    }
+}
+
+impl Shared {
+    fn missed_status(&self) -> MissedStatus {
+        let m = &self.counters.deadline_missed;
+        let real_time = m.real_time.load(Ordering::Relaxed);
+        let best_effort = m.best_effort.load(Ordering::Relaxed);
+        MissedStatus {
+            total: real_time + best_effort,
+            real_time,
+            best_effort,
+            by_model: self
+                .registry
+                .iter()
+                .filter_map(|(id, model)| {
+                    let n = m.by_model.get(id as usize)?.load(Ordering::Relaxed);
+                    (n > 0).then(|| (model.name().to_owned(), n))
+                })
+                .collect(),
         }
     }
 }
@@ -352,6 +374,10 @@ pub struct Status {
     pub wakes: u64,
     /// Dispatcher parks.
     pub parks: u64,
+    /// Requests that completed with `DEADLINE_MISSED`: their deadline
+    /// passed before they started, and none of their kernels ran.
+    #[serde(default)]
+    pub deadline_missed: MissedStatus,
     /// The control socket's connections and what it turned away.
     #[serde(default)]
     pub control: ControlStatus,
@@ -364,6 +390,21 @@ pub struct Status {
     pub next_client_id: Option<u32>,
     /// Connected clients (in a paged reply: those of this page, by id).
     pub clients: Vec<ClientStatus>,
+}
+
+/// [`Status::deadline_missed`]: requests not started because their deadline
+/// had passed, by class and by model.
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize)]
+pub struct MissedStatus {
+    /// All of them.
+    pub total: u64,
+    /// Real-time requests.
+    pub real_time: u64,
+    /// Best-effort requests.
+    pub best_effort: u64,
+    /// By model name; models with none are left out.
+    #[serde(default)]
+    pub by_model: std::collections::BTreeMap<String, u64>,
 }
 
 /// The control plane in [`Status`].
@@ -492,10 +533,18 @@ impl Daemon {
         let (tx, rx) = channel();
         let kill = crate::kill_capability::probe();
         tracing::info!("kill mechanism for running GPU work: {kill}");
+        let model_slots = registry
+            .iter()
+            .map(|(id, _)| id as usize + 1)
+            .max()
+            .unwrap_or(0);
         let shared = Arc::new(Shared {
             config,
             registry,
-            counters: Counters::default(),
+            counters: Counters {
+                deadline_missed: crate::dispatch::MissedCounters::for_models(model_slots),
+                ..Counters::default()
+            },
             heartbeat: AtomicU64::new(0),
             device_queued: AtomicU64::new(0),
             control_counters: ControlCounters::default(),
@@ -698,6 +747,12 @@ mod tests {
             dropped_clients: u64::MAX,
             wakes: u64::MAX,
             parks: u64::MAX,
+            deadline_missed: MissedStatus {
+                total: u64::MAX,
+                real_time: u64::MAX,
+                best_effort: u64::MAX,
+                by_model: (0..32).map(|i| (format!("model_{i}"), u64::MAX)).collect(),
+            },
             control: ControlStatus::default(),
             clients_total: 4096,
             next_client_id: None,

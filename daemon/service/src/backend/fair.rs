@@ -5,9 +5,12 @@
 //! GPU model, CUDA) and bounds what each client puts in front of the
 //! others: the wrapped device holds at most `share` requests of each client
 //! in each priority class (`clients.on_device_per_client`, default 1). A
-//! client's further requests of that class wait here, in a FIFO queue of
-//! their own, and one is handed on each time one of that client's requests
-//! of that class completes.
+//! client's further requests of that class wait here, in a queue of their
+//! own (earliest deadline first, FIFO without deadlines:
+//! [`EdfQueue`]), and one is handed on each time one of that client's
+//! requests of that class completes. A request whose deadline passes while
+//! it waits here is handed on all the same: the wrapped device completes it
+//! with `DEADLINE_MISSED` without starting it.
 //!
 //! The policy underneath therefore never holds more than `share` requests of
 //! any one client per class, whatever it does with them: a request handed to
@@ -36,10 +39,9 @@
 //! class on a device that runs several at once (the GPU-model policies).
 //! Raise `on_device_per_client` to trade isolation for that overlap.
 
-use std::collections::VecDeque;
-
 use shm_proto::Priority;
 use sluice_backend::{Backend, Finished, Job};
+use sluice_sched::queue::EdfQueue;
 
 /// Number of priority classes.
 const CLASSES: usize = 2;
@@ -54,8 +56,8 @@ fn class(p: Priority) -> usize {
 /// One client's requests of one class.
 #[derive(Debug, Default)]
 struct Lane {
-    /// Waiting here, in submission order.
-    waiting: VecDeque<Job>,
+    /// Waiting here, earliest deadline first, else in submission order.
+    waiting: EdfQueue<Job>,
     /// Handed to the wrapped device and not yet finished.
     on_device: u32,
 }
@@ -67,6 +69,8 @@ struct Ticket {
     client: u32,
     request_id: u64,
     class: usize,
+    model: u32,
+    priority: Priority,
 }
 
 /// A finished job, its request id the client's again, and the slot its
@@ -77,6 +81,10 @@ pub struct Done {
     pub slot: u32,
     /// The wrapped device's completion.
     pub finished: Finished,
+    /// The request's model.
+    pub model: u32,
+    /// The request's class.
+    pub priority: Priority,
 }
 
 /// The wrapped device behind per-client lanes: it holds at most `share`
@@ -149,6 +157,8 @@ impl FairShare {
             client: job.client,
             request_id: job.request_id,
             class,
+            model: job.model,
+            priority: job.priority,
         });
         let ticket = match self.free_tickets.pop() {
             Some(i) => {
@@ -177,7 +187,7 @@ impl FairShare {
             lane.on_device += 1;
             self.hand_on(slot, job, c, now_ns);
         } else {
-            lane.waiting.push_back(job);
+            lane.waiting.push(super::fifo::deadline_of(&job), job);
             self.held += 1;
         }
     }
@@ -215,13 +225,15 @@ impl FairShare {
                 done.push(Done {
                     slot: t.slot,
                     finished: f,
+                    model: t.model,
+                    priority: t.priority,
                 });
                 let Some(lanes) = self.lanes.get_mut(t.slot as usize) else {
                     continue;
                 };
                 let lane = &mut lanes[t.class];
                 lane.on_device = lane.on_device.saturating_sub(1);
-                if let Some(next) = lane.waiting.pop_front() {
+                if let Some(next) = lane.waiting.pop() {
                     lane.on_device += 1;
                     self.held -= 1;
                     self.hand_on(t.slot, next, t.class, now_ns);
@@ -448,6 +460,53 @@ mod tests {
         let done = drain(&mut dev, 0);
         let order: Vec<u32> = done.iter().map(|f| f.client).collect();
         assert_eq!(order, [1, 2, 3].repeat(4));
+    }
+
+    #[test]
+    fn a_clients_waiting_requests_go_on_earliest_deadline_first() {
+        let mut dev = fair(1);
+        let far = 1_000_000 * MS;
+        // The first goes on at once; the others wait in the client's lane.
+        for (id, d) in [
+            (0, 0),
+            (1, 0),
+            (2, far + 3),
+            (3, far + 1),
+            (4, 0),
+            (5, far + 2),
+        ] {
+            let mut j = job("echo_small", 7, id, Priority::RealTime, 0);
+            j.deadline_ns = d;
+            put(&mut dev, j, 0);
+        }
+        let ids: Vec<u64> = drain(&mut dev, 0).iter().map(|f| f.request_id).collect();
+        assert_eq!(ids, [0, 3, 5, 2, 1, 4]);
+    }
+
+    #[test]
+    fn a_request_that_waited_past_its_deadline_is_missed_and_names_its_model() {
+        let mut dev = fair(1);
+        let (resnet, _) = ModelRegistry::builtin().lookup("resnet152").unwrap();
+        put(&mut dev, job("resnet152", 7, 0, Priority::BestEffort, 0), 0);
+        let mut late = job("resnet152", 7, 1, Priority::BestEffort, 0);
+        late.deadline_ns = MS; // waits in the lane behind a 14 ms request
+        put(&mut dev, late, 0);
+        let mut done = Vec::new();
+        let mut now = 0;
+        while let Some(t) = dev.next_event_ns() {
+            now = now.max(t);
+            dev.poll(now, &mut done);
+        }
+        let missed: Vec<&Done> = done
+            .iter()
+            .filter(|d| d.finished.status == shm_proto::status::DEADLINE_MISSED)
+            .collect();
+        assert_eq!(missed.len(), 1);
+        assert_eq!(missed[0].finished.request_id, 1);
+        assert_eq!(
+            (missed[0].model, missed[0].priority),
+            (resnet, Priority::BestEffort)
+        );
     }
 
     #[test]

@@ -3,8 +3,10 @@
 //! [`FifoBackend`] behaves like one GPU stream that runs whole requests:
 //!
 //! - One job runs at a time and is never preempted. When the device is free
-//!   it starts the oldest real-time job, or else the oldest best-effort job
-//!   (FIFO within a class, in submission order).
+//!   it starts a real-time job, or else a best-effort job: within a class
+//!   the earliest deadline first, jobs without a deadline after those with
+//!   one, in submission order among equals
+//!   ([`EdfQueue`](sluice_sched::queue::EdfQueue)).
 //! - A job runs for its model's total kernel time times `time_scale`.
 //! - Time is virtual and exact: a job that starts at `S` finishes at
 //!   `S + duration`, and the next one starts at `max(previous finish, its
@@ -28,7 +30,6 @@
 //! "sim"`); the schedulers that preempt and pad kernels run on the GPU
 //! model instead ([`super::modeled`]). This one stays simple on purpose.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use shm_proto::Priority;
@@ -37,6 +38,7 @@ use shm_proto::status;
 
 use sluice_backend::{Backend, Finished, Job};
 use sluice_model::ModelRegistry;
+use sluice_sched::queue::EdfQueue;
 
 /// Bytes moved through [`Job::memory`] per read or write.
 pub(crate) const CHUNK: usize = 64 * 1024;
@@ -67,10 +69,10 @@ pub struct FifoBackend {
     time_scale: f64,
     /// Run time of each model at `time_scale`, indexed by model id.
     durations_ns: Vec<u64>,
-    /// Queued real-time jobs, in submission order.
-    rt: VecDeque<Job>,
-    /// Queued best-effort jobs, in submission order.
-    be: VecDeque<Job>,
+    /// Queued real-time jobs, earliest deadline first.
+    rt: EdfQueue<Job>,
+    /// Queued best-effort jobs, earliest deadline first.
+    be: EdfQueue<Job>,
     running: Option<Running>,
     /// When the device last became free (a finish, a skipped job's start, or
     /// a cancel). No job starts before this.
@@ -119,8 +121,8 @@ impl FifoBackend {
             models,
             time_scale,
             durations_ns,
-            rt: VecDeque::new(),
-            be: VecDeque::new(),
+            rt: EdfQueue::new(),
+            be: EdfQueue::new(),
             running: None,
             free_ns: 0,
             now_ns: 0,
@@ -140,22 +142,23 @@ impl FifoBackend {
         let earliest = self
             .rt
             .iter()
-            .chain(&self.be)
+            .chain(self.be.iter())
             .map(|j| j.received_ns)
             .min()?;
         Some(earliest.max(self.free_ns))
     }
 
     /// Removes the job to start at `t`: the first real-time job received by
-    /// `t`, else the first such best-effort job.
+    /// `t` (in deadline order), else the first such best-effort job.
     fn take_next(&mut self, t: u64) -> Option<Job> {
         for queue in [&mut self.rt, &mut self.be] {
             // Usually the first: jobs arrive in time order, except ones a
             // wrapper (`FairShare`) held back and hands on later.
-            if queue.front().is_some_and(|j| j.received_ns <= t) {
-                return queue.pop_front();
+            if queue.peek().is_some_and(|j| j.received_ns <= t) {
+                return queue.pop();
             }
-            if let Some(i) = queue.iter().position(|j| j.received_ns <= t) {
+            let first = queue.iter().position(|j| j.received_ns <= t);
+            if let Some(i) = first {
                 return queue.remove(i);
             }
         }
@@ -193,6 +196,11 @@ impl FifoBackend {
             finished_ns: t.saturating_add(duration),
         });
     }
+}
+
+/// `job`'s deadline as [`EdfQueue`] takes it (`None`: the request has none).
+pub(crate) fn deadline_of(job: &Job) -> Option<u64> {
+    (job.deadline_ns != 0).then_some(job.deadline_ns)
 }
 
 /// Computes the reference output of `job` into its output span. Returns the
@@ -254,8 +262,8 @@ impl Backend for FifoBackend {
     fn submit(&mut self, job: Job, now_ns: u64) {
         self.now_ns = self.now_ns.max(now_ns);
         match job.priority {
-            Priority::RealTime => self.rt.push_back(job),
-            Priority::BestEffort => self.be.push_back(job),
+            Priority::RealTime => self.rt.push(deadline_of(&job), job),
+            Priority::BestEffort => self.be.push(deadline_of(&job), job),
         }
     }
 
@@ -445,7 +453,7 @@ mod tests {
         assert_eq!(timeline(&poll(&mut late, u64::MAX / 2)), want);
         // Submit at each arrival, poll at each arrival and device event.
         let mut eager = gpu();
-        let mut arrivals = VecDeque::from(jobs());
+        let mut arrivals = std::collections::VecDeque::from(jobs());
         let mut done = Vec::new();
         for _ in 0..100 {
             let arrival = arrivals.front().map(|j| j.received_ns);
@@ -520,6 +528,25 @@ mod tests {
         let done = poll(&mut gpu, ECHO_NS);
         assert_eq!((done[0].status, done[0].output_len), (status::OK, 64));
         assert_eq!(mem.bytes(128, 128), vec![0xAA; 128]);
+    }
+
+    #[test]
+    fn within_a_class_earlier_deadlines_run_first() {
+        let mut gpu = gpu();
+        // All queued before the first start (decisions are made in poll):
+        // deadline order, those without one last, in submission order.
+        let far = 1_000_000 * US;
+        let deadlines = [0, 0, far + 3, far + 1, 0, far + 2];
+        for (i, d) in deadlines.into_iter().enumerate() {
+            let mut j = rt(i as u32, i as u64, 0);
+            j.deadline_ns = d;
+            gpu.submit(j, 0);
+        }
+        let ids: Vec<u64> = poll(&mut gpu, 10 * ECHO_NS)
+            .iter()
+            .map(|f| f.request_id)
+            .collect();
+        assert_eq!(ids, [3, 5, 2, 0, 1, 4]);
     }
 
     #[test]

@@ -11,6 +11,13 @@
 //! A task the policy fails ([`Ctx::fail`]: the device refused it; the GPU
 //! model never does) completes with `DEVICE_ERROR`.
 //!
+//! A request's deadline becomes its task's deadline on the device clock.
+//! A task late on arrival is never handed to the policy, and one whose
+//! deadline passes while it waits in the policy is dropped unstarted
+//! ([`sluice_sched::arrive`], [`Ctx::drop_if_late`]); either completes with
+//! `DEADLINE_MISSED` and no output, no kernel of it launched. A task that
+//! started runs to its end and returns its output, however late.
+//!
 //! A departed client's tasks are forgotten (no completion is produced), but
 //! kernels already handed to the model run to their end: the policy
 //! interface has no cancellation yet.
@@ -25,7 +32,8 @@ use sluice_gpu::{DeviceProfile, Event};
 use sluice_gpusim::GpuSim;
 use sluice_model::ModelRegistry;
 use sluice_sched::{
-    Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, untag,
+    Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, TaskMissed, arrive,
+    untag,
 };
 
 /// Why a modeled device could not be built.
@@ -56,6 +64,7 @@ pub struct ModeledBackend {
     events: Vec<Event>,
     fresh: Vec<TaskDone>,
     failed: Vec<TaskFailed>,
+    missed: Vec<TaskMissed>,
     stats: PolicyStats,
     buf: Vec<u8>,
     /// Jobs finished by the last `poll`, kept until
@@ -125,6 +134,7 @@ impl ModeledBackend {
             events: Vec::new(),
             fresh: Vec::new(),
             failed: Vec::new(),
+            missed: Vec::new(),
             stats: PolicyStats::default(),
             buf: vec![0u8; super::fifo::CHUNK],
             finished_jobs: Vec::new(),
@@ -176,6 +186,7 @@ impl ModeledBackend {
                 models: &self.models,
                 done: &mut self.fresh,
                 failed: &mut self.failed,
+                missed: &mut self.missed,
                 stats: &mut self.stats,
             };
             self.policy.on_event(&mut cx, &ev);
@@ -199,6 +210,7 @@ impl Backend for ModeledBackend {
             priority: job.priority,
             model: job.model,
             arrival: self.gpu.now(),
+            deadline: (job.deadline_ns != 0).then(|| self.vt(job.deadline_ns)),
         };
         self.jobs.insert(id, Pending { job, started: None });
         let mut cx = Ctx {
@@ -206,30 +218,40 @@ impl Backend for ModeledBackend {
             models: &self.models,
             done: &mut self.fresh,
             failed: &mut self.failed,
+            missed: &mut self.missed,
             stats: &mut self.stats,
         };
-        self.policy.on_arrival(&mut cx, task);
+        arrive(&mut *self.policy, &mut cx, task);
     }
 
     fn poll(&mut self, now_ns: u64, done: &mut Vec<Finished>) {
         self.finished_jobs.clear();
         self.advance(now_ns);
         // A failed task completes with DEVICE_ERROR when the policy gave up
-        // on it; a finished one with its output.
-        let completed = self.fresh.drain(..).map(|d| (d.task.id, d.finished, false));
-        let refused = self.failed.drain(..).map(|f| (f.task.id, f.at, true));
-        for (id, at, failed) in completed.chain(refused) {
+        // on it, a dropped one with DEADLINE_MISSED, a finished one (however
+        // late) with its output.
+        let completed = self
+            .fresh
+            .drain(..)
+            .map(|d| (d.task.id, d.finished, status::OK));
+        let refused = self
+            .failed
+            .drain(..)
+            .map(|f| (f.task.id, f.at, status::DEVICE_ERROR));
+        let missed = self
+            .missed
+            .drain(..)
+            .map(|m| (m.task.id, m.at, status::DEADLINE_MISSED));
+        for (id, at, code) in completed.chain(refused).chain(missed) {
             let Some(p) = self.jobs.remove(&id) else {
                 continue; // its client went away
             };
             let finished = self.epoch + at;
             let started = p.started.map_or(finished, |s| self.epoch + s);
-            let (status, output_len) = if failed {
-                (status::DEVICE_ERROR, 0)
-            } else if p.job.deadline_ns != 0 && started > p.job.deadline_ns {
-                (status::DEADLINE_MISSED, 0)
-            } else {
+            let (status, output_len) = if code == status::OK {
                 super::fifo::compute_output(&self.models, &mut self.buf, &p.job)
+            } else {
+                (code, 0)
             };
             done.push(Finished {
                 client: p.job.client,
@@ -245,7 +267,7 @@ impl Backend for ModeledBackend {
     }
 
     fn next_event_ns(&self) -> Option<u64> {
-        if !self.fresh.is_empty() || !self.failed.is_empty() {
+        if !self.fresh.is_empty() || !self.failed.is_empty() || !self.missed.is_empty() {
             return Some(self.epoch + self.gpu.now());
         }
         self.gpu.next_event_time().map(|t| self.epoch + t)
@@ -264,5 +286,129 @@ impl Backend for ModeledBackend {
 
     fn queued(&self) -> usize {
         self.jobs.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shm_proto::Priority;
+    use sluice_gpu::DeviceProfile;
+
+    const MS: u64 = 1_000_000;
+    /// `CLOCK_MONOTONIC` of the device's virtual 0.
+    const EPOCH: u64 = 1_000 * MS;
+
+    fn registry() -> Arc<ModelRegistry> {
+        Arc::new(ModelRegistry::builtin())
+    }
+
+    fn job(model: &str, client: u32, request_id: u64, received_ns: u64, deadline_ns: u64) -> Job {
+        let reg = ModelRegistry::builtin();
+        let (model, m) = reg.lookup(model).unwrap();
+        let mut j = sluice_backend::testmem::job(
+            client,
+            request_id,
+            model,
+            Priority::RealTime,
+            (m.input_bytes, m.output_bytes),
+            received_ns,
+        );
+        j.deadline_ns = deadline_ns;
+        j
+    }
+
+    fn backend(kind: PolicyKind) -> ModeledBackend {
+        let mut b = ModeledBackend::new(DeviceProfile::mi50(), kind, registry(), EPOCH).unwrap();
+        b.gpu.record_launches(true);
+        b
+    }
+
+    /// Polls far enough ahead for everything to finish, in virtual time.
+    fn drain(b: &mut ModeledBackend) -> Vec<Finished> {
+        let mut done = Vec::new();
+        while let Some(t) = b.next_event_ns() {
+            b.poll(t, &mut done);
+        }
+        done
+    }
+
+    fn launched_tasks(b: &ModeledBackend) -> Vec<TaskId> {
+        b.gpu.launched_tags().iter().map(|&t| untag(t).0).collect()
+    }
+
+    #[test]
+    fn a_request_late_on_arrival_launches_nothing_and_misses_its_deadline() {
+        for kind in [
+            PolicyKind::Reef,
+            PolicyKind::Paella,
+            PolicyKind::Streams,
+            PolicyKind::Seq,
+            PolicyKind::WaitPreempt,
+            PolicyKind::Split,
+            PolicyKind::Prema,
+            PolicyKind::RtA,
+        ] {
+            let mut b = backend(kind);
+            let at = EPOCH + 5 * MS;
+            // Task 0: deadline 1 ms before it arrives. Task 1: plenty.
+            let late = job("resnet152", 1, 10, at, at - MS);
+            let memory = late.memory.clone();
+            b.submit(late, at);
+            b.submit(job("resnet152", 2, 20, at, at + 10_000 * MS), at);
+            let done = drain(&mut b);
+            let status = |id| done.iter().find(|f| f.request_id == id).map(|f| f.status);
+            assert_eq!(status(10), Some(status::DEADLINE_MISSED), "{kind}");
+            assert_eq!(status(20), Some(status::OK), "{kind}");
+            let launched = launched_tasks(&b);
+            assert!(
+                !launched.contains(&0),
+                "{kind}: the late request launched a kernel"
+            );
+            assert!(launched.contains(&1), "{kind}");
+            let mut out = vec![1u8; 64];
+            let input_bytes = registry().lookup("resnet152").unwrap().1.input_bytes;
+            assert!(memory.read(input_bytes, &mut out));
+            assert_eq!(out, [0; 64], "{kind}: a missed request writes no output");
+            assert_eq!(b.queued(), 0, "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_request_whose_deadline_passes_behind_a_long_one_is_not_started() {
+        for kind in [PolicyKind::Reef, PolicyKind::Seq, PolicyKind::WaitPreempt] {
+            let mut b = backend(kind);
+            let at = EPOCH + MS;
+            b.submit(job("resnet152", 1, 10, at, 0), at);
+            // Arrives in time, but resnet152 runs for about 14 ms.
+            b.submit(job("resnet152", 2, 20, at, at + 2 * MS), at);
+            b.submit(job("resnet152", 3, 30, at, at + 10_000 * MS), at);
+            let done = drain(&mut b);
+            let mut order: Vec<(u64, u32)> =
+                done.iter().map(|f| (f.request_id, f.status)).collect();
+            order.sort_unstable();
+            assert_eq!(
+                order,
+                [
+                    (10, status::OK),
+                    (20, status::DEADLINE_MISSED),
+                    (30, status::OK)
+                ],
+                "{kind}"
+            );
+            assert!(!launched_tasks(&b).contains(&1), "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_request_that_started_returns_its_output_however_late() {
+        let mut b = backend(PolicyKind::Seq);
+        let at = EPOCH + MS;
+        // Starts at once, so it runs, but it cannot finish by its deadline.
+        b.submit(job("resnet152", 1, 10, at, at + MS / 10), at);
+        let done = drain(&mut b);
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].status, status::OK);
+        assert!(done[0].finished_ns > at + MS / 10);
     }
 }

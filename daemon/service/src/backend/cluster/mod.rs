@@ -22,8 +22,12 @@
 //! batch-`n` kernels (grids scaled by [`sluice_model::Model::batch_scaled`]);
 //! when it finishes each request's output is written to its own client.
 //! A request whose deadline passed while it waited completes with
-//! `DEADLINE_MISSED` without running; one that finishes later than its
-//! model's SLO completes normally and is counted as an SLO violation.
+//! `DEADLINE_MISSED` without running: each request is checked when a batch
+//! is formed, and a batch, once formed, has no deadline of its own (its
+//! partition's policy runs it; it never drops it). A request that went into
+//! a batch runs to its end, and one that finishes later than its model's
+//! SLO completes normally and is counted as an SLO violation. The model's
+//! queues are FIFO per class (a batch takes the oldest requests).
 //!
 //! # Placement and re-placement
 //!
@@ -61,7 +65,7 @@ use sluice_gpu::{DeviceProfile, Event};
 use sluice_model::ModelRegistry;
 use sluice_planner::{GpuSpec, LatencyTable, ModelSpec, PartitionSizes, Placement, Planner};
 use sluice_sched::{
-    Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, untag,
+    Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, TaskMissed, untag,
 };
 
 use part::{GpuState, NO_OWNER, PartGpu};
@@ -313,6 +317,8 @@ pub struct ClusterBackend {
     events: Vec<Event>,
     fresh: Vec<TaskDone>,
     failed: Vec<TaskFailed>,
+    /// Always empty: batches have no deadline (see the module docs).
+    missed: Vec<TaskMissed>,
     out: Vec<Finished>,
     buf: Vec<u8>,
     layout: Arc<Mutex<Layout>>,
@@ -453,6 +459,7 @@ impl ClusterBackend {
             events: Vec::new(),
             fresh: Vec::new(),
             failed: Vec::new(),
+            missed: Vec::new(),
             out: Vec::new(),
             buf: vec![0u8; super::fifo::CHUNK],
             layout: Arc::new(Mutex::new(Layout::default())),
@@ -835,6 +842,7 @@ impl ClusterBackend {
                 models: &self.batched,
                 done: &mut self.fresh,
                 failed: &mut self.failed,
+                missed: &mut self.missed,
                 stats: &mut p.stats,
             };
             p.policy.on_event(&mut cx, &ev);
@@ -866,8 +874,6 @@ impl ClusterBackend {
             for job in b.jobs {
                 let (status, output_len) = if failed {
                     (status::DEVICE_ERROR, 0)
-                } else if job.deadline_ns != 0 && started > job.deadline_ns {
-                    (status::DEADLINE_MISSED, 0)
                 } else {
                     super::fifo::compute_output(&self.models, &mut self.buf, &job)
                 };
@@ -1027,6 +1033,7 @@ impl ClusterBackend {
             priority,
             model,
             arrival: gpu.sim.now(),
+            deadline: None,
         };
         let Some(p) = self.parts[pi].as_mut() else {
             return;
@@ -1053,6 +1060,7 @@ impl ClusterBackend {
             models: &self.batched,
             done: &mut self.fresh,
             failed: &mut self.failed,
+            missed: &mut self.missed,
             stats: &mut p.stats,
         };
         p.policy.on_arrival(&mut cx, task);
