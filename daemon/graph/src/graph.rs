@@ -318,8 +318,8 @@ impl GraphBuilder {
     }
 
     /// Checks the graph (every read defined, every output produced, no
-    /// cycle), orders it and applies the load-time passes
-    /// ([`crate::passes`]).
+    /// cycle) and orders it, without rewriting it; [`GraphBuilder::build`]
+    /// also applies the load-time passes.
     pub fn finish(self) -> Result<Graph, GraphError> {
         for n in &self.nodes {
             for &i in n.inputs.iter().flatten() {
@@ -348,16 +348,14 @@ impl GraphBuilder {
         })?;
         let mut slots: Vec<Option<Node>> = self.nodes.into_iter().map(Some).collect();
         let nodes = order.into_iter().filter_map(|i| slots[i].take()).collect();
-        let mut g = Graph {
+        Ok(Graph {
             names: self.names,
             consts: self.consts,
             nodes,
             inputs: self.inputs,
             outputs: self.outputs,
             limits: self.limits,
-        };
-        crate::passes::run_all(&mut g)?;
-        Ok(g)
+        })
     }
 }
 

@@ -18,6 +18,16 @@ use crate::shape::{Info, infer};
 use crate::tensor::numel;
 use crate::{DType, Tensor};
 
+impl crate::GraphBuilder {
+    /// Checks and orders the graph ([`crate::GraphBuilder::finish`]), then
+    /// applies every load-time pass.
+    pub fn build(self) -> Result<Graph, GraphError> {
+        let mut g = self.finish()?;
+        run_all(&mut g)?;
+        Ok(g)
+    }
+}
+
 /// Applies every pass in order.
 pub(crate) fn run_all(g: &mut Graph) -> Result<(), GraphError> {
     fold_constants(g)?;

@@ -372,7 +372,7 @@ mod tests {
         )
         .unwrap();
         b.output("y");
-        b.finish().unwrap()
+        b.build().unwrap()
     }
 
     #[test]

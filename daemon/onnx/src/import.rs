@@ -297,7 +297,7 @@ fn build(g: &GraphProto, opset: i64, dir: &Path, opts: &Options) -> Result<Graph
         }
         b.output(&o.name);
     }
-    b.finish().map_err(ge)
+    b.build().map_err(ge)
 }
 
 /// A node's attributes by name.
