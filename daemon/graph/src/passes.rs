@@ -213,6 +213,10 @@ fn fold_batchnorm(g: &mut Graph) {
             continue;
         }
         let c = params[0].len();
+        if params.iter().any(|p| p.len() != c) {
+            i += 1;
+            continue;
+        }
         let k: Vec<f32> = (0..c)
             .map(|j| params[0][j] / (params[3][j] + eps).sqrt())
             .collect();
@@ -241,7 +245,9 @@ fn fold_into_conv(g: &mut Graph, p: usize, k: &[f32], shift: &[f32]) -> bool {
         return false;
     };
     let Some(wv) = w.as_f32() else { return false };
-    let m = w.shape()[0];
+    let Some(&m) = w.shape().first() else {
+        return false;
+    };
     if m != k.len() || wv.is_empty() {
         return false;
     }
@@ -292,7 +298,9 @@ fn fold_into_gemm(g: &mut Graph, p: usize, k: &[f32], shift: &[f32]) -> bool {
         return false;
     };
     let Some(bv) = b.as_f32() else { return false };
-    let (rows, cols) = (b.shape()[0], b.shape()[1]);
+    let &[rows, cols] = b.shape() else {
+        return false;
+    };
     let nout = if trans_b { rows } else { cols };
     if nout != k.len() {
         return false;

@@ -32,7 +32,7 @@ pub fn flops(s: &Static) -> u64 {
         total += match &n.op {
             Op::Conv { .. } => {
                 let w = shape(1);
-                2 * numel * w[1..].iter().product::<usize>() as u64
+                2 * numel * w.get(1..).unwrap_or(&[]).iter().product::<usize>() as u64
             }
             Op::Gemm { trans_a, .. } => {
                 let a = shape(0);

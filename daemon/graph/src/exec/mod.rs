@@ -27,6 +27,9 @@ pub fn eval(op: &Op, ins: &[Option<&Tensor>], n_out: usize) -> Result<Vec<Tensor
         })
         .collect();
     let outs = infer(op, &infos, n_out)?;
+    if outs.is_empty() {
+        bail!("the node has no outputs");
+    }
     let x = |i: usize| -> Result<&Tensor, ShapeError> {
         match ins.get(i).copied().flatten() {
             Some(t) => Ok(t),
