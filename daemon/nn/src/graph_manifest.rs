@@ -95,7 +95,7 @@ pub fn estimates(s: &Static, profile: &DeviceProfile) -> Result<Vec<KernelEstima
             Op::Gemm { trans_a, .. } => {
                 let a = shape(0);
                 let k = if *trans_a {
-                    a[0]
+                    a.first().copied().unwrap_or(1)
                 } else {
                     a.get(1).copied().unwrap_or(1)
                 } as u64;
