@@ -177,8 +177,8 @@ pub struct DisbOptions {
     pub models_dir: Option<PathBuf>,
 }
 
-/// The policies DISB runs by default: those of issue 3 (REEF's and
-/// Paella's), the first eight of [`PolicyKind::ALL`]. Issue 15's `split`,
+/// The policies DISB runs by default: REEF's and Paella's, the first
+/// eight of [`PolicyKind::ALL`]. `split`,
 /// `prema` and `rt-a` (SPLIT's comparison) are left out so the DISB
 /// figures stay as published; name them with `policies` to run them.
 pub const DEFAULT_POLICIES: [PolicyKind; 8] = [
@@ -1718,7 +1718,7 @@ mod tests {
     }
 
     #[test]
-    fn disb_json_has_the_issue_shape_and_round_trips() {
+    fn disb_json_has_the_documented_shape_and_round_trips() {
         let r = tiny(DisbWorkload::C);
         let v: serde_json::Value = serde_json::to_value(&r).unwrap();
         assert!(v["device"].is_string());

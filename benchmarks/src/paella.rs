@@ -5,8 +5,7 @@
 //! - **Fig. 11**: a mix of the models of Table 2 (ResNet-18, MobileNet,
 //!   ResNet-50, DenseNet, Inception) with equal GPU time per model (request
 //!   shares ∝ 1 / standalone time, [`gpu_time_shares`]: the paper's
-//!   "uniform mix" as its artifact builds it; before stop 31, equal request
-//!   shares), open loop, lognormal
+//!   "uniform mix" as its artifact builds it), open loop, lognormal
 //!   inter-arrival times with σ = 1.5 and σ = 2 (Paella §7 methodology), p99
 //!   latency and throughput against offered load.
 //! - **Fig. 12**: ResNet-18 (short) beside Inception (long; another model
@@ -27,9 +26,7 @@
 //! and 125 for Fig. 12 split by the models' shares; a request arriving with
 //! every instance of its model busy waits in the client, its latency
 //! counted from its arrival. Under `streams` each client is one stream, so
-//! CUDA-MS has as many streams as the artifact's (125 for Fig. 12). Before
-//! stop 31 every model had 16 clients and a client's requests queued on its
-//! stream (under `paella`, unlimited in flight).
+//! CUDA-MS has as many streams as the artifact's (125 for Fig. 12).
 //!
 //! **Models.** The measured manifests of Table 2's models are looked up by
 //! name ([`PAPER_MODELS`], [`PAPER_SHORT`], [`PAPER_LONG`]); where they are
@@ -245,7 +242,7 @@ pub struct Fig12Point {
     pub long_samples: usize,
 }
 
-/// The goals of the issue, evaluated on this run.
+/// The reproduction's goals (Paella Fig. 11 and 12), evaluated on this run.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Goal {
     /// Lognormal σ.
@@ -301,7 +298,7 @@ pub struct PaellaBenchResult {
     /// Per figure, σ and nominal load: the realised arrival rate and which
     /// policies sustain it.
     pub sustained: Vec<Sustained>,
-    /// The issue's goals per σ.
+    /// The goals per σ.
     pub goals: Vec<Goal>,
 }
 
@@ -1142,7 +1139,7 @@ mod tests {
             ("seq", None),
             ("paella", Some(d)),
             (
-                "B=8 (before stop 30)",
+                "B=8 blocks",
                 Some(PaellaConfig {
                     backlog: Backlog::Blocks(8),
                     ..d

@@ -1,4 +1,4 @@
-//! Isolation between clients of one priority class (issue 12, item 2).
+//! Isolation between clients of one priority class.
 //!
 //! A client process keeps 256 real-time resnet152 requests queued (its whole
 //! ring); the test process, another client, runs real-time echo_small

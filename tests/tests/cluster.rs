@@ -1,6 +1,6 @@
 //! The daemon with `[cluster]`: two simulated GPUs serving clients of two
 //! models through the socket, requests of different clients batched, and
-//! placements switched under load (issue 13). Real client processes; each
+//! placements switched under load. Real client processes; each
 //! checks every output against the reference.
 
 use sluice_tests::{

@@ -1,4 +1,4 @@
-//! The control socket under attack and at scale (issue 12, items 1, 4, 5):
+//! The control socket under attack and at scale:
 //!
 //! - a local user that `[access]` does not allow, trickling 1100
 //!   connections at a daemon limited to 1024 descriptors, is closed at

@@ -3,7 +3,7 @@
 //! requests mixed, every output checked, everything reclaimed. Policies
 //! this build does not have yet are skipped with a note.
 //!
-//! `split` also gets the test of its point (issue 15): a short request from
+//! `split` also gets the test of its point: a short request from
 //! one client process, arriving while another process's long request runs,
 //! finishes first because it passes at a block boundary; `seq`, and `split`
 //! with the long model unsplit, finish it last on the same workload.
@@ -98,7 +98,7 @@ fn rt_a_serves_real_clients() {
 
 // ---------------------------------------------------------------------------
 // `split` preempts at block boundaries: a short request that arrives while a
-// long one runs finishes first (issue 15's Done-when).
+// long one runs finishes first (SPLIT's claim).
 
 /// Kernels of the long model, each [`LONG_KERNEL_US`] long.
 const LONG_KERNELS: u32 = 8;

@@ -592,7 +592,7 @@ pub struct ClusterReport {
     pub wall_s: f64,
     /// Per scenario × planner.
     pub scenarios: Vec<ScenarioResult>,
-    /// gpulet Fig. 13's rows (issue 14's JSON shape), when the search ran
+    /// gpulet Fig. 13's rows, when the search ran
     /// with [`PassRule::Served`]: the SLO-preserved maximum per scenario
     /// and planner.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1815,7 +1815,7 @@ mem_mb = 100
             assert!(s["max_rps"].as_f64().unwrap() > 0.0, "{s}");
         }
         assert_eq!(v["scenarios"][1]["planner"], "greedy");
-        // Issue 14's Fig. 13 shape; no Fig. 14 rows without --pass planned.
+        // Fig. 13's rows; no Fig. 14 rows without --pass planned.
         for k in ["scenario", "planner", "max_rps"] {
             assert!(!v["fig13"][1][k].is_null(), "{k}");
         }

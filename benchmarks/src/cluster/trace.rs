@@ -204,7 +204,7 @@ pub struct TraceReport {
     pub interference_note: String,
     /// Per period length.
     pub runs: Vec<TraceRun>,
-    /// gpulet Fig. 15 in issue 14's JSON shape: the first period's run
+    /// gpulet Fig. 15's series: the first period's run
     /// (`period_s`, `windows`; the default's first period is gpulet's 20 s).
     pub fig15: Option<TraceRun>,
 }

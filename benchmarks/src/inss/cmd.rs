@@ -1070,7 +1070,7 @@ pub fn plots(r: &InssReport) -> Vec<(&'static str, String)> {
                 ),
                 (
                     format!("{g} GPUs: decision time"),
-                    "ms (this VM)",
+                    "ms (wall)",
                     bars(&|t| t.decision_ms),
                 ),
             ];
@@ -1223,7 +1223,7 @@ mod tests {
             assert_eq!(t.window_violation.len(), 1);
             assert!(t.goodput_rps > 0.0);
         }
-        // The JSON keys, exactly.
+        // The documented JSON keys, exactly.
         let j = serde_json::to_value(&r).unwrap();
         for k in ["table", "case", "observed_ms", "predicted_ms"] {
             assert!(j["model_error"][0].get(k).is_some(), "model_error.{k}");

@@ -740,7 +740,7 @@ pub struct ThroughputRow {
     pub gpus_used: usize,
     /// Percent of the GPUs in use held by partitions, summed.
     pub used_pct: u32,
-    /// Wall ms of one planning call at that load (this VM).
+    /// Wall ms of one planning call at that load (on the machine that ran it).
     pub decision_ms: f64,
     /// Requests served within their SLO in each second of the run at that
     /// load (InSS Fig. 11: throughput over time); empty when none ran.

@@ -73,7 +73,7 @@
 //! leave-one-out error over the profile points: evidence from the profile
 //! only, never from the validation cells. (The log–log variant was added
 //! after the first three's validation errors were seen, the wave-aware one
-//! after the log–log one's (stop 33: VGG19's misses between 25 and 70 %);
+//! after the log–log one's (VGG19's misses between 25 and 70 %);
 //! the rule choosing among them was fixed before and is the same for both.)
 
 use std::sync::mpsc;

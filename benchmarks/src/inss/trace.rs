@@ -1,4 +1,4 @@
-//! `sluice bench inss --trace`: issue 16's experiment beyond the paper.
+//! `sluice bench inss --trace`: an experiment beyond the InSS paper.
 //! InSS and gpulet repartition a GPU by restarting MPS processes, so they
 //! re-plan at most every few tens of seconds (gpulet: 20 s); sluice
 //! repartitions in place (green contexts, CU masks), so a planner can

@@ -111,7 +111,7 @@ pub struct ByLanes {
     pub reset_us: f64,
 }
 
-/// The four sweeps (the JSON shape of issue 3, plus `by_lanes`).
+/// The four sweeps (REEF Fig. 19a-c's, plus `by_lanes`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PreemptResult {
     /// REEF Fig. 19a.

@@ -9,7 +9,7 @@
 //! The backends behind it:
 //!
 //! - `sluice_service::backend::fifo::FifoBackend`: the embedded simulated
-//!   device of step 1, one job at a time in real time;
+//!   device, one job at a time in real time;
 //! - `sluice_service::backend::modeled::ModeledBackend`: a scheduling policy
 //!   on the GPU model (`sluice-gpusim`) in real time;
 //! - `sluice_cuda::serve::CudaServer`: the CUDA job path (the models' real

@@ -24,7 +24,7 @@
 //! so calling them on an older driver would abort the dispatcher instead of
 //! answering "not supported".
 //!
-//! Run on an NVIDIA H200 at stop 32 (its `real` tests pass there; the CI
+//! Run on an NVIDIA H200 on 2026-11-28 (its `real` tests pass there; the CI
 //! machines have no GPU, where the tests check only that a missing driver
 //! is reported); `docs/hardware.md` has the measurements and
 //! `docs/cuda-backend.md` lists what is verified and what is not.

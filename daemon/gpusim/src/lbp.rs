@@ -257,7 +257,7 @@ mod tests {
                 for cus in [6, 15, 30, 45, 60] {
                     let est = waves_ns(&p, m, b, cus).unwrap() as f64;
                     let (sim, _, _) = run_point(&p, m, b, cus).unwrap();
-                    // Measured 1.000-1.108 (stop 33): never below, as it
+                    // This test's ratios run 1.000-1.108: never below, as it
                     // charges every last round in full.
                     let r = est / sim as f64;
                     assert!((0.99..1.15).contains(&r), "{name} b{b} {cus} CUs: {r}");

@@ -930,7 +930,7 @@ impl Model {
     }
 
     /// Per kernel, whether its grid grows with the batch size: whether it
-    /// reads data that does (issue 13: running a model at batch `b`).
+    /// reads data that does (what running a model at batch `b` scales).
     ///
     /// A forward data flow over the declared memory in launch order: the
     /// input (the first `input_bytes` bytes) holds batch-sized data; a kernel

@@ -61,7 +61,7 @@
 //! candle 0.11.1 looks up its thread count on every matmul. Unless
 //! `RAYON_NUM_THREADS` is set, on a machine whose cores are all alike that
 //! means `num_cpus::get_physical()`, which parses `/proc/cpuinfo` each time.
-//! On the 2-core VM this was written on, acting once with each agent (3
+//! Measured 2026-11-25 on a 2-core x86-64 VM: acting once with each agent (3
 //! matmuls each) took a median 240–370 µs unset against 28 µs with
 //! `RAYON_NUM_THREADS=1` (about 55 µs per matmul; `cargo test --release -p
 //! sluice-rl -- --ignored --nocapture timing`, last line), and the debug

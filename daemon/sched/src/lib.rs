@@ -11,9 +11,9 @@
 //! through the [`Gpu`](sluice_gpu::Gpu) trait: in benchmarks and the
 //! simulated daemon the same GPU model (`sluice_gpusim::GpuSim`), so their
 //! results compare like for like; on hardware a real backend. The policies
-//! are the ones of issue 3: `seq`, `streams`, `rt-only`, `wait-preempt`,
+//! are REEF's and Paella's: `seq`, `streams`, `rt-only`, `wait-preempt`,
 //! `reef`, `paella`, and Paella's own baselines `paella-sjf` and
-//! `paella-rr`, and those of issue 15: `split` (SPLIT's block-level
+//! `paella-rr`, and SPLIT's: `split` (SPLIT's block-level
 //! preemption, [`split`]) and its baselines `prema` ([`prema`]) and `rt-a`
 //! ([`rt_a`]) (see [`PolicyKind`]); each lives in its own module (Paella's
 //! baselines in `paella`).

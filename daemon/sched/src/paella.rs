@@ -63,7 +63,7 @@
 //!
 //! # Cost of a decision
 //!
-//! The issue asks for about a microsecond per decision (REEF's kernel
+//! The target is about a microsecond per decision (REEF's kernel
 //! selection takes 0.4–1.2 µs). What a callback does, and what bounds it:
 //!
 //! - **Choice**: the ready sets are binary heaps that know where each task

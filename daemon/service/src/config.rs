@@ -253,7 +253,7 @@ impl fmt::Display for BackendKind {
 /// How the simulated device schedules requests (`device.scheduler`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Scheduler {
-    /// Step 1's simple device: one request at a time, real-time first, no
+    /// The simple device: one request at a time, real-time first, no
     /// preemption, times scaled by `device.time_scale`.
     #[default]
     Fifo,

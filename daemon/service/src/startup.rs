@@ -426,7 +426,7 @@ fn make_cluster(
     Ok(Box::new(cluster))
 }
 
-/// The simulated device of `device.scheduler`: step 1's real-time one for
+/// The simulated device of `device.scheduler`: the one-at-a-time one for
 /// `fifo`, the policy-driven GPU model otherwise.
 fn make_sim_device(
     config: &Config,

@@ -338,7 +338,7 @@ mod tests {
         assert!(choose_blocks(&g, 0, &GaParams::default()).is_err());
     }
 
-    /// The Done-when check: on the shipped REEF-measured MI50 manifests the
+    /// SPLIT's GA check: on the shipped REEF-measured MI50 manifests the
     /// GA's best fitness is within 5% of the exhaustive optimum's,
     /// `|f_ga − f_opt| ≤ 0.05·|f_opt|`, for m = 2, 3, 4 (exhaustive m = 4 on
     /// resnet50 is 5.88 M cut sets, about a second in debug).

@@ -1,4 +1,4 @@
-//! The embedded simulated GPU (step 1: one job at a time, real time).
+//! The embedded simulated GPU (one job at a time, real time).
 //!
 //! [`FifoBackend`] behaves like one GPU stream that runs whole requests:
 //!

@@ -1,6 +1,6 @@
 //! The backends that need no GPU, behind `sluice_backend::Backend`:
 //!
-//! - [`fifo`]: step 1's simulated device, one job at a time in real time;
+//! - [`fifo`]: the simplest simulated device, one job at a time in real time;
 //! - [`modeled`]: a scheduling policy on the GPU model (`sluice-gpusim`),
 //!   run in real time;
 //! - [`fair`]: not a device but a wrapper the dispatcher puts in front of

@@ -1,4 +1,4 @@
-//! Several simulated GPUs serving models at request rates (issue 13):
+//! Several simulated GPUs serving models at request rates (gpulet's setting):
 //! a rate monitor per model, batching of requests from different clients,
 //! spatial partitions of each GPU, and a planner (`sluice-planner`) whose
 //! placement says which partition serves which model at which batch size.
