@@ -83,7 +83,7 @@ fn main() {
         .next()
         .map_or(25, |r| r.parse().expect("RUNS is a number"));
     let benches: Vec<&String> = data.util.keys().collect();
-    let mut intf = LinearInterference::new(data.coeffs.clone());
+    let mut intf = LinearInterference::new(data.coeffs);
     for i in 0..MODELS {
         let b = benches[i % benches.len()];
         intf = intf.with_util(&format!("m{i:02}"), data.util[b].clone());
