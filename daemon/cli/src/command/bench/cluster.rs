@@ -61,7 +61,7 @@ pub struct Args {
     interference: sluice_bench::cluster::Interference,
     /// The gpulet authors' data: a folder with 2080ti/ and 3080/ in the
     /// format of the repository's data/gpulet (default: that data, built
-    /// in). Also --gpulet-data.
+    /// in).
     #[arg(long = "data-dir", visible_alias = "gpulet-data", value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Simulate once at the scenario's own rates instead of searching

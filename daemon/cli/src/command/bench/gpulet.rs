@@ -26,8 +26,7 @@ pub struct Args {
     #[arg(long, value_parser = parse::device)]
     device: Option<String>,
     /// The gpulet authors' data: a folder with 2080ti/ in the format of
-    /// the repository's data/gpulet (default: that data, built in). Also
-    /// --gpulet-data.
+    /// the repository's data/gpulet (default: that data, built in).
     #[arg(long = "data-dir", visible_alias = "gpulet-data", value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Worker threads for Fig. 16 (default: the CPUs).

@@ -32,7 +32,7 @@ pub struct Args {
     requests: u32,
     /// The gpulet authors' data: a folder with 2080ti/ and 3080/ in the
     /// format of the repository's data/gpulet (default: that data, built
-    /// in). Also --gpulet-data.
+    /// in).
     #[arg(long = "data-dir", visible_alias = "gpulet-data", value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Also draw the slowdown CDF (beside gpulet Fig. 7) and the fit's
