@@ -2,8 +2,8 @@
 """Compare the GPU model's batch scaling with the gpulet authors' measurements.
 
 For each model that both ../shared/data/reef (our measured manifests) and
-../shared/data/gpulet/<gpu>/UTIL.CSV (Nsight, RTX 2080 Ti and 3080, measured by
-the gpulet authors) have, print L(b)/L(1) on the whole simulated device
+data/gpulet/<gpu>/UTIL.CSV (Nsight, RTX 2080 Ti and 3080, measured by the
+gpulet authors; data/gpulet/README.md) have, print L(b)/L(1) on the whole simulated device
 (`sluice profile --device DEVICE MODEL --partitions 100 --json`) beside the
 measured growth of the average kernel duration, avg_duration(b)/avg_duration(1).
 For a fixed kernel list the ratio of average kernel durations is the ratio of
@@ -23,7 +23,7 @@ VGG-16 and MnasNet (estimated manifests, no wave times; docs/models.md) are
 held out: nothing was tuned on them.
 
 Usage: scripts/compare-batch-scaling.py [--sluice ./target/release/sluice]
-       [--device mi50] [--data ../shared/data/gpulet] [--reef ../shared/data/reef]
+       [--device mi50] [--data data/gpulet] [--reef ../shared/data/reef]
 """
 import argparse
 import csv
@@ -85,7 +85,7 @@ def main():
     ap.add_argument("--sluice", default="./target/release/sluice")
     ap.add_argument("--device", default="mi50")
     here = os.path.dirname(os.path.abspath(__file__))
-    ap.add_argument("--data", default=os.path.join(here, "..", "..", "shared", "data", "gpulet"))
+    ap.add_argument("--data", default=os.path.join(here, "..", "data", "gpulet"))
     ap.add_argument("--reef", default=os.path.join(here, "..", "..", "shared", "data", "reef"))
     a = ap.parse_args()
     if not os.path.isdir(a.data):

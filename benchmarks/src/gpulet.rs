@@ -118,8 +118,9 @@ pub struct GpuletOptions {
     pub figs: Vec<Fig>,
     /// Device profile instead of each scenario's own.
     pub device: Option<String>,
-    /// gpulet's data folder (with `2080ti/`).
-    pub gpulet_data: PathBuf,
+    /// gpulet's data folder (with `2080ti/`); `None`: the built-in copy
+    /// of the repository's `data/gpulet`.
+    pub gpulet_data: Option<PathBuf>,
     /// Worker threads for Fig. 16.
     pub threads: usize,
     /// Scenarios of Fig. 17.
@@ -131,7 +132,7 @@ impl Default for GpuletOptions {
         Self {
             figs: vec![Fig::Fig16, Fig::Fig17, Fig::Fig6],
             device: None,
-            gpulet_data: PathBuf::from("../shared/data/gpulet"),
+            gpulet_data: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             fig17_scenarios: FIG17_SCENARIOS.iter().map(|s| (*s).to_owned()).collect(),
         }
@@ -143,14 +144,16 @@ impl Default for GpuletOptions {
 pub enum GpuletError {
     /// gpulet's data is not there.
     #[error(
-        "gpulet's interference data is not at {path} (gpulet+int and the ideal plan with the authors' {INTERFERENCE_GPU} coefficients); give the folder holding {INTERFERENCE_GPU}/ with --gpulet-data DIR"
+        "gpulet's interference data is not at {path} (gpulet+int and the ideal plan with the authors' {INTERFERENCE_GPU} coefficients); give the folder holding {INTERFERENCE_GPU}/ with --data-dir DIR, or leave it out for the built-in data/gpulet"
     )]
     NoData {
         /// Where it was looked for.
         path: String,
     },
     /// gpulet's data unreadable.
-    #[error("gpulet data: {0}; give the folder holding {INTERFERENCE_GPU}/ with --gpulet-data DIR")]
+    #[error(
+        "gpulet data: {0}; give the folder holding {INTERFERENCE_GPU}/ with --data-dir DIR, or leave it out for the built-in data/gpulet"
+    )]
     Data(String),
     /// A scenario problem.
     #[error(transparent)]
@@ -814,16 +817,23 @@ pub struct GpuletReport {
     pub wall_s: f64,
 }
 
-/// Loads gpulet's 2080 Ti data from `dir`, with the error naming
-/// `--gpulet-data DIR`.
-pub fn load_gpulet_data(dir: &Path) -> Result<LinearInterference, GpuletError> {
-    let sub = dir.join(INTERFERENCE_GPU);
-    if !sub.is_dir() {
-        return Err(GpuletError::NoData {
-            path: dir.display().to_string(),
-        });
-    }
-    LinearInterference::load_dir(&sub).map_err(|e| GpuletError::Data(e.to_string()))
+/// Loads gpulet's 2080 Ti data from `dir`, or the built-in copy of the
+/// repository's `data/gpulet` when `dir` is `None`, with the error naming
+/// `--data-dir DIR`.
+pub fn load_gpulet_data(dir: Option<&Path>) -> Result<LinearInterference, GpuletError> {
+    let loaded = match dir {
+        None => LinearInterference::builtin(INTERFERENCE_GPU),
+        Some(dir) => {
+            let sub = dir.join(INTERFERENCE_GPU);
+            if !sub.is_dir() {
+                return Err(GpuletError::NoData {
+                    path: dir.display().to_string(),
+                });
+            }
+            LinearInterference::load_dir(&sub)
+        }
+    };
+    loaded.map_err(|e| GpuletError::Data(e.to_string()))
 }
 
 /// Runs the figures of `opts`. `on_tables(done, total)` while measuring,
@@ -835,7 +845,7 @@ pub fn run(
     mut on_fig: impl FnMut(&str, usize, usize),
 ) -> Result<GpuletReport, GpuletError> {
     let t_all = Instant::now();
-    let gpulet = load_gpulet_data(&opts.gpulet_data)?;
+    let gpulet = load_gpulet_data(opts.gpulet_data.as_deref())?;
     let want = |f| opts.figs.contains(&f);
     let table3 = crate::cluster::scenario::builtin("table3").expect("table3 is shipped")?;
     let mut fig17_sc: Vec<Scenario> = Vec::new();
@@ -873,8 +883,8 @@ pub fn run(
         rate_rule: RATE_RULE.into(),
         search_rule: SEARCH_RULE.into(),
         interference: format!(
-            "gpulet §4.4 linear model, the authors' {INTERFERENCE_GPU} coefficients and UTIL.CSV utilisations ({}/{INTERFERENCE_GPU}/, measured inputs), for gpulet+int and the ideal of Fig. 16 and 17; none in Fig. 6 and for sbp",
-            opts.gpulet_data.display()
+            "gpulet §4.4 linear model, the authors' {INTERFERENCE_GPU} coefficients and UTIL.CSV utilisations ({}, measured inputs), for gpulet+int and the ideal of Fig. 16 and 17; none in Fig. 6 and for sbp",
+            crate::cluster::gpulet_data_source(opts.gpulet_data.as_deref(), INTERFERENCE_GPU)
         ),
         partition_sizes: "gpulet+int and the ideal: gpulet's 20/40/50/60/80/100 % (ideal splits 2:8, 4:6, 5:5, 10:0; Fig. 6: 2:8, 4:6, 5:5); sbp: whole GPUs; sbp_1to1: two fixed 50 % halves per GPU, half the memory each; greedy: any multiple of 10 %".into(),
         fig16: None,
@@ -1285,38 +1295,33 @@ mod tests {
         assert_eq!(m.factor, 0.0);
     }
 
-    fn gpulet_dir() -> Option<PathBuf> {
-        let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/gpulet");
-        if d.join(INTERFERENCE_GPU).is_dir() {
-            Some(d)
-        } else {
-            eprintln!(
-                "skipped: gpulet's data is not at {} (../shared/data/gpulet)",
-                d.display()
-            );
-            None
-        }
+    /// The default is the built-in copy of the repository's
+    /// `data/gpulet`; `--data-dir` with the checkout's folder reads the
+    /// same data.
+    #[test]
+    fn the_built_in_data_is_the_checkouts_data_gpulet() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/gpulet");
+        let built_in = load_gpulet_data(None).unwrap();
+        assert_eq!(load_gpulet_data(Some(&dir)).unwrap(), built_in);
+        assert!(built_in.util_of("resnet50").is_some());
     }
 
     #[test]
     fn without_gpulet_data_the_error_names_the_flag() {
         let opts = GpuletOptions {
-            gpulet_data: PathBuf::from("/nonexistent/gpulet"),
+            gpulet_data: Some(PathBuf::from("/nonexistent/gpulet")),
             ..GpuletOptions::default()
         };
         let e = run(&ModelRegistry::builtin(), &opts, |_, _| {}, |_, _, _| {}).unwrap_err();
         let msg = e.to_string();
         assert!(
-            msg.contains("--gpulet-data DIR") && msg.contains("/nonexistent/gpulet"),
+            msg.contains("--data-dir DIR") && msg.contains("/nonexistent/gpulet"),
             "{msg}"
         );
     }
 
     #[test]
     fn a_small_fig17_run_stays_under_the_capacity_bound_and_reports_the_keys() {
-        let Some(dir) = gpulet_dir() else {
-            return;
-        };
         let file = std::env::temp_dir().join(format!("sluice-gpulet-{}.toml", std::process::id()));
         std::fs::write(
             &file,
@@ -1344,7 +1349,6 @@ mem_mb = 1220
         .unwrap();
         let opts = GpuletOptions {
             figs: vec![Fig::Fig17],
-            gpulet_data: dir,
             fig17_scenarios: vec![file.display().to_string()],
             ..GpuletOptions::default()
         };
@@ -1398,6 +1402,12 @@ mem_mb = 1220
             assert!(!v["fig17"][0][k].is_null(), "{k}");
         }
         assert!(v["fig17_average"].as_f64().unwrap() > 0.0);
+        assert!(
+            r.interference
+                .contains("(data/gpulet/2080ti/, built in, measured inputs)"),
+            "{}",
+            r.interference
+        );
         let t = table(&r);
         assert!(
             t.contains("SIMULATED") && t.contains("device profile mi50"),

@@ -9,7 +9,7 @@
 //! utilisation, so only its bandwidth demand and a constant:
 //! `factor = c_own × mem_own + c_other × mem_other + c`) on 70 % of the
 //! data and checked on the rest, and the gpulet authors' coefficients
-//! (`../shared/data/gpulet/<gpu>/INT_MODEL_CONSTANT.CSV`, fitted on their
+//! (the repository's `data/gpulet/<gpu>/INT_MODEL_CONSTANT.CSV`, fitted on their
 //! Nsight measurements) are evaluated on their own utilisations
 //! (`UTIL.CSV`) for the corresponding pairs, as a measured-on-hardware
 //! reference.
@@ -125,8 +125,7 @@ pub struct InterferenceReport {
     pub slowdown_pct: [f64; 5],
     /// Share of data points under 18 % slowdown (gpulet Fig. 7: 90 %).
     pub under_18pct: f64,
-    /// gpulet's coefficients on their utilisations, per GPU; empty without
-    /// the data.
+    /// gpulet's coefficients on their utilisations, per GPU.
     pub gpulet: Vec<GpuletStats>,
     /// The fit.
     pub fit: Fit,
@@ -143,7 +142,8 @@ pub struct InterferenceOptions {
     pub splits: Vec<u32>,
     /// Requests each model completes at least, co-running.
     pub requests: u32,
-    /// gpulet's data folder (with `2080ti/` and `3080/`), if present.
+    /// gpulet's data folder (with `2080ti/` and `3080/`); `None`: the
+    /// built-in copy of the repository's `data/gpulet`.
     pub gpulet_data: Option<std::path::PathBuf>,
 }
 
@@ -299,11 +299,14 @@ pub fn run(
     if let Some(&b) = opts.batches.iter().find(|&&b| b == 0 || b > 4096) {
         return Err(format!("batch size {b} is outside 1..=4096"));
     }
-    let load = |d: &std::path::Path| LinearInterference::load_dir(d).map_err(|e| e.to_string());
-    let gpulet: Option<[LinearInterference; 2]> = match &opts.gpulet_data {
-        Some(d) => Some([load(&d.join("2080ti"))?, load(&d.join("3080"))?]),
-        None => None,
+    let load = |g: &str| {
+        match &opts.gpulet_data {
+            Some(d) => LinearInterference::load_dir(&d.join(g)),
+            None => LinearInterference::builtin(g),
+        }
+        .map_err(|e| e.to_string())
     };
+    let gpulet: [LinearInterference; 2] = [load(GPULET_GPUS[0])?, load(GPULET_GPUS[1])?];
     let ncu = profile.compute_units;
     let mut alone: HashMap<(usize, u32, u32), (f64, f64)> = HashMap::new();
     let mut alone_of = |i: usize, m: &Model, batch: u32, cus: u32| -> Result<(f64, f64), String> {
@@ -334,7 +337,7 @@ pub fn run(
                     .map_err(|e| e.to_string())?;
                     let (ni, nj) = (PAIR_MODELS[i].1, PAIR_MODELS[j].1);
                     let f = |g: usize| {
-                        let m = &gpulet.as_ref()?[g];
+                        let m = &gpulet[g];
                         Some([
                             pair_factor(m, ni, nj, batch)?,
                             pair_factor(m, nj, ni, batch)?,
@@ -392,26 +395,22 @@ pub fn run(
     let mut slow: Vec<f64> = y.iter().map(|f| (f - 1.0) * 100.0).collect();
     let under = slow.iter().filter(|&&s| s < 18.0).count() as f64 / slow.len().max(1) as f64;
     let slowdown_pct = percentiles(&mut slow);
-    let gpulet_stats: Vec<GpuletStats> = if gpulet.is_some() {
-        (0..2)
-            .map(|g| {
-                let mut v: Vec<f64> = cases
-                    .iter()
-                    .filter_map(|c| c.gpulet_factor[g])
-                    .flat_map(|f| [(f[0] - 1.0) * 100.0, (f[1] - 1.0) * 100.0])
-                    .collect();
-                let under = v.iter().filter(|&&s| s < 18.0).count() as f64 / v.len().max(1) as f64;
-                GpuletStats {
-                    gpu: GPULET_GPUS[g].into(),
-                    cases: v.len() / 2,
-                    slowdown_pct: percentiles(&mut v),
-                    under_18pct: under,
-                }
-            })
-            .collect()
-    } else {
-        Vec::new()
-    };
+    let gpulet_stats: Vec<GpuletStats> = (0..2)
+        .map(|g| {
+            let mut v: Vec<f64> = cases
+                .iter()
+                .filter_map(|c| c.gpulet_factor[g])
+                .flat_map(|f| [(f[0] - 1.0) * 100.0, (f[1] - 1.0) * 100.0])
+                .collect();
+            let under = v.iter().filter(|&&s| s < 18.0).count() as f64 / v.len().max(1) as f64;
+            GpuletStats {
+                gpu: GPULET_GPUS[g].into(),
+                cases: v.len() / 2,
+                slowdown_pct: percentiles(&mut v),
+                under_18pct: under,
+            }
+        })
+        .collect();
     Ok(InterferenceReport {
         simulated: true,
         device: profile.name.clone(),

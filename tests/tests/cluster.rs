@@ -92,7 +92,7 @@ fn gpulet_int_with_gpu_scaling_serves_and_shows_the_gpus_in_use() {
         "gpulet_int_with_gpu_scaling_serves_and_shows_the_gpus_in_use",
         180,
     );
-    // gpulet's 2080 Ti coefficients (../shared/data/gpulet/2080ti, measured
+    // gpulet's 2080 Ti coefficients (data/gpulet/2080ti, measured
     // by the gpulet authors); made-up utilisation rows in UTIL.CSV's format.
     let data = TestDir::new("cluster-gpulet-int-data");
     std::fs::write(

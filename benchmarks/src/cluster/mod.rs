@@ -85,12 +85,14 @@ impl Interference {
         }
     }
 
-    /// How the report names it.
-    pub fn describe(self) -> String {
+    /// How the report names it, with the data folder given (`None`: the
+    /// built-in copy of the repository's `data/gpulet`).
+    pub fn describe(self, data_dir: Option<&std::path::Path>) -> String {
         match self.gpu() {
             None => "none (the GPU model shows ~0 between partitions)".into(),
             Some(g) => format!(
-                "gpulet §4.4 linear model, the authors' {g} coefficients and utilisations (../shared/data/gpulet/{g}/, measured inputs)"
+                "gpulet §4.4 linear model, the authors' {g} coefficients and utilisations ({}, measured inputs)",
+                gpulet_data_source(data_dir, g)
             ),
         }
     }
@@ -115,7 +117,8 @@ pub struct ClusterOptions {
     pub batching: Batching,
     /// See [`Interference`].
     pub interference: Interference,
-    /// gpulet's data folder (with `2080ti/` and `3080/`).
+    /// gpulet's data folder (with `2080ti/` and `3080/`); `None`: the
+    /// built-in copy of the repository's `data/gpulet`.
     pub gpulet_data: Option<PathBuf>,
     /// Search the maximum; false: one simulation at the scenario's rates.
     pub search: bool,
@@ -203,7 +206,7 @@ impl Default for ClusterOptions {
 pub enum ClusterError {
     /// `gpulet+int` without interference data.
     #[error(
-        "planner {0} plans with gpulet's interference model and needs its data: add --interference gpulet-2080ti or gpulet-3080 (and --gpulet-data DIR if ../shared/data/gpulet is not there)"
+        "planner {0} plans with gpulet's interference model and needs its data: add --interference gpulet-2080ti or gpulet-3080 (the built-in data/gpulet, or another copy with --data-dir DIR)"
     )]
     NeedsInterference(String),
     /// A scenario problem.
@@ -236,7 +239,7 @@ pub enum ClusterError {
     },
     /// gpulet's data missing or malformed.
     #[error(
-        "--interference {which}: {message}; give the folder with 2080ti/ and 3080/ with --gpulet-data DIR"
+        "--interference {which}: {message}; give the folder with 2080ti/ and 3080/ with --data-dir DIR, or leave it out for the built-in data/gpulet"
     )]
     GpuletData {
         /// The option's value.
@@ -310,8 +313,20 @@ pub fn device_profile(name: &str) -> Result<DeviceProfile, ClusterError> {
     })
 }
 
+/// Where the gpulet data of GPU `g` comes from, for reports: `dir/g/`, or
+/// the built-in copy of the repository's `data/gpulet/g/` when `dir` is
+/// `None`.
+pub fn gpulet_data_source(dir: Option<&std::path::Path>, g: &str) -> String {
+    match dir {
+        Some(d) => format!("{}/{g}/", d.display()),
+        None => format!("data/gpulet/{g}/, built in"),
+    }
+}
+
 /// The gpulet authors' data `interference` names, from `dir` (the folder
-/// with `2080ti/` and `3080/`); `None` for [`Interference::None`].
+/// with `2080ti/` and `3080/`), or built in (the repository's
+/// `data/gpulet`, [`sluice_planner::GPULET_DATA`]) when `dir` is `None`;
+/// `None` for [`Interference::None`].
 pub fn load_gpulet(
     interference: Interference,
     dir: Option<&std::path::Path>,
@@ -319,17 +334,15 @@ pub fn load_gpulet(
     let Some(g) = interference.gpu() else {
         return Ok(None);
     };
-    let which = format!("gpulet-{g}");
-    let dir = dir.ok_or_else(|| ClusterError::GpuletData {
-        which: which.clone(),
-        message: "no gpulet data folder".into(),
-    })?;
-    sluice_planner::LinearInterference::load_dir(&dir.join(g))
-        .map(Some)
-        .map_err(|e| ClusterError::GpuletData {
-            which,
-            message: e.to_string(),
-        })
+    match dir {
+        Some(dir) => sluice_planner::LinearInterference::load_dir(&dir.join(g)),
+        None => sluice_planner::LinearInterference::builtin(g),
+    }
+    .map(Some)
+    .map_err(|e| ClusterError::GpuletData {
+        which: format!("gpulet-{g}"),
+        message: e.to_string(),
+    })
 }
 
 /// Every `(device, manifest)` table the scenarios need, measured once each
@@ -1090,7 +1103,7 @@ pub fn run(
         device,
         slo_rule: "2 x L(32, 100%) of the model's manifest on the device profile (slo_rule \"app\": the largest over the application's models); a scenario's slo_ms overrides".into(),
         interference: opts.interference,
-        interference_note: opts.interference.describe(),
+        interference_note: opts.interference.describe(opts.gpulet_data.as_deref()),
         routing: opts.routing,
         rounds: opts.rounds,
         batching: opts.batching,
@@ -1838,6 +1851,37 @@ mem_mb = 100
             .unwrap()
             .retain(|x| x.planner != "sbp");
         assert!(fig13_plot(&no_sbp).is_none());
+    }
+
+    /// `--interference gpulet-*` reads the built-in data/gpulet without
+    /// `--data-dir`, the same data from the checkout's folder with it, and
+    /// names the flag when the folder lacks the GPU's files.
+    #[test]
+    fn gpulet_data_is_built_in_or_read_from_the_data_dir() {
+        let checkout = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../data/gpulet");
+        for i in [Interference::Gpulet2080Ti, Interference::Gpulet3080] {
+            let built_in = load_gpulet(i, None).unwrap().unwrap();
+            assert_eq!(load_gpulet(i, Some(&checkout)).unwrap().unwrap(), built_in);
+            let g = i.gpu().unwrap();
+            assert!(
+                i.describe(None)
+                    .contains(&format!("(data/gpulet/{g}/, built in, measured inputs)")),
+                "{}",
+                i.describe(None)
+            );
+        }
+        assert!(load_gpulet(Interference::None, None).unwrap().is_none());
+        let e = load_gpulet(
+            Interference::Gpulet3080,
+            Some(std::path::Path::new("/nonexistent/gpulet")),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("/nonexistent/gpulet/3080/INT_MODEL_CONSTANT.CSV")
+                && e.contains("--data-dir DIR"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -74,7 +74,8 @@ pub struct TraceOptions {
     pub batching: Batching,
     /// Interference (and the data for `gpulet+int`).
     pub interference: Interference,
-    /// gpulet's data folder.
+    /// gpulet's data folder (with `2080ti/` and `3080/`); `None`: the
+    /// built-in copy of the repository's `data/gpulet`.
     pub gpulet_data: Option<std::path::PathBuf>,
     /// Partition sizes of the gpulet planners.
     pub gpulet_sizes: Option<PartitionSizes>,
@@ -458,7 +459,7 @@ pub fn run(
         slo_rule:
             "2 x L(32, 100%) of the model's manifest on the device profile (bench cluster's rule)"
                 .into(),
-        interference_note: opts.interference.describe(),
+        interference_note: opts.interference.describe(opts.gpulet_data.as_deref()),
         fig15: runs.first().cloned(),
         runs,
     })

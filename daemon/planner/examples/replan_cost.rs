@@ -12,15 +12,15 @@
 //! Inputs: the latency tables are synthetic (stated below, not measured);
 //! the interference coefficients and utilisations are the gpulet authors'
 //! measurements (`INT_MODEL_CONSTANT.CSV`, `UTIL.CSV` in `GPULET_DIR`,
-//! default `../shared/data/gpulet/2080ti` beside the checkout), the 16
+//! default the built-in copy of the repository's `data/gpulet/2080ti`), the 16
 //! models mapped onto its 9 bench names in turn. The rates are scaled up
 //! until gpulet+int needs 7 or 8 of the 8 GPUs.
 
 use std::time::Instant;
 
 use sluice_planner::{
-    GpuSpec, Gpulet, GpuletInt, LatencyTable, LinearCoefficients, LinearInterference, ModelSpec,
-    PartitionSizes, Planner, parse_util_csv, plan_with_scaling,
+    GpuSpec, Gpulet, GpuletInt, LatencyTable, LinearInterference, ModelSpec, PartitionSizes,
+    Planner, plan_with_scaling,
 };
 
 const MODELS: usize = 16;
@@ -74,27 +74,19 @@ fn time(
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let dir = args.next().unwrap_or_else(|| {
-        concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../../shared/data/gpulet/2080ti"
-        )
-        .to_owned()
-    });
+    let data = match args.next() {
+        Some(dir) => LinearInterference::load_dir(std::path::Path::new(&dir)),
+        None => LinearInterference::builtin("2080ti"),
+    }
+    .unwrap_or_else(|e| panic!("{e}; give a folder of the two files as the first argument"));
     let runs: usize = args
         .next()
         .map_or(25, |r| r.parse().expect("RUNS is a number"));
-    let read = |f: &str| {
-        std::fs::read_to_string(format!("{dir}/{f}"))
-            .unwrap_or_else(|e| panic!("{dir}/{f}: {e}; give the folder as the first argument"))
-    };
-    let coeffs = LinearCoefficients::parse_csv(&read("INT_MODEL_CONSTANT.CSV")).unwrap();
-    let util = parse_util_csv(&read("UTIL.CSV")).unwrap();
-    let benches: Vec<&String> = util.keys().collect();
-    let mut intf = LinearInterference::new(coeffs);
+    let benches: Vec<&String> = data.util.keys().collect();
+    let mut intf = LinearInterference::new(data.coeffs);
     for i in 0..MODELS {
         let b = benches[i % benches.len()];
-        intf = intf.with_util(&format!("m{i:02}"), util[b].clone());
+        intf = intf.with_util(&format!("m{i:02}"), data.util[b].clone());
     }
     let int = GpuletInt::new(intf);
     let gpus = GpuSpec::new(GPUS, 16_000, 10).with_sizes(PartitionSizes::gpulet());

@@ -11,11 +11,12 @@
 //!
 //! A planner multiplies `L(b, p)` by the factor. [`Interference`] is the
 //! interface; [`LinearInterference`] is gpulet's model, with coefficients
-//! and utilisations supplied by the caller (for instance parsed from the
-//! gpulet artifact's `INT_MODEL_CONSTANT.CSV` and `UTIL.CSV`, copied in
-//! `../shared/data/gpulet/`, with [`LinearCoefficients::parse_csv`] and
-//! [`parse_util_csv`], or a whole folder with
-//! [`LinearInterference::load_dir`]).
+//! and utilisations supplied by the caller: the gpulet authors' measured
+//! `INT_MODEL_CONSTANT.CSV` and `UTIL.CSV` (the repository's
+//! `data/gpulet/<gpu>/`, built in as [`GPULET_DATA`]) with
+//! [`LinearInterference::builtin`], a folder of files in their format with
+//! [`LinearInterference::load_dir`], or texts parsed with
+//! [`LinearCoefficients::parse_csv`] and [`parse_util_csv`].
 //!
 //! Rules (each stated in `docs/planners.md`):
 //!
@@ -99,6 +100,14 @@ pub enum InterferenceError {
         path: String,
         /// Why.
         why: String,
+    },
+    /// A GPU the built-in data does not have.
+    #[error("no built-in gpulet data for GPU `{gpu}`; the data has {known}")]
+    UnknownGpu {
+        /// The GPU asked for.
+        gpu: String,
+        /// The GPUs there are, comma-separated.
+        known: String,
     },
     /// A file of the data that does not parse.
     #[error("{path}: {error}")]
@@ -281,6 +290,25 @@ pub fn parse_util_csv(text: &str) -> Result<BTreeMap<String, UtilTable>, Interfe
         .collect()
 }
 
+/// The gpulet authors' measured interference inputs, built in from the
+/// repository's `data/gpulet/` (provenance in `data/gpulet/README.md`):
+/// `(gpu, INT_MODEL_CONSTANT.CSV, UTIL.CSV)` for the RTX 2080 Ti
+/// (`2080ti`) and the RTX 3080 (`3080`). The files are small (about 11 KB
+/// each), so they are compiled in and an installed binary reads them
+/// without a checkout; [`LinearInterference::load_dir`] reads other copies.
+pub const GPULET_DATA: [(&str, &str, &str); 2] = [
+    (
+        "2080ti",
+        include_str!("../../../data/gpulet/2080ti/INT_MODEL_CONSTANT.CSV"),
+        include_str!("../../../data/gpulet/2080ti/UTIL.CSV"),
+    ),
+    (
+        "3080",
+        include_str!("../../../data/gpulet/3080/INT_MODEL_CONSTANT.CSV"),
+        include_str!("../../../data/gpulet/3080/UTIL.CSV"),
+    ),
+];
+
 /// gpulet's linear interference model (§4.4) over per-model utilisation
 /// tables looked up by model name.
 #[derive(Debug, Clone, PartialEq)]
@@ -314,20 +342,41 @@ impl LinearInterference {
     pub fn load_dir(dir: &Path) -> Result<Self, InterferenceError> {
         let read = |name: &str| {
             let path = dir.join(name);
-            let text = std::fs::read_to_string(&path).map_err(|e| InterferenceError::Read {
+            std::fs::read_to_string(&path).map_err(|e| InterferenceError::Read {
                 path: path.display().to_string(),
                 why: e.to_string(),
-            })?;
-            let in_file = move |error| InterferenceError::InFile {
-                path: path.display().to_string(),
-                error: Box::new(error),
-            };
-            Ok::<_, InterferenceError>((text, in_file))
+            })
         };
-        let (text, in_file) = read("INT_MODEL_CONSTANT.CSV")?;
-        let coeffs = LinearCoefficients::parse_csv(&text).map_err(in_file)?;
-        let (text, in_file) = read("UTIL.CSV")?;
-        let util = parse_util_csv(&text).map_err(in_file)?;
+        let (coeffs, util) = (read("INT_MODEL_CONSTANT.CSV")?, read("UTIL.CSV")?);
+        Self::from_texts(&coeffs, &util, &dir.display().to_string())
+    }
+
+    /// The gpulet authors' built-in data ([`GPULET_DATA`]) for `gpu`
+    /// (`2080ti` or `3080`), as [`LinearInterference::load_dir`] reads the
+    /// repository's `data/gpulet/<gpu>/`.
+    pub fn builtin(gpu: &str) -> Result<Self, InterferenceError> {
+        let Some((_, coeffs, util)) = GPULET_DATA.iter().find(|(g, _, _)| *g == gpu) else {
+            return Err(InterferenceError::UnknownGpu {
+                gpu: gpu.to_owned(),
+                known: GPULET_DATA.map(|(g, _, _)| g).join(", "),
+            });
+        };
+        Self::from_texts(coeffs, util, &format!("data/gpulet/{gpu} (built in)"))
+    }
+
+    /// Parses the texts of `INT_MODEL_CONSTANT.CSV` and `UTIL.CSV`; an
+    /// error names the file as `origin/<file>`.
+    fn from_texts(coeffs: &str, util: &str, origin: &str) -> Result<Self, InterferenceError> {
+        let in_file = |name: &str| {
+            let path = format!("{origin}/{name}");
+            move |error| InterferenceError::InFile {
+                path,
+                error: Box::new(error),
+            }
+        };
+        let coeffs =
+            LinearCoefficients::parse_csv(coeffs).map_err(in_file("INT_MODEL_CONSTANT.CSV"))?;
+        let util = parse_util_csv(util).map_err(in_file("UTIL.CSV"))?;
         Ok(LinearInterference { coeffs, util })
     }
 
@@ -396,7 +445,7 @@ mod tests {
 
     #[test]
     fn parses_the_artifacts_files_and_computes_the_factor() {
-        // The RTX 2080 Ti row of ../shared/data/gpulet/2080ti/INT_MODEL_CONSTANT.CSV.
+        // The RTX 2080 Ti row of data/gpulet/2080ti/INT_MODEL_CONSTANT.CSV.
         let c = LinearCoefficients::parse_csv(
             "l2_util_m1,l2_util_m2,dram_util_m1,dram_util_m2,constant\n\
              0.11290838746224496,0.7159598718755424,0.35486591956022895,0.0882038259888065,0.8953693917277343\n",
@@ -442,18 +491,11 @@ mod tests {
         assert!(e.to_string().contains("batch 1 appears twice"), "{e}");
     }
 
-    /// Parses the gpulet authors' measured files in `../shared/data/gpulet/`.
-    /// That folder sits beside the checkout, not in it, so a checkout
-    /// without it (CI, a crate download) skips this test and says so on
-    /// stderr; where the folder is present, both GPUs' files must be there
-    /// and parse.
+    /// Parses the gpulet authors' measured files in the repository's
+    /// `data/gpulet/`, and the built-in copy is the same data.
     #[test]
-    fn reads_the_shared_gpulet_data() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data/gpulet");
-        if !std::path::Path::new(dir).is_dir() {
-            eprintln!("skipped: {dir} is not there");
-            return;
-        }
+    fn reads_the_gpulet_data_in_the_repository() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/gpulet");
         for gpu in ["2080ti", "3080"] {
             let c = std::fs::read_to_string(format!("{dir}/{gpu}/INT_MODEL_CONSTANT.CSV")).unwrap();
             LinearCoefficients::parse_csv(&c).unwrap();
@@ -462,7 +504,26 @@ mod tests {
             assert!(t.contains_key("resnet50"), "{:?}", t.keys());
             let li = LinearInterference::load_dir(&std::path::Path::new(dir).join(gpu)).unwrap();
             assert_eq!(li.util, t);
+            assert_eq!(LinearInterference::builtin(gpu).unwrap(), li);
+            let (_, bc, bu) = GPULET_DATA.iter().find(|(g, _, _)| *g == gpu).unwrap();
+            assert_eq!((*bc, *bu), (c.as_str(), u.as_str()));
         }
+        assert_eq!(GPULET_DATA.len(), 2);
+        // The 2080 Ti's constant, as committed.
+        let li = LinearInterference::builtin("2080ti").unwrap();
+        assert_eq!(li.coeffs.constant, 0.8953693917277343);
+        assert!(li.util_of("ssd-mobilenetv1").is_some());
+        assert!(
+            LinearInterference::builtin("3080")
+                .unwrap()
+                .util_of("ssd-mobilenetv1")
+                .is_some()
+        );
+        let e = LinearInterference::builtin("a100").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "no built-in gpulet data for GPU `a100`; the data has 2080ti, 3080"
+        );
     }
 
     /// A folder of the artifact's two files loads as one model; a missing

@@ -103,8 +103,10 @@ pub struct ClusterConfig {
     /// 100 included, each a multiple of `partition_step_pct`); unset, every
     /// multiple of the step.
     pub partition_sizes: Option<Vec<u32>>,
-    /// gpulet+int: the folder holding gpulet's `INT_MODEL_CONSTANT.CSV`
-    /// and `UTIL.CSV`, read once at start-up.
+    /// gpulet+int: `gpulet-2080ti` or `gpulet-3080` (the gpulet authors'
+    /// data in the repository's `data/gpulet`, built in), or the folder
+    /// holding gpulet's `INT_MODEL_CONSTANT.CSV` and `UTIL.CSV`, read once
+    /// at start-up.
     pub interference_data: Option<PathBuf>,
     /// gpulet+int: the daemon's model name → its bench name in `UTIL.CSV`.
     /// A served model not listed has interference factor 1.
@@ -622,8 +624,8 @@ impl Validator {
                 "cluster.interference_data",
                 "\"\"",
                 "is empty",
-                "name the folder holding gpulet's INT_MODEL_CONSTANT.CSV and UTIL.CSV, e.g. \
-                 \"/usr/share/sluice/gpulet/2080ti\""
+                "use \"gpulet-2080ti\" or \"gpulet-3080\" (gpulet's measured data, built in), \
+                 or name the folder holding gpulet's INT_MODEL_CONSTANT.CSV and UTIL.CSV"
                     .to_owned(),
             ),
             Some(d) if !int => self.fail(
@@ -640,8 +642,9 @@ impl Validator {
                 "cluster.planner",
                 "\"gpulet+int\"",
                 "needs gpulet's interference data",
-                "set cluster.interference_data to the folder holding INT_MODEL_CONSTANT.CSV and \
-                 UTIL.CSV (gpulet's artifact, resource/<gpu>/), or use planner = \"gpulet\""
+                "set cluster.interference_data to \"gpulet-2080ti\" or \"gpulet-3080\" (gpulet's \
+                 measured data, built in) or to the folder holding INT_MODEL_CONSTANT.CSV and \
+                 UTIL.CSV, or use planner = \"gpulet\""
                     .to_owned(),
             ),
             None => {}

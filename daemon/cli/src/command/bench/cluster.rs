@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use sluice_bench::cluster::{self as bc, scenario as bs};
 
-use super::gpulet_data_or_default;
 use crate::command::{fail, fail_chain, parse, print_json, progress};
 
 /// Multi-GPU placement planners served in virtual time (gpulet §5.2's
@@ -60,10 +59,11 @@ pub struct Args {
     /// model and the authors' measured coefficients).
     #[arg(long, value_enum, default_value = "none")]
     interference: sluice_bench::cluster::Interference,
-    /// The gpulet authors' data (the folder with 2080ti/ and 3080/);
-    /// default ../shared/data/gpulet if it exists.
-    #[arg(long, value_name = "DIR")]
-    gpulet_data: Option<PathBuf>,
+    /// The gpulet authors' data: a folder with 2080ti/ and 3080/ in the
+    /// format of the repository's data/gpulet (default: that data, built
+    /// in).
+    #[arg(long = "data-dir", visible_alias = "gpulet-data", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// Simulate once at the scenario's own rates instead of searching
     /// the maximum (e.g. to time a large scenario).
     #[arg(long)]
@@ -192,7 +192,7 @@ pub fn run(a: Args) -> ExitCode {
         rounds: a.rounds,
         batching: a.batching,
         interference: a.interference,
-        gpulet_data: gpulet_data_or_default(a.gpulet_data),
+        gpulet_data: a.data_dir,
         search: !a.no_search,
         search_steps: a.search_steps,
         headroom: a.headroom,
@@ -227,11 +227,6 @@ pub fn run(a: Args) -> ExitCode {
             Err(e) => return fail(format!("--models {}: {e}", dir.display())),
         },
     };
-    if opts.interference != bc::Interference::None && opts.gpulet_data.is_none() {
-        return fail(
-            "--interference gpulet-*: no gpulet data (../shared/data/gpulet is missing); give --gpulet-data DIR",
-        );
-    }
     let r = bc::run(
         &scenarios,
         &reg,

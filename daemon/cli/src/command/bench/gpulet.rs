@@ -25,10 +25,10 @@ pub struct Args {
     /// own, mi50).
     #[arg(long, value_parser = parse::device)]
     device: Option<String>,
-    /// The gpulet authors' data (the folder with 2080ti/); default
-    /// ../shared/data/gpulet.
-    #[arg(long, value_name = "DIR", default_value = "../shared/data/gpulet")]
-    gpulet_data: PathBuf,
+    /// The gpulet authors' data: a folder with 2080ti/ in the format of
+    /// the repository's data/gpulet (default: that data, built in).
+    #[arg(long = "data-dir", visible_alias = "gpulet-data", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// Worker threads for Fig. 16 (default: the CPUs).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     threads: Option<u32>,
@@ -60,7 +60,7 @@ pub fn run(a: Args) -> ExitCode {
     let opts = bg::GpuletOptions {
         figs: a.figs,
         device: a.device,
-        gpulet_data: a.gpulet_data,
+        gpulet_data: a.data_dir,
         threads: a.threads.map_or(d.threads, |t| t as usize),
         fig17_scenarios: a.scenarios,
     };

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 
 use sluice_bench::interference as bi;
 
-use super::gpulet_data_or_default;
 use crate::command::{fail, print_json, progress};
 
 /// gpulet's interference study (§3.4, §4.4) on the GPU model: pairs of
@@ -31,10 +30,11 @@ pub struct Args {
     /// Requests each model completes at least while co-running.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=1000))]
     requests: u32,
-    /// The gpulet authors' data (the folder with 2080ti/ and 3080/);
-    /// default ../shared/data/gpulet if it exists.
-    #[arg(long, value_name = "DIR")]
-    gpulet_data: Option<PathBuf>,
+    /// The gpulet authors' data: a folder with 2080ti/ and 3080/ in the
+    /// format of the repository's data/gpulet (default: that data, built
+    /// in).
+    #[arg(long = "data-dir", visible_alias = "gpulet-data", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// Also draw the slowdown CDF (beside gpulet Fig. 7) and the fit's
     /// error CDF (beside Fig. 10) into this SVG file.
     #[arg(long, value_name = "FILE.svg")]
@@ -47,13 +47,6 @@ pub struct Args {
 /// Runs every pair, batch and split; writes the plot.
 pub fn run(a: Args) -> ExitCode {
     let d = bi::InterferenceOptions::default();
-    let gpulet_data = gpulet_data_or_default(a.gpulet_data);
-    if gpulet_data.is_none() {
-        eprintln!(
-            "sluice bench interference: no gpulet data (--gpulet-data DIR); \
-             its coefficients are left out"
-        );
-    }
     let opts = bi::InterferenceOptions {
         device: a.device,
         batches: if a.batches.is_empty() {
@@ -67,7 +60,7 @@ pub fn run(a: Args) -> ExitCode {
             a.splits
         },
         requests: a.requests,
-        gpulet_data,
+        gpulet_data: a.data_dir,
     };
     let r = bi::run(&opts, progress("sluice bench interference", "cases"));
     if let (Ok(r), Some(path)) = (&r, &a.plot)

@@ -15,7 +15,6 @@ pub mod sim;
 pub mod split;
 pub mod trace;
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 /// The benchmarks, in the order `sluice bench --help` lists them; each
@@ -60,12 +59,4 @@ pub fn run(which: Bench) -> ExitCode {
         Bench::Gpulet(a) => gpulet::run(a),
         Bench::Sim(a) => sim::run(a),
     }
-}
-
-/// `--gpulet-data`, else `../shared/data/gpulet` if that folder exists.
-fn gpulet_data_or_default(given: Option<PathBuf>) -> Option<PathBuf> {
-    given.or_else(|| {
-        let p = PathBuf::from("../shared/data/gpulet");
-        p.is_dir().then_some(p)
-    })
 }

@@ -4,10 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use sluice_bench::cluster::Interference;
 use sluice_bench::cluster::trace as bt;
 
-use super::gpulet_data_or_default;
 use crate::command::{fail, fail_chain, parse, print_json, progress};
 
 /// gpulet's Fig. 15 rate trace, re-planned every period with GPU
@@ -68,10 +66,11 @@ pub struct Args {
     /// Interference in planning (gpulet+int) and serving.
     #[arg(long, value_enum, default_value = "gpulet-2080ti")]
     interference: sluice_bench::cluster::Interference,
-    /// The gpulet authors' data (the folder with 2080ti/ and 3080/);
-    /// default ../shared/data/gpulet if it exists.
-    #[arg(long, value_name = "DIR")]
-    gpulet_data: Option<PathBuf>,
+    /// The gpulet authors' data: a folder with 2080ti/ and 3080/ in the
+    /// format of the repository's data/gpulet (default: that data, built
+    /// in).
+    #[arg(long = "data-dir", visible_alias = "gpulet-data", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// Seed of the arrivals.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -92,12 +91,6 @@ pub fn run(a: Args) -> ExitCode {
         }
         Err(e) => return fail_chain(&e),
     };
-    let gpulet_data = gpulet_data_or_default(a.gpulet_data);
-    if a.interference != Interference::None && gpulet_data.is_none() {
-        return fail(
-            "--interference gpulet-*: no gpulet data (../shared/data/gpulet is missing); give --gpulet-data DIR, or --interference none with a planner other than gpulet+int",
-        );
-    }
     let opts = bt::TraceOptions {
         planner: a.planner,
         periods_s: a.periods,
@@ -111,7 +104,7 @@ pub fn run(a: Args) -> ExitCode {
         rate_window_s: a.rate_window,
         latency_margin: a.latency_margin,
         interference: a.interference,
-        gpulet_data,
+        gpulet_data: a.data_dir,
         seed: a.seed,
         ..bt::TraceOptions::default()
     };

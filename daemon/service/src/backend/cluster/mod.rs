@@ -183,7 +183,8 @@ pub enum ClusterError {
     /// `gpulet+int` without `cluster.interference_data`.
     #[error(
         "the gpulet+int planner needs gpulet's interference data; set cluster.interference_data \
-         to the folder holding INT_MODEL_CONSTANT.CSV and UTIL.CSV"
+         to \"gpulet-2080ti\" or \"gpulet-3080\" (built in) or to the folder holding \
+         INT_MODEL_CONSTANT.CSV and UTIL.CSV"
     )]
     NoInterferenceData,
     /// `inss` without `cluster.inss_agents`.

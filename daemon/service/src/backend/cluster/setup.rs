@@ -1,16 +1,17 @@
 //! `[cluster]` → [`ClusterBackend`]: each served model's `L(b, p)` measured
 //! on the GPU model of the cluster's profile ([`sluice_gpusim::lbp`]), its
 //! SLO and memory, and the planner (for `gpulet+int`, with gpulet's
-//! interference model read from `cluster.interference_data`).
+//! interference model from `cluster.interference_data`: built in or read
+//! from a folder).
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sluice_model::{Model, ModelRegistry};
 use sluice_planner::{
-    GpuletInt, GreedyBestFit, LatencyTable, LinearCoefficients, LinearInterference, PartitionSizes,
-    Planner, Sbp, parse_util_csv,
+    GPULET_DATA, GpuletInt, GreedyBestFit, LatencyTable, LinearCoefficients, LinearInterference,
+    PartitionSizes, Planner, Sbp, parse_util_csv,
 };
 use sluice_sched::PolicyKind;
 
@@ -126,9 +127,22 @@ pub const COEFFS_FILE: &str = "INT_MODEL_CONSTANT.CSV";
 /// gpulet's per-model utilisations, in `cluster.interference_data`.
 pub const UTIL_FILE: &str = "UTIL.CSV";
 
+/// The built-in data a `cluster.interference_data` value names:
+/// `gpulet-2080ti` and `gpulet-3080` are the gpulet authors' measurements
+/// in the repository's `data/gpulet/<gpu>/`, compiled in
+/// ([`sluice_planner::GPULET_DATA`]): `(gpu, coefficients, utilisations)`.
+/// Any other value is a folder.
+pub fn builtin_interference_data(
+    value: &Path,
+) -> Option<(&'static str, &'static str, &'static str)> {
+    let gpu = value.to_str()?.strip_prefix("gpulet-")?;
+    GPULET_DATA.iter().find(|(g, _, _)| *g == gpu).copied()
+}
+
 /// The planner `cluster.planner` names, for the models `served`. For
-/// `gpulet+int` it reads `cluster.interference_data`'s two files (once,
-/// here) and logs which served models have no utilisation row.
+/// `gpulet+int` it takes `cluster.interference_data`'s two files, built in
+/// ([`builtin_interference_data`]) or read from the folder (once, here),
+/// and logs which served models have no utilisation row.
 pub fn planner(config: &Config, served: &[&str]) -> Result<Box<dyn Planner + Send>, ClusterError> {
     Ok(match config.cluster.planner {
         PlannerKind::Greedy => Box::new(GreedyBestFit),
@@ -145,14 +159,27 @@ pub fn planner(config: &Config, served: &[&str]) -> Result<Box<dyn Planner + Sen
                 std::fs::read_to_string(&path).map_err(|e| ClusterError::InterferenceData {
                     file: path.display().to_string(),
                     why: format!(
-                        "{e}; cluster.interference_data must name a folder holding {COEFFS_FILE} \
-                         and {UTIL_FILE} from gpulet's artifact (resource/<gpu>/)"
+                        "{e}; cluster.interference_data must be \"gpulet-2080ti\" or \
+                         \"gpulet-3080\" (built in) or name a folder holding {COEFFS_FILE} and \
+                         {UTIL_FILE} in the format of gpulet's artifact (resource/<gpu>/)"
                     ),
                 })
             };
-            let (coeffs, util) = (read(COEFFS_FILE)?, read(UTIL_FILE)?);
-            let (model, unmapped) =
-                interference_from_text(dir, &coeffs, &util, &config.cluster.util_names, served)?;
+            let (origin, coeffs, util) = match builtin_interference_data(dir) {
+                Some((gpu, coeffs, util)) => (
+                    PathBuf::from(format!("data/gpulet/{gpu} (built in)")),
+                    coeffs.to_owned(),
+                    util.to_owned(),
+                ),
+                None => (dir.to_path_buf(), read(COEFFS_FILE)?, read(UTIL_FILE)?),
+            };
+            let (model, unmapped) = interference_from_text(
+                &origin,
+                &coeffs,
+                &util,
+                &config.cluster.util_names,
+                served,
+            )?;
             if !unmapped.is_empty() {
                 tracing::info!(
                     "cluster: gpulet+int: no cluster.util_names entry for {}; their interference \

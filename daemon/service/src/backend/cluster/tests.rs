@@ -448,8 +448,8 @@ fn the_burst_rule_reaches_the_planner_and_its_plans_serve() {
 }
 
 /// gpulet's 2080 Ti coefficients
-/// (`../shared/data/gpulet/2080ti/INT_MODEL_CONSTANT.CSV`, measured by the
-/// gpulet authors), as text: unit tests read no file.
+/// (`data/gpulet/2080ti/INT_MODEL_CONSTANT.CSV`, measured by the gpulet
+/// authors), as text: unit tests read no file.
 const COEFFS_2080TI: &str = "l2_util_m1,l2_util_m2,dram_util_m1,dram_util_m2,constant\n\
     0.11290838746224496,0.7159598718755424,0.35486591956022895,0.0882038259888065,0.8953693917277343\n";
 
@@ -556,7 +556,8 @@ fn start_up_names_a_missing_interference_file() {
         .to_string();
     assert!(
         e.contains("/nonexistent/sluice-test/gpulet/INT_MODEL_CONSTANT.CSV")
-            && e.contains("must name a folder holding INT_MODEL_CONSTANT.CSV and UTIL.CSV"),
+            && e.contains("name a folder holding INT_MODEL_CONSTANT.CSV and UTIL.CSV")
+            && e.contains("\"gpulet-2080ti\""),
         "{e}"
     );
     config.cluster.interference_data = None;
@@ -565,6 +566,41 @@ fn start_up_names_a_missing_interference_file() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("set cluster.interference_data"), "{e}");
+}
+
+/// `cluster.interference_data = "gpulet-2080ti"` (or `"gpulet-3080"`) is
+/// the built-in copy of the repository's `data/gpulet/<gpu>/`: no file is
+/// read, the bench names are the data's, and errors name the built-in data.
+#[test]
+fn built_in_interference_data_needs_no_folder() {
+    assert_eq!(
+        setup::builtin_interference_data(std::path::Path::new("gpulet-2080ti"))
+            .map(|(g, c, _)| (g, c.lines().nth(1))),
+        Some(("2080ti", COEFFS_2080TI.lines().nth(1)))
+    );
+    assert!(setup::builtin_interference_data(std::path::Path::new("gpulet-3080")).is_some());
+    for folder in ["gpulet-a100", "./gpulet-2080ti", "/d/2080ti"] {
+        assert!(setup::builtin_interference_data(std::path::Path::new(folder)).is_none());
+    }
+    let mut config = crate::config::Config::default();
+    config.cluster.gpus = vec!["mi50".into()];
+    config.cluster.planner = crate::config::PlannerKind::GpuletInt;
+    for gpu in ["gpulet-2080ti", "gpulet-3080"] {
+        config.cluster.interference_data = Some(gpu.into());
+        config.cluster.util_names = names(&[("resnet18", "resnet50")]);
+        setup::planner(&config, &["resnet18", "mobilenet"]).unwrap();
+        config.cluster.util_names = names(&[("resnet18", "resnet18")]);
+        let e = setup::planner(&config, &["resnet18"])
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        let g = gpu.trim_start_matches("gpulet-");
+        assert!(
+            e.contains(&format!("data/gpulet/{g} (built in)/UTIL.CSV"))
+                && e.contains("no rows of that bench"),
+            "{e}"
+        );
+    }
 }
 
 #[test]
