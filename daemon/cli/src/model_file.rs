@@ -61,8 +61,8 @@ fn read_npy(path: &Path) -> Result<Tensor, String> {
 
 /// Runs `sluice run`; the text to print, or an error naming what is wrong.
 pub fn run(args: &RunRequest) -> Result<String, String> {
-    if args.device == "cuda" {
-        return Err("--device cuda: the CUDA backend does not run imported ONNX graphs yet (it runs the built-in DISB models); use --device cpu".into());
+    if args.device == "cuda" && !cfg!(feature = "cuda") {
+        return Err("--device cuda: this sluice was built without CUDA; build it with `cargo build --release --features sluice-cli/cuda` (libcuda is loaded at run time)".into());
     }
     let t0 = Instant::now();
     let model = sluice_onnx::load(&args.model, &sluice_onnx::Options::default())
@@ -114,6 +114,12 @@ pub fn run(args: &RunRequest) -> Result<String, String> {
         .map_err(|e| format!("{}: {e}", args.model.display()))?;
     let run_s = t1.elapsed().as_secs_f64();
     let mut text = String::new();
+    let (outs, device_line) = if args.device == "cuda" {
+        let (dev, line) = run_cuda(&s, &args.model, &given, &outs)?;
+        (dev, Some(line))
+    } else {
+        (outs, None)
+    };
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
@@ -136,7 +142,67 @@ pub fn run(args: &RunRequest) -> Result<String, String> {
         run_s * 1e3,
         s.nodes().len()
     ));
+    if let Some(line) = device_line {
+        text.push_str(&line);
+    }
     Ok(text)
+}
+
+/// The graph on CUDA device 0 (lowered to the kernel library, batch 1):
+/// the outputs to write and a line with its time and its largest error
+/// against the CPU reference `cpu`.
+#[cfg(feature = "cuda")]
+fn run_cuda(
+    s: &sluice_graph::Static,
+    model: &Path,
+    given: &[(String, Tensor)],
+    cpu: &[(String, Tensor)],
+) -> Result<(Vec<(String, Tensor)>, String), String> {
+    let name = model
+        .file_stem()
+        .map_or_else(|| "model".to_owned(), |n| n.to_string_lossy().into_owned());
+    let input = given
+        .first()
+        .and_then(|(_, t)| t.as_f32())
+        .ok_or("the CUDA kernels take one f32 input")?;
+    let mut rig = sluice_cuda::open_cuda().map_err(|e| crate::error_chain(&e))?;
+    let t = Instant::now();
+    let out = sluice_cuda::graph_run::infer_graph(
+        &mut rig.drv,
+        &mut rig.q,
+        &rig.lib,
+        s,
+        &name,
+        input,
+        &sluice_cuda::plan_exec::LoadOptions::default(),
+    )
+    .map_err(|e| format!("{}: {}", model.display(), crate::error_chain(&e)))?;
+    let secs = t.elapsed().as_secs_f64();
+    let (oname, reference) = &cpu[0];
+    let want = reference.as_f32().unwrap_or(&[]);
+    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let err = out
+        .iter()
+        .zip(want)
+        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+    let t_out = Tensor::f32(reference.shape().to_vec(), out).map_err(|e| e.0)?;
+    let line = format!(
+        "device cuda ({}): load + run {:.1} ms; largest error against the CPU reference {err:.3e} ({:.2e} of max |ref| {scale:.3e})\n",
+        rig.drv.info(),
+        secs * 1e3,
+        if scale > 0.0 { err / scale } else { 0.0 }
+    );
+    Ok((vec![(oname.clone(), t_out)], line))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn run_cuda(
+    _s: &sluice_graph::Static,
+    _model: &Path,
+    _given: &[(String, Tensor)],
+    _cpu: &[(String, Tensor)],
+) -> Result<(Vec<(String, Tensor)>, String), String> {
+    Err("--device cuda needs a build with --features sluice-cli/cuda".into())
 }
 
 fn input_list(g: &sluice_graph::Graph) -> String {

@@ -31,6 +31,7 @@ pub mod driver;
 #[cfg(any(test, feature = "test-util"))]
 pub mod fake;
 pub mod gpu;
+pub mod graph_run;
 pub mod kernels;
 pub mod measure;
 #[cfg(feature = "cuda")]

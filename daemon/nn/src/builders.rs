@@ -28,6 +28,9 @@
 
 use std::fmt::Write as _;
 
+mod lower;
+pub use lower::{LowerError, lower};
+
 use super::reference::{
     self, Act, AttentionShape, Conv2dShape, EltwiseOp, GemmShape, GlobalPoolShape, Pool2dShape,
     PoolMode, RowsShape, ShapeError,
