@@ -153,6 +153,19 @@ pub fn resolve_window(
     }
     let strides = per(&window.strides, "strides", 1)?;
     let dilations = per(&window.dilations, "dilations", 1)?;
+    const MAX_WINDOW: usize = 1 << 31;
+    if kernel
+        .iter()
+        .chain(&strides)
+        .chain(&dilations)
+        .chain(&window.pads)
+        .any(|&v| v > MAX_WINDOW)
+    {
+        bail!(
+            "kernel {kernel:?}, strides {strides:?}, dilations {dilations:?} and pads {:?} must each be at most 2^31",
+            window.pads
+        );
+    }
     if kernel.contains(&0) || strides.contains(&0) || dilations.contains(&0) {
         bail!(
             "kernel {kernel:?}, strides {strides:?} and dilations {dilations:?} must be positive"
@@ -447,7 +460,9 @@ pub fn split_sizes(dim: usize, split: Option<&[i64]>, n: usize) -> Result<Vec<us
             if s.len() != n {
                 bail!("split has {} sizes for {n} outputs", s.len());
             }
-            if s.iter().any(|&x| x < 0) || s.iter().sum::<i64>() != dim as i64 {
+            if s.iter().any(|&x| x < 0)
+                || s.iter().map(|&x| i128::from(x)).sum::<i128>() != dim as i128
+            {
                 bail!("split sizes {s:?} must be non-negative and add up to the axis length {dim}");
             }
             Ok(s.iter().map(|&x| x as usize).collect())
@@ -492,7 +507,7 @@ pub fn infer(op: &Op, ins: &[Option<Info<'_>>], n_out: usize) -> Result<Vec<OutI
                 );
             }
             let (c, m) = (x.shape[1], w.shape[0]);
-            if *group == 0 || m % group != 0 || w.shape[1] * group != c {
+            if *group == 0 || m % group != 0 || w.shape[1].checked_mul(*group) != Some(c) {
                 bail!(
                     "input has {c} channels, the weight {:?} expects {} x group {group}; the output channels {m} must divide by the group",
                     w.shape,
@@ -810,6 +825,9 @@ pub fn infer(op: &Op, ins: &[Option<Info<'_>>], n_out: usize) -> Result<Vec<OutI
             let axes = opt(ins, 3).map(|a| values(a, "axes")).transpose()?;
             let (pb, pe) = pad_amounts(x.shape.len(), &pads, axes.as_deref())?;
             let mut out = Vec::with_capacity(x.shape.len());
+            if let Some(p) = pads.iter().find(|p| p.unsigned_abs() > 1 << 40) {
+                bail!("pad {p} is beyond 2^40");
+            }
             for (i, &d) in x.shape.iter().enumerate() {
                 let o = d as i64 + pb[i] + pe[i];
                 if o < 0 {
@@ -1054,6 +1072,37 @@ mod tests {
         assert_eq!((s[0].start, s[0].step, s[0].len), (9, -1, 10));
         let s = slice_axes(&[10], &[1], &[8], None, Some(&[3])).unwrap();
         assert_eq!(s[0].len, 3);
+    }
+
+    #[test]
+    fn huge_parameters_are_errors_not_overflows() {
+        // Found by the onnx_import fuzz target: pads near i64::MAX overflowed.
+        let x = Tensor::f32(vec![2, 3], vec![0.0; 6]).unwrap();
+        let pads = Tensor::i64_vec(vec![i64::MAX, 0, i64::MAX, 0]);
+        let info = |t: &Tensor| {
+            Some(Info {
+                dtype: t.dtype(),
+                shape: t.shape(),
+                value: Some(t),
+            })
+        };
+        let e = infer(
+            &Op::Pad {
+                mode: crate::PadMode::Constant,
+            },
+            &[info(&x), info(&pads)],
+            1,
+        )
+        .unwrap_err();
+        assert!(e.0.contains("2^40"), "{e}");
+        assert!(split_sizes(4, Some(&[i64::MAX, i64::MAX, 2]), 3).is_err());
+        let w = win(&[3], &[1], &[usize::MAX, 0], AutoPad::NotSet, false);
+        assert!(
+            resolve_window(&w, &[8], &[])
+                .unwrap_err()
+                .0
+                .contains("2^31")
+        );
     }
 
     #[test]

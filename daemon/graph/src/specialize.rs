@@ -46,7 +46,7 @@ impl Graph {
             }
         }
         for i in &self.inputs {
-            let shape = i
+            let shape: Vec<usize> = i
                 .shape
                 .iter()
                 .map(|d| match d {
@@ -54,6 +54,17 @@ impl Graph {
                     Dim::Batch => batch,
                 })
                 .collect();
+            let bytes =
+                crate::numel(&shape).map_or(u128::MAX, |n| n as u128 * i.dtype.size() as u128);
+            if bytes > u128::from(self.limits.max_tensor_bytes) {
+                return Err(GraphError::TooLarge {
+                    node: format!("input {}", i.name),
+                    op: "input",
+                    tensor: i.name.clone(),
+                    bytes,
+                    limit: self.limits.max_tensor_bytes,
+                });
+            }
             info[i.id.0] = Some((i.dtype, shape));
         }
         let mut nodes = Vec::with_capacity(self.nodes.len());

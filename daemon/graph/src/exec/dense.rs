@@ -122,48 +122,101 @@ pub(super) fn conv(
     let mut out = vec![0.0f32; out_shape.iter().product()];
     let pointwise =
         kh == 1 && kw == 1 && sh == 1 && sw == 1 && ph == 0 && pw == 0 && oh == h && ow == wd;
+    // im2col over at most IM2COL_FLOATS elements at a time: output positions
+    // in chunks, so the workspace stays bounded whatever the shapes.
+    let chunk = (IM2COL_FLOATS / kk.max(1)).clamp(1, plane.max(1));
     let mut col = if pointwise {
         Vec::new()
     } else {
-        vec![0.0f32; kk * plane]
+        vec![0.0f32; kk * chunk]
+    };
+    let mut tmp = if pointwise || chunk == plane {
+        Vec::new()
+    } else {
+        vec![0.0f32; mg * chunk]
     };
     for img in 0..n {
         for g in 0..group {
             let xin = &xv[(img * c + g * cg) * h * wd..(img * c + (g + 1) * cg) * h * wd];
-            let src: &[f32] = if pointwise {
-                xin
-            } else {
-                im2col(
-                    xin,
-                    cg,
-                    [h, wd],
-                    [kh, kw],
-                    [sh, sw],
-                    [dh, dw],
-                    [ph, pw],
-                    [oh, ow],
-                    &mut col,
-                );
-                &col
-            };
             let wg = &wv[g * mg * kk..(g + 1) * mg * kk];
             let dst = &mut out[(img * m + g * mg) * plane..(img * m + (g + 1) * mg) * plane];
-            sgemm(
-                [mg, plane, kk],
-                Mat {
-                    data: wg,
-                    rs: kk,
-                    cs: 1,
-                },
-                Mat {
-                    data: src,
-                    rs: plane,
-                    cs: 1,
-                },
-                dst,
-                1.0,
-                false,
-            );
+            if pointwise {
+                sgemm(
+                    [mg, plane, kk],
+                    Mat {
+                        data: wg,
+                        rs: kk,
+                        cs: 1,
+                    },
+                    Mat {
+                        data: xin,
+                        rs: plane,
+                        cs: 1,
+                    },
+                    dst,
+                    1.0,
+                    false,
+                );
+            } else {
+                let mut p0 = 0;
+                while p0 < plane {
+                    let np = chunk.min(plane - p0);
+                    let cols = &mut col[..kk * np];
+                    im2col(
+                        xin,
+                        cg,
+                        [h, wd],
+                        [kh, kw],
+                        [sh, sw],
+                        [dh, dw],
+                        [ph, pw],
+                        ow,
+                        p0..p0 + np,
+                        cols,
+                    );
+                    if np == plane {
+                        sgemm(
+                            [mg, np, kk],
+                            Mat {
+                                data: wg,
+                                rs: kk,
+                                cs: 1,
+                            },
+                            Mat {
+                                data: cols,
+                                rs: np,
+                                cs: 1,
+                            },
+                            dst,
+                            1.0,
+                            false,
+                        );
+                    } else {
+                        let t = &mut tmp[..mg * np];
+                        sgemm(
+                            [mg, np, kk],
+                            Mat {
+                                data: wg,
+                                rs: kk,
+                                cs: 1,
+                            },
+                            Mat {
+                                data: cols,
+                                rs: np,
+                                cs: 1,
+                            },
+                            t,
+                            1.0,
+                            false,
+                        );
+                        for r in 0..mg {
+                            dst[r * plane + p0..r * plane + p0 + np]
+                                .copy_from_slice(&t[r * np..(r + 1) * np]);
+                        }
+                    }
+                    p0 += np;
+                }
+            }
             for (j, row) in dst.chunks_mut(plane.max(1)).enumerate() {
                 let bj = bias.map_or(0.0, |bv| bv[g * mg + j]);
                 row.iter_mut().for_each(|v| *v = apply_act(act, *v + bj));
@@ -173,6 +226,11 @@ pub(super) fn conv(
     Ok(out)
 }
 
+/// Elements of the im2col workspace of one convolution chunk (16 MiB).
+const IM2COL_FLOATS: usize = 1 << 22;
+
+/// The im2col columns of output positions `ps` (row-major over the
+/// `ow`-wide output plane) into `col[kk, ps.len()]`.
 #[allow(clippy::too_many_arguments)]
 fn im2col(
     x: &[f32],
@@ -182,30 +240,24 @@ fn im2col(
     [sh, sw]: [usize; 2],
     [dh, dw]: [usize; 2],
     [ph, pw]: [usize; 2],
-    [oh, ow]: [usize; 2],
+    ow: usize,
+    ps: std::ops::Range<usize>,
     col: &mut [f32],
 ) {
-    let plane = oh * ow;
+    let np = ps.len();
     for ci in 0..c {
         for ki in 0..kh {
             for kj in 0..kw {
-                let row = &mut col[((ci * kh + ki) * kw + kj) * plane..][..plane];
-                for oy in 0..oh {
-                    let iy = (oy * sh + ki * dh) as isize - ph as isize;
-                    let dst = &mut row[oy * ow..(oy + 1) * ow];
-                    if iy < 0 || iy as usize >= h {
-                        dst.fill(0.0);
-                        continue;
-                    }
-                    let src = &x[(ci * h + iy as usize) * w..][..w];
-                    for (ox, d) in dst.iter_mut().enumerate() {
-                        let ix = (ox * sw + kj * dw) as isize - pw as isize;
-                        *d = if ix < 0 || ix as usize >= w {
-                            0.0
-                        } else {
-                            src[ix as usize]
-                        };
-                    }
+                let row = &mut col[((ci * kh + ki) * kw + kj) * np..][..np];
+                for (d, p) in row.iter_mut().zip(ps.clone()) {
+                    let (oy, ox) = (p / ow, p % ow);
+                    let iy = (oy * sh + ki * dh) as i128 - ph as i128;
+                    let ix = (ox * sw + kj * dw) as i128 - pw as i128;
+                    *d = if iy < 0 || ix < 0 || iy >= h as i128 || ix >= w as i128 {
+                        0.0
+                    } else {
+                        x[(ci * h + iy as usize) * w + ix as usize]
+                    };
                 }
             }
         }
@@ -256,13 +308,13 @@ pub(super) fn pool(
                 let (mut best, mut sum, mut cnt, mut padded) =
                     (f32::NEG_INFINITY, 0.0f64, 0usize, 0usize);
                 for ki in 0..kh {
-                    let iy = (oy * sh + ki * dh) as isize - ph as isize;
+                    let iy = (oy * sh + ki * dh) as i128 - ph as i128;
                     for kj in 0..kw {
-                        let ix = (ox * sw + kj * dw) as isize - pw as isize;
-                        if iy < 0 || ix < 0 || iy as usize >= h || ix as usize >= w {
+                        let ix = (ox * sw + kj * dw) as i128 - pw as i128;
+                        if iy < 0 || ix < 0 || iy >= h as i128 || ix >= w as i128 {
                             // Inside the declared padding counts for count_include_pad;
                             // beyond it (ceil_mode's extra window) never does.
-                            if iy < (h + peh) as isize && ix < (w + pew) as isize {
+                            if iy < (h + peh) as i128 && ix < (w + pew) as i128 {
                                 padded += 1;
                             }
                             continue;
@@ -307,7 +359,7 @@ pub(super) fn lrn(x: &Tensor, size: usize, alpha: f32, beta: f32, bias: f32) -> 
     let hi = (size - 1).div_ceil(2);
     for img in 0..n {
         for ch in 0..c {
-            let (c0, c1) = (ch.saturating_sub(lo), (ch + hi).min(c - 1));
+            let (c0, c1) = (ch.saturating_sub(lo), ch.saturating_add(hi).min(c - 1));
             for i in 0..inner {
                 let mut sq = 0.0f64;
                 for k in c0..=c1 {
