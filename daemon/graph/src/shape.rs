@@ -1079,13 +1079,13 @@ mod tests {
         // Found by the onnx_import fuzz target: pads near i64::MAX overflowed.
         let x = Tensor::f32(vec![2, 3], vec![0.0; 6]).unwrap();
         let pads = Tensor::i64_vec(vec![i64::MAX, 0, i64::MAX, 0]);
-        let info = |t: &Tensor| {
+        fn info(t: &Tensor) -> Option<Info<'_>> {
             Some(Info {
                 dtype: t.dtype(),
                 shape: t.shape(),
                 value: Some(t),
             })
-        };
+        }
         let e = infer(
             &Op::Pad {
                 mode: crate::PadMode::Constant,
