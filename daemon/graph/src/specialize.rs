@@ -194,6 +194,72 @@ impl Static {
         self.info[id.0].as_ref().map(|(d, s)| (*d, s.as_slice()))
     }
 
+    /// The shape of a node's input or output slot (empty when absent).
+    pub fn shape_of(&self, v: Option<ValueId>) -> &[usize] {
+        v.and_then(|v| self.info[v.0].as_ref())
+            .map_or(&[], |(_, sh)| sh.as_slice())
+    }
+
+    /// `(rows, cols, inner)` of the matrix product a node computes, for the
+    /// GEMM-like operators (`Conv` as its im2col product per image and
+    /// group: output channels × output positions × the weight's fan-in).
+    pub fn gemm_dims(&self, n: &Node) -> Option<(u64, u64, u64)> {
+        let out: u64 = self
+            .shape_of(n.outputs.first().copied().flatten())
+            .iter()
+            .product::<usize>() as u64;
+        let input = |k: usize| self.shape_of(n.inputs.get(k).copied().flatten());
+        match &n.op {
+            crate::Op::Conv { .. } => {
+                let w = input(1);
+                let m = w.first().copied().unwrap_or(1) as u64;
+                let k = w.iter().skip(1).product::<usize>() as u64;
+                Some((m, out / m.max(1), k))
+            }
+            crate::Op::Gemm { trans_a, .. } => {
+                let (a, o) = (
+                    input(0),
+                    self.shape_of(n.outputs.first().copied().flatten()),
+                );
+                let k = if *trans_a { a.first() } else { a.get(1) }
+                    .copied()
+                    .unwrap_or(1) as u64;
+                Some((
+                    o.first().copied().unwrap_or(1) as u64,
+                    o.get(1).copied().unwrap_or(1) as u64,
+                    k,
+                ))
+            }
+            crate::Op::MatMul => {
+                let k = input(0).last().copied().unwrap_or(1) as u64;
+                let cols = self
+                    .shape_of(n.outputs.first().copied().flatten())
+                    .last()
+                    .copied()
+                    .unwrap_or(1) as u64;
+                Some((out / cols.max(1), cols, k))
+            }
+            _ => None,
+        }
+    }
+
+    /// Estimated floating-point operations of a node: two per multiply-add
+    /// of a GEMM-like operator, one per output element otherwise.
+    pub fn node_flops(&self, n: &Node) -> u64 {
+        match self.gemm_dims(n) {
+            Some((m, c, k)) => 2 * m * c * k,
+            None => self
+                .shape_of(n.outputs.first().copied().flatten())
+                .iter()
+                .product::<usize>() as u64,
+        }
+    }
+
+    /// [`Static::node_flops`] of every node.
+    pub fn flops(&self) -> u64 {
+        self.nodes.iter().map(|n| self.node_flops(n)).sum()
+    }
+
     /// A constant's value.
     pub fn constant(&self, id: ValueId) -> Option<&Tensor> {
         self.consts[id.0].as_deref()

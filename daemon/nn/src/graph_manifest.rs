@@ -64,62 +64,16 @@ fn elems(shape: &[usize]) -> u64 {
 pub fn estimates(s: &Static, profile: &DeviceProfile) -> Result<Vec<KernelEstimate>, NoFit> {
     let mut out = Vec::with_capacity(s.nodes().len());
     for (i, n) in s.nodes().iter().enumerate() {
-        let shape = |k: usize| -> Vec<usize> {
-            n.inputs
-                .get(k)
-                .copied()
-                .flatten()
-                .and_then(|v| s.info(v))
-                .map(|(_, sh)| sh.to_vec())
-                .unwrap_or_default()
-        };
-        let oshape = n
-            .outputs
-            .first()
-            .copied()
-            .flatten()
-            .and_then(|v| s.info(v))
-            .map(|(_, sh)| sh.to_vec())
-            .unwrap_or_default();
-        let out_elems = elems(&oshape);
-        // (rows, cols, inner) of the GEMM a node is, if it is one.
-        let gemm: Option<(u64, u64, u64)> = match &n.op {
-            Op::Conv { group, .. } => {
-                let w = shape(1);
-                let m = w.first().copied().unwrap_or(1) as u64;
-                let k = w.iter().skip(1).product::<usize>() as u64;
-                let cols = out_elems / m.max(1);
-                let _ = group;
-                Some((m, cols, k))
-            }
-            Op::Gemm { trans_a, .. } => {
-                let a = shape(0);
-                let k = if *trans_a {
-                    a.first().copied().unwrap_or(1)
-                } else {
-                    a.get(1).copied().unwrap_or(1)
-                } as u64;
-                Some((
-                    oshape.first().copied().unwrap_or(1) as u64,
-                    oshape.get(1).copied().unwrap_or(1) as u64,
-                    k,
-                ))
-            }
-            Op::MatMul => {
-                let k = shape(0).last().copied().unwrap_or(1) as u64;
-                let ncols = oshape.last().copied().unwrap_or(1) as u64;
-                Some((out_elems / ncols.max(1), ncols, k))
-            }
-            _ => None,
-        };
-        let (grid, regs, smem, flops) = match gemm {
-            Some((m, c, k)) => {
+        let out_elems = elems(s.shape_of(n.outputs.first().copied().flatten()));
+        let gemm = s.gemm_dims(n);
+        let flops = s.node_flops(n) as f64;
+        let (grid, regs, smem) = match gemm {
+            Some((m, c, _)) => {
                 let tiles = m.div_ceil(64).max(1) * c.div_ceil(64).max(1);
                 (
                     [tiles.min(u64::from(u32::MAX)) as u32, 1, 1],
                     64,
                     2 * 64 * 16 * 4,
-                    2.0 * (m * c * k) as f64,
                 )
             }
             None => {
@@ -135,7 +89,6 @@ pub fn estimates(s: &Static, profile: &DeviceProfile) -> Result<Vec<KernelEstima
                     [blocks.min(u64::from(u32::MAX)) as u32, 1, 1],
                     if reduces { 32 } else { 16 },
                     if reduces { 128 } else { 0 },
-                    out_elems as f64,
                 )
             }
         };

@@ -2,55 +2,14 @@
 
 use std::fmt::Write as _;
 
-use sluice_graph::{Op, Static, fmt_dims};
+use sluice_graph::{Static, fmt_dims};
 
 use crate::Model;
 
-/// Estimated floating-point operations of one run (multiply-adds count
-/// two; element-wise operators one per output element).
+/// Estimated floating-point operations of one run ([`Static::flops`]:
+/// multiply-adds count two, element-wise operators one per output element).
 pub fn flops(s: &Static) -> u64 {
-    let mut total = 0u64;
-    for n in s.nodes() {
-        let out = n
-            .outputs
-            .first()
-            .copied()
-            .flatten()
-            .and_then(|v| s.info(v))
-            .map(|(_, sh)| sh.to_vec())
-            .unwrap_or_default();
-        let numel = out.iter().product::<usize>() as u64;
-        let shape = |k: usize| {
-            n.inputs
-                .get(k)
-                .copied()
-                .flatten()
-                .and_then(|v| s.info(v))
-                .map(|(_, sh)| sh.to_vec())
-                .unwrap_or_default()
-        };
-        total += match &n.op {
-            Op::Conv { .. } => {
-                let w = shape(1);
-                2 * numel * w.get(1..).unwrap_or(&[]).iter().product::<usize>() as u64
-            }
-            Op::Gemm { trans_a, .. } => {
-                let a = shape(0);
-                let k = if *trans_a {
-                    a[0]
-                } else {
-                    a.get(1).copied().unwrap_or(1)
-                };
-                2 * numel * k as u64
-            }
-            Op::MatMul => {
-                let a = shape(0);
-                2 * numel * a.last().copied().unwrap_or(1) as u64
-            }
-            _ => numel,
-        };
-    }
-    total
+    s.flops()
 }
 
 /// A text report: inputs, outputs, operators, parameters and FLOPs at batch 1.

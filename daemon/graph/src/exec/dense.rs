@@ -174,44 +174,32 @@ pub(super) fn conv(
                         p0..p0 + np,
                         cols,
                     );
-                    if np == plane {
-                        sgemm(
-                            [mg, np, kk],
-                            Mat {
-                                data: wg,
-                                rs: kk,
-                                cs: 1,
-                            },
-                            Mat {
-                                data: cols,
-                                rs: np,
-                                cs: 1,
-                            },
-                            dst,
-                            1.0,
-                            false,
-                        );
+                    let whole = np == plane;
+                    let target: &mut [f32] = if whole {
+                        &mut *dst
                     } else {
-                        let t = &mut tmp[..mg * np];
-                        sgemm(
-                            [mg, np, kk],
-                            Mat {
-                                data: wg,
-                                rs: kk,
-                                cs: 1,
-                            },
-                            Mat {
-                                data: cols,
-                                rs: np,
-                                cs: 1,
-                            },
-                            t,
-                            1.0,
-                            false,
-                        );
+                        &mut tmp[..mg * np]
+                    };
+                    sgemm(
+                        [mg, np, kk],
+                        Mat {
+                            data: wg,
+                            rs: kk,
+                            cs: 1,
+                        },
+                        Mat {
+                            data: cols,
+                            rs: np,
+                            cs: 1,
+                        },
+                        target,
+                        1.0,
+                        false,
+                    );
+                    if !whole {
                         for r in 0..mg {
                             dst[r * plane + p0..r * plane + p0 + np]
-                                .copy_from_slice(&t[r * np..(r + 1) * np]);
+                                .copy_from_slice(&tmp[r * np..(r + 1) * np]);
                         }
                     }
                     p0 += np;
