@@ -30,7 +30,7 @@ fuzz_target!(|data: &[u8]| {
             for b in [1, 2] {
                 match m.graph.specialize(b) {
                     Ok(s) => {
-                        let _ = sluice_onnx::summary::flops(&s);
+                        let _ = s.flops();
                     }
                     Err(e) => {
                         let _ = e.to_string();

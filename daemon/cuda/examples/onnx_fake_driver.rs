@@ -18,11 +18,8 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use sluice_cuda::driver::{CuDriver, StreamPriority};
-use sluice_cuda::fake::{FakeDriver, FakeTimings};
+use sluice_cuda::plan_exec::LoadOptions;
 use sluice_cuda::plan_exec::fake_abi::{self, FakeTimes};
-use sluice_cuda::plan_exec::{KernelLibrary, LoadOptions};
-use sluice_cuda::queue::{KillMechanism, QueueConfig, VirtualQueue};
 
 /// One fixture: name, model file, its one input file.
 fn fixtures(index: &Path) -> Result<Vec<(String, PathBuf, PathBuf)>, String> {
@@ -72,17 +69,7 @@ fn run_one(name: &str, model: &Path, input: &Path) -> Result<Option<f32>, String
         .map_err(|e| e.to_string())?
         .remove(0)
         .1;
-    let mut d = FakeDriver::new(FakeTimings::default());
-    fake_abi::define(&d, FakeTimes::default());
-    let module = d.load_module("fake").map_err(|e| e.to_string())?;
-    let lib = KernelLibrary::from_module(&mut d, module).map_err(|e| e.to_string())?;
-    let mut q = VirtualQueue::new(
-        &mut d,
-        StreamPriority::BestEffort,
-        QueueConfig::default(),
-        KillMechanism::Cooperative,
-    )
-    .map_err(|e| e.to_string())?;
+    let (mut d, mut q, lib) = fake_abi::rig(FakeTimes::default());
     let xin = x.as_f32().ok_or("the input is not f32")?;
     let got = sluice_cuda::graph_run::infer_graph(
         &mut d,

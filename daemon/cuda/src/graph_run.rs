@@ -52,29 +52,11 @@ pub fn infer_graph(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::StreamPriority;
-    use crate::fake::{FakeDriver, FakeTimings};
     use crate::plan_exec::fake_abi::{self, FakeTimes};
-    use crate::queue::{KillMechanism, QueueConfig};
     use sluice_graph::{
         AutoPad, BinOp, DType, Dim, Graph, GraphBuilder, Limits, Op, PoolKind, Tensor, Unary,
         Window,
     };
-
-    fn rig() -> (FakeDriver, VirtualQueue, KernelLibrary) {
-        let mut d = FakeDriver::new(FakeTimings::default());
-        fake_abi::define(&d, FakeTimes::default());
-        let m = d.load_module("fake").unwrap();
-        let lib = KernelLibrary::from_module(&mut d, m).unwrap();
-        let q = VirtualQueue::new(
-            &mut d,
-            StreamPriority::BestEffort,
-            QueueConfig::default(),
-            KillMechanism::Cooperative,
-        )
-        .unwrap();
-        (d, q, lib)
-    }
 
     fn rand(n: usize, seed: u32, scale: f32) -> Vec<f32> {
         (0..n)
@@ -128,65 +110,65 @@ mod tests {
             group: 1,
             act: None,
         };
-        b.node(
-            "c1",
-            conv(win(3, 1, 1)),
-            vec![Some(x), Some(w1), Some(b1)],
-            &["h1"],
-        )
-        .unwrap();
-        let h1 = b.value("h1");
-        b.node("r1", Op::Unary(Unary::Relu), vec![Some(h1)], &["a1"])
+        let h1 = b
+            .op(
+                "c1",
+                conv(win(3, 1, 1)),
+                vec![Some(x), Some(w1), Some(b1)],
+                "h1",
+            )
             .unwrap();
-        let a1 = b.value("a1");
-        b.node("skip", conv(win(1, 1, 0)), vec![Some(x), Some(w0)], &["s"])
+        let a1 = b
+            .op("r1", Op::Unary(Unary::Relu), vec![Some(h1)], "a1")
             .unwrap();
-        let sk = b.value("s");
-        b.node("c2", conv(win(3, 1, 1)), vec![Some(a1), Some(w2)], &["h2"])
+        let sk = b
+            .op("skip", conv(win(1, 1, 0)), vec![Some(x), Some(w0)], "s")
             .unwrap();
-        let h2 = b.value("h2");
-        b.node(
-            "add",
-            Op::Binary(BinOp::Add, None),
-            vec![Some(h2), Some(sk)],
-            &["r"],
-        )
-        .unwrap();
-        let r = b.value("r");
-        b.node("r2", Op::Unary(Unary::Relu), vec![Some(r)], &["a2"])
+        let h2 = b
+            .op("c2", conv(win(3, 1, 1)), vec![Some(a1), Some(w2)], "h2")
             .unwrap();
-        let a2 = b.value("a2");
-        b.node(
-            "pool",
-            Op::Pool {
-                kind: PoolKind::Max,
-                window: win(2, 2, 0),
-            },
-            vec![Some(a2)],
-            &["p"],
-        )
-        .unwrap();
-        let p = b.value("p");
-        b.node("gap", Op::GlobalAveragePool, vec![Some(p)], &["g"])
+        let r = b
+            .op(
+                "add",
+                Op::Binary(BinOp::Add, None),
+                vec![Some(h2), Some(sk)],
+                "r",
+            )
             .unwrap();
-        let g = b.value("g");
-        b.node("flat", Op::Flatten { axis: 1 }, vec![Some(g)], &["f"])
+        let a2 = b
+            .op("r2", Op::Unary(Unary::Relu), vec![Some(r)], "a2")
             .unwrap();
-        let f = b.value("f");
-        b.node(
-            "fc",
-            Op::Gemm {
-                trans_a: false,
-                trans_b: true,
-                alpha: 1.0,
-                beta: 1.0,
-                act: None,
-            },
-            vec![Some(f), Some(fw), Some(fb)],
-            &["l"],
-        )
-        .unwrap();
-        let l = b.value("l");
+        let p = b
+            .op(
+                "pool",
+                Op::Pool {
+                    kind: PoolKind::Max,
+                    window: win(2, 2, 0),
+                },
+                vec![Some(a2)],
+                "p",
+            )
+            .unwrap();
+        let g = b
+            .op("gap", Op::GlobalAveragePool, vec![Some(p)], "g")
+            .unwrap();
+        let f = b
+            .op("flat", Op::Flatten { axis: 1 }, vec![Some(g)], "f")
+            .unwrap();
+        let l = b
+            .op(
+                "fc",
+                Op::Gemm {
+                    trans_a: false,
+                    trans_b: true,
+                    alpha: 1.0,
+                    beta: 1.0,
+                    act: None,
+                },
+                vec![Some(f), Some(fw), Some(fb)],
+                "l",
+            )
+            .unwrap();
         b.node(
             "sm",
             Op::Softmax {
@@ -208,7 +190,7 @@ mod tests {
         let xin = rand(3 * 16 * 16, 9, 1.0);
         let x = Tensor::f32(vec![1, 3, 16, 16], xin.clone()).unwrap();
         let want = s.run(&[("x", &x)]).unwrap().remove(0).1;
-        let (mut d, mut q, lib) = rig();
+        let (mut d, mut q, lib) = fake_abi::rig(FakeTimes::default());
         let got = infer_graph(
             &mut d,
             &mut q,

@@ -1170,10 +1170,8 @@ impl PartitionReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::StreamPriority;
-    use crate::fake::{FakeDriver, FakeTimings};
+    use crate::fake::FakeDriver;
     use crate::plan_exec::fake_abi::{self, FakeTimes};
-    use crate::queue::{KillMechanism, QueueConfig};
     use sluice_nn::builders::MODEL_NAMES;
 
     fn small(name: &str) -> BuiltModel {
@@ -1181,18 +1179,7 @@ mod tests {
     }
 
     fn rig(times: FakeTimes) -> (FakeDriver, VirtualQueue, KernelLibrary) {
-        let mut d = FakeDriver::new(FakeTimings::default());
-        fake_abi::define(&d, times);
-        let m = d.load_module("fake").unwrap();
-        let lib = KernelLibrary::from_module(&mut d, m).unwrap();
-        let q = VirtualQueue::new(
-            &mut d,
-            StreamPriority::BestEffort,
-            QueueConfig::default(),
-            KillMechanism::Cooperative,
-        )
-        .unwrap();
-        (d, q, lib)
+        fake_abi::rig(times)
     }
 
     #[test]

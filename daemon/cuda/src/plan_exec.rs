@@ -956,6 +956,29 @@ pub mod fake_abi {
     /// What a kernel cut short leaves in every element of its output.
     pub const GARBAGE: f32 = -1.0e30;
 
+    /// A fake driver with these kernels defined (timed by `times`), their
+    /// library loaded, and a best-effort queue with cooperative kill: what
+    /// a test or an example runs a model on without a GPU.
+    pub fn rig(times: FakeTimes) -> (FakeDriver, crate::queue::VirtualQueue, super::KernelLibrary) {
+        use crate::driver::{CuDriver, StreamPriority};
+        use crate::queue::{KillMechanism, QueueConfig, VirtualQueue};
+        let mut d = FakeDriver::new(crate::fake::FakeTimings::default());
+        define(&d, times);
+        let m = d
+            .load_module("fake library")
+            .expect("the fake driver loads any module");
+        let lib = super::KernelLibrary::from_module(&mut d, m)
+            .expect("the fake library has every ABI kernel");
+        let q = VirtualQueue::new(
+            &mut d,
+            StreamPriority::BestEffort,
+            QueueConfig::default(),
+            KillMechanism::Cooperative,
+        )
+        .expect("the fake driver makes a stream");
+        (d, q, lib)
+    }
+
     /// A C parameter type of the ABI.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum CType {
@@ -1323,17 +1346,7 @@ mod tests {
     }
 
     fn rig() -> Rig {
-        let mut d = FakeDriver::default();
-        fake_abi::define(&d, FakeTimes::default());
-        let m = d.load_module("fake library").unwrap();
-        let lib = KernelLibrary::from_module(&mut d, m).unwrap();
-        let q = VirtualQueue::new(
-            &mut d,
-            StreamPriority::BestEffort,
-            QueueConfig::default(),
-            KillMechanism::Cooperative,
-        )
-        .unwrap();
+        let (d, q, lib) = fake_abi::rig(FakeTimes::default());
         Rig { d, q, lib }
     }
 

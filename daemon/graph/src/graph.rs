@@ -308,6 +308,18 @@ impl GraphBuilder {
         Ok(())
     }
 
+    /// Adds a node with one output and returns that output.
+    pub fn op(
+        &mut self,
+        name: &str,
+        op: Op,
+        inputs: Vec<Option<ValueId>>,
+        output: &str,
+    ) -> Result<ValueId, GraphError> {
+        self.node(name, op, inputs, &[output])?;
+        Ok(self.value(output))
+    }
+
     /// Declares a graph output.
     pub fn output(&mut self, name: &str) {
         let id = self.value(name);

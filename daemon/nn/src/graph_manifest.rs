@@ -290,27 +290,27 @@ mod tests {
             auto_pad: sluice_graph::AutoPad::NotSet,
             ceil_mode: false,
         };
-        b.node(
-            "conv",
-            Op::Conv {
-                window: win,
-                group: 1,
-                act: None,
-            },
-            vec![Some(x), Some(w)],
-            &["c"],
-        )
-        .unwrap();
-        let c = b.value("c");
-        b.node("relu", Op::Unary(Unary::Relu), vec![Some(c)], &["r"])
+        let c = b
+            .op(
+                "conv",
+                Op::Conv {
+                    window: win,
+                    group: 1,
+                    act: None,
+                },
+                vec![Some(x), Some(w)],
+                "c",
+            )
             .unwrap();
-        let r = b.value("r");
-        b.node("gap", Op::GlobalAveragePool, vec![Some(r)], &["g"])
+        let r = b
+            .op("relu", Op::Unary(Unary::Relu), vec![Some(c)], "r")
             .unwrap();
-        let g = b.value("g");
-        b.node("flat", Op::Flatten { axis: 1 }, vec![Some(g)], &["f"])
+        let g = b
+            .op("gap", Op::GlobalAveragePool, vec![Some(r)], "g")
             .unwrap();
-        let f = b.value("f");
+        let f = b
+            .op("flat", Op::Flatten { axis: 1 }, vec![Some(g)], "f")
+            .unwrap();
         b.node(
             "fc",
             Op::Gemm {

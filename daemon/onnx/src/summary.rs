@@ -6,12 +6,6 @@ use sluice_graph::{Static, fmt_dims};
 
 use crate::Model;
 
-/// Estimated floating-point operations of one run ([`Static::flops`]:
-/// multiply-adds count two, element-wise operators one per output element).
-pub fn flops(s: &Static) -> u64 {
-    s.flops()
-}
-
 /// A text report: inputs, outputs, operators, parameters and FLOPs at batch 1.
 pub fn report(m: &Model, at_batch_1: Option<&Static>) -> String {
     let g = &m.graph;
@@ -90,7 +84,7 @@ pub fn report(m: &Model, at_batch_1: Option<&Static>) -> String {
         let _ = writeln!(
             s,
             "FLOPs      {:.3} G per batch-1 run (estimated: 2 per multiply-add, 1 per element otherwise)",
-            flops(st) as f64 / 1e9
+            st.flops() as f64 / 1e9
         );
     }
     s

@@ -392,10 +392,10 @@ pub fn lower(s: &Static, name: &str) -> Result<(Plan, Weights), LowerError> {
                         ));
                     }
                 };
-                eltwise2(&mut b, &refs, n, &label, olen, op, &shape_of)?
+                eltwise2(&mut b, &refs, n, &label, olen, op, s)?
             }
             Op::Sum if n.inputs.len() == 2 => {
-                eltwise2(&mut b, &refs, n, &label, olen, EltwiseOp::Add, &shape_of)?
+                eltwise2(&mut b, &refs, n, &label, olen, EltwiseOp::Add, s)?
             }
             Op::Unary(u @ (Unary::Relu | Unary::GeluTanh)) => {
                 let a = get(&refs, inp(0))?;
@@ -532,8 +532,9 @@ fn eltwise2(
     label: &str,
     olen: usize,
     op: EltwiseOp,
-    shape_of: &dyn Fn(ValueId) -> Vec<usize>,
+    s: &Static,
 ) -> Result<TensorRef, LowerError> {
+    let shape_of = |v: ValueId| s.shape_of(Some(v)).to_vec();
     let (Some(a), Some(c)) = (
         n.inputs.first().copied().flatten(),
         n.inputs.get(1).copied().flatten(),
@@ -556,7 +557,7 @@ fn eltwise2(
                 n,
                 format!(
                     "input '{}' is a constant; the kernel adds computed tensors",
-                    v.index()
+                    s.name(v)
                 ),
             )
         })
