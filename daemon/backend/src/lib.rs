@@ -70,6 +70,32 @@ pub struct Job {
     pub memory: Arc<dyn TensorMemory>,
     /// When the dispatcher took the request off the ring (`CLOCK_MONOTONIC` ns).
     pub received_ns: u64,
+    /// Per-tensor spans of a typed request, validated against the model's
+    /// `sluice_model::ModelIo`; `None` for an untyped request (one
+    /// input span, one output span, batch 1: the fields above).
+    pub tensors: Option<Arc<TensorSpans>>,
+}
+
+/// Where each tensor of a typed request lies in the client's arena.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorSpans {
+    /// The request's batch size (1 up to the model's maximum).
+    pub batch: u32,
+    /// One span per model input, in the model's order; each exactly the
+    /// input's size at `batch`.
+    pub inputs: Vec<Span>,
+    /// One span per model output, in the model's order; each exactly the
+    /// output's size at `batch`.
+    pub outputs: Vec<Span>,
+}
+
+/// A byte range in a client's arena.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    /// Offset from the arena's start.
+    pub off: u64,
+    /// Length in bytes.
+    pub len: u64,
 }
 
 impl std::fmt::Debug for Job {

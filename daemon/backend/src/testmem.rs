@@ -89,5 +89,6 @@ pub fn job(
         output_len: output_bytes,
         memory: VecMemory::new((input_bytes + output_bytes) as usize),
         received_ns,
+        tensors: None,
     }
 }

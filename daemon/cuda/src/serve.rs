@@ -991,6 +991,7 @@ mod tests {
             output_len: m.output_bytes,
             memory: memory.clone(),
             received_ns: 0,
+            tensors: None,
         };
         (job, memory)
     }

@@ -921,6 +921,10 @@ pub struct Model {
     /// Per-kernel memory accesses and groups, validated; empty when the
     /// manifest declares none.
     pub memory: Vec<KernelMemory>,
+    /// Named, typed inputs and outputs; [`ModelIo::untyped`] (one byte
+    /// tensor each way, `input_bytes` and `output_bytes`) for a model
+    /// known only by its manifest.
+    pub io: crate::ModelIo,
 }
 
 impl Model {
@@ -1146,6 +1150,7 @@ impl ModelRegistry {
             .zip(0u32..)
             .map(|((file, manifest, memory), id)| Model {
                 id,
+                io: crate::ModelIo::untyped(manifest.input_bytes, manifest.output_bytes),
                 total_time_ns: manifest.total_time_ns(),
                 input_bytes: manifest.input_bytes,
                 output_bytes: manifest.output_bytes,

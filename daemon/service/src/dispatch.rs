@@ -549,6 +549,7 @@ impl<H: Host> Dispatcher<H> {
                             output_len: req.output_len,
                             memory: c.region.clone(),
                             received_ns: now,
+                            tensors: None,
                         },
                         now,
                     );
