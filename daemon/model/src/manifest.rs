@@ -903,6 +903,19 @@ pub enum ModelError {
     },
 }
 
+/// What [`ModelRegistry::from_entries`] builds a model from.
+#[derive(Debug, Clone)]
+pub struct ModelEntry {
+    /// Where it came from (a path, or `builtin:<file>`), for errors.
+    pub file: String,
+    /// The manifest the GPU model runs.
+    pub manifest: Manifest,
+    /// Per-kernel memory accesses; empty or one per kernel.
+    pub memory: Vec<KernelMemory>,
+    /// Its inputs and outputs.
+    pub io: crate::ModelIo,
+}
+
 /// A model in the registry.
 #[derive(Debug, Clone)]
 pub struct Model {
@@ -1121,42 +1134,58 @@ impl ModelRegistry {
     }
 
     /// Builds a registry from `(file, manifest, memory)` triples, validating
-    /// each; `memory` is empty or has one entry per kernel.
+    /// each; `memory` is empty or has one entry per kernel. Every model
+    /// takes untyped bytes ([`crate::ModelIo::untyped`]).
     pub fn from_parts(
         manifests: impl IntoIterator<Item = (String, Manifest, Vec<KernelMemory>)>,
     ) -> Result<Self, ModelError> {
-        let mut all: Vec<(String, Manifest, Vec<KernelMemory>)> = manifests.into_iter().collect();
-        for (file, manifest, memory) in &all {
+        Self::from_entries(manifests.into_iter().map(|(file, manifest, memory)| {
+            let io = crate::ModelIo::untyped(manifest.input_bytes, manifest.output_bytes);
+            ModelEntry {
+                file,
+                manifest,
+                memory,
+                io,
+            }
+        }))
+    }
+
+    /// Builds a registry from entries that may declare typed tensors,
+    /// validating each manifest and its memory; ids are assigned in name
+    /// order.
+    pub fn from_entries(entries: impl IntoIterator<Item = ModelEntry>) -> Result<Self, ModelError> {
+        let mut all: Vec<ModelEntry> = entries.into_iter().collect();
+        for e in &all {
             let invalid = |source| ModelError::Invalid {
-                file: file.clone(),
+                file: e.file.clone(),
                 source,
             };
-            manifest.validate().map_err(invalid)?;
-            manifest.validate_memory(memory).map_err(invalid)?;
+            e.manifest.validate().map_err(invalid)?;
+            e.manifest.validate_memory(&e.memory).map_err(invalid)?;
         }
         // Stable: of two duplicates, the first given is reported first.
-        all.sort_by(|a, b| a.1.name.cmp(&b.1.name));
+        all.sort_by(|a, b| a.manifest.name.cmp(&b.manifest.name));
         for pair in all.windows(2) {
-            if pair[0].1.name == pair[1].1.name {
+            if pair[0].manifest.name == pair[1].manifest.name {
                 return Err(ModelError::Duplicate {
-                    name: pair[0].1.name.clone(),
-                    first: pair[0].0.clone(),
-                    second: pair[1].0.clone(),
+                    name: pair[0].manifest.name.clone(),
+                    first: pair[0].file.clone(),
+                    second: pair[1].file.clone(),
                 });
             }
         }
         let models = all
             .into_iter()
             .zip(0u32..)
-            .map(|((file, manifest, memory), id)| Model {
+            .map(|(e, id)| Model {
                 id,
-                io: crate::ModelIo::untyped(manifest.input_bytes, manifest.output_bytes),
-                total_time_ns: manifest.total_time_ns(),
-                input_bytes: manifest.input_bytes,
-                output_bytes: manifest.output_bytes,
-                manifest,
-                file,
-                memory,
+                io: e.io,
+                total_time_ns: e.manifest.total_time_ns(),
+                input_bytes: e.manifest.input_bytes,
+                output_bytes: e.manifest.output_bytes,
+                manifest: e.manifest,
+                file: e.file,
+                memory: e.memory,
             })
             .collect();
         Ok(Self { models })
@@ -1176,8 +1205,13 @@ impl ModelRegistry {
             .into_iter()
             .filter(|m| !names.contains(&m.manifest.name))
             .chain(overrides.models)
-            .map(|m| (m.file, m.manifest, m.memory));
-        Self::from_parts(parts)
+            .map(|m| ModelEntry {
+                file: m.file,
+                manifest: m.manifest,
+                memory: m.memory,
+                io: m.io,
+            });
+        Self::from_entries(parts)
     }
 
     /// The model with id `id`.

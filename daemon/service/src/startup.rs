@@ -147,9 +147,14 @@ pub fn load_models(config: &Config) -> Result<ModelRegistry, LoadModelsError> {
     let kept = all
         .iter()
         .filter(|(_, m)| wanted.iter().any(|w| w == m.name()))
-        .map(|(_, m)| (m.file.clone(), m.manifest.clone(), m.memory.clone()));
+        .map(|(_, m)| sluice_model::ModelEntry {
+            file: m.file.clone(),
+            manifest: m.manifest.clone(),
+            memory: m.memory.clone(),
+            io: m.io.clone(),
+        });
     // The models were valid in `all`, so they are here.
-    Ok(ModelRegistry::from_parts(kept).expect("a subset of a valid registry is valid"))
+    Ok(ModelRegistry::from_entries(kept).expect("a subset of a valid registry is valid"))
 }
 
 /// Every model `models.dir` or the backend offers, before `cluster.models`
