@@ -324,7 +324,7 @@ pub fn slice_axes(
         let d = shape[a] as i128;
         let step = i128::from(steps.map_or(1, |s| s[j]));
         if step == 0 {
-            bail!("step 0 on axis {a}");
+            bail!("a slice stride of 0 on axis {a}; strides must be non-zero");
         }
         let fix = |v: i64| -> i128 {
             let v = i128::from(v);
