@@ -194,8 +194,17 @@ pub enum ClusterError {
     )]
     NoInssAgents,
     /// InSS agents that cannot be loaded or cannot serve this cluster.
+    #[cfg(feature = "inss")]
     #[error("cluster.inss_agents: {0}")]
     InssAgents(#[source] Box<sluice_inss::planner::InssPlannerError>),
+    /// `inss` asked of a daemon built without the planner.
+    #[cfg(not(feature = "inss"))]
+    #[error(
+        "cluster.planner = \"inss\" is not built into this sluiced (it links the candle ML \
+         framework, left out by default); build it with `cargo build --release -p \
+         sluice-service --features inss`, or choose another cluster.planner"
+    )]
+    InssNotBuilt,
     /// An interference file that cannot be read or parsed.
     #[error("cluster.interference_data: {file}: {why}")]
     InterferenceData {

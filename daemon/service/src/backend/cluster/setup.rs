@@ -189,6 +189,7 @@ pub fn planner(config: &Config, served: &[&str]) -> Result<Box<dyn Planner + Sen
             }
             Box::new(GpuletInt::new(model))
         }
+        #[cfg(feature = "inss")]
         PlannerKind::Inss => {
             let dir = config
                 .cluster
@@ -216,6 +217,8 @@ pub fn planner(config: &Config, served: &[&str]) -> Result<Box<dyn Planner + Sen
             );
             Box::new(p)
         }
+        #[cfg(not(feature = "inss"))]
+        PlannerKind::Inss => return Err(ClusterError::InssNotBuilt),
     })
 }
 

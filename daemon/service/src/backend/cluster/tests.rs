@@ -754,85 +754,108 @@ fn without_scaling_a_planner_gets_every_gpu_and_with_it_the_last_count() {
     }
 }
 
-/// The agents the repository ships (`agents/inss`, trained on the `a100`
-/// profile by `sluice train inss`).
-fn shipped_inss_agents() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../agents/inss")
+/// The InSS planner (feature `inss`).
+#[cfg(feature = "inss")]
+mod inss {
+    use super::*;
+
+    /// The agents the repository ships (`agents/inss`, trained on the `a100`
+    /// profile by `sluice train inss`).
+    fn shipped_inss_agents() -> std::path::PathBuf {
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../agents/inss")
+    }
+
+    #[test]
+    fn start_up_refuses_inss_agents_that_cannot_serve_the_cluster() {
+        let mut config = crate::config::Config::default();
+        config.cluster.gpus = vec!["a100".into(); 4];
+        config.cluster.planner = crate::config::PlannerKind::Inss;
+        let e = setup::planner(&config, &["resnet18"])
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("set cluster.inss_agents"), "{e}");
+        config.cluster.inss_agents = Some("/nonexistent/sluice-test/agents".into());
+        let e = setup::planner(&config, &["resnet18"])
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/nonexistent/sluice-test/agents/latency.json")
+                && e.contains("sluice train inss --out DIR"),
+            "{e}"
+        );
+        config.cluster.inss_agents = Some(shipped_inss_agents());
+        setup::planner(&config, &["resnet18", "mobilenet"]).unwrap();
+        let e = setup::planner(&config, &["resnet18", "bert_base"])
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("\"bert_base\"") && e.contains("alexnet, resnet50, vgg16"),
+            "{e}"
+        );
+        config.cluster.gpus = vec!["mi50".into(); 4];
+        let e = setup::planner(&config, &["resnet18"])
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("trained on the a100 profile") && e.contains("\"mi50\""),
+            "{e}"
+        );
+    }
+
+    /// Six GPUs with GPU scaling: InSS plans whole groups of four, so scaling
+    /// grows from one GPU to four, never falls back, and leaves two idle.
+    #[test]
+    fn the_inss_planner_scales_to_a_whole_group_and_idles_the_rest() {
+        let reg = registry();
+        let planner = sluice_inss::planner::InssPlanner::load(&shipped_inss_agents()).unwrap();
+        let mut s = setup(&reg, 6, 50);
+        s.scaling = true;
+        let mut b = ClusterBackend::new(s, Box::new(planner), Arc::clone(&reg), 0).unwrap();
+        let (_, l) = serve_steady_watching_sizes(&mut b, &reg);
+        assert!(l.switches >= 1 && l.plan_error.is_none(), "{l:?}");
+        assert!(
+            !l.recent_plans.is_empty() && l.recent_plans.iter().all(|p| !p.fallback),
+            "{:?}",
+            l.recent_plans
+        );
+        assert!(l.gpus_in_use <= 4, "{l:?}");
+        assert!(l.gpus[4..].iter().all(|g| g.partitions.is_empty()), "{l:?}");
+    }
+
+    #[test]
+    fn the_inss_planner_serves_every_request_on_the_grid() {
+        let reg = registry();
+        let planner = sluice_inss::planner::InssPlanner::load(&shipped_inss_agents()).unwrap();
+        let mut b = ClusterBackend::new(setup(&reg, 4, 50), Box::new(planner), Arc::clone(&reg), 0)
+            .unwrap();
+        let (sizes, l) = serve_steady_watching_sizes(&mut b, &reg);
+        assert_eq!(l.planner, "inss");
+        assert!(l.switches >= 1 && l.plan_error.is_none(), "{l:?}");
+        // The setup's grid is 25 % steps.
+        assert!(
+            sizes.iter().all(|s| s % 25 == 0),
+            "a size off the grid: {sizes:?}"
+        );
+    }
 }
 
+#[cfg(not(feature = "inss"))]
 #[test]
-fn start_up_refuses_inss_agents_that_cannot_serve_the_cluster() {
+fn without_the_inss_feature_the_inss_planner_is_refused_naming_the_feature() {
     let mut config = crate::config::Config::default();
     config.cluster.gpus = vec!["a100".into(); 4];
     config.cluster.planner = crate::config::PlannerKind::Inss;
-    let e = setup::planner(&config, &["resnet18"])
-        .map(|_| ())
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("set cluster.inss_agents"), "{e}");
-    config.cluster.inss_agents = Some("/nonexistent/sluice-test/agents".into());
+    config.cluster.inss_agents = Some("agents/inss".into());
     let e = setup::planner(&config, &["resnet18"])
         .map(|_| ())
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains("/nonexistent/sluice-test/agents/latency.json")
-            && e.contains("sluice train inss --out DIR"),
+        e.contains("--features inss") && e.contains("another cluster.planner"),
         "{e}"
-    );
-    config.cluster.inss_agents = Some(shipped_inss_agents());
-    setup::planner(&config, &["resnet18", "mobilenet"]).unwrap();
-    let e = setup::planner(&config, &["resnet18", "bert_base"])
-        .map(|_| ())
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("\"bert_base\"") && e.contains("alexnet, resnet50, vgg16"),
-        "{e}"
-    );
-    config.cluster.gpus = vec!["mi50".into(); 4];
-    let e = setup::planner(&config, &["resnet18"])
-        .map(|_| ())
-        .unwrap_err()
-        .to_string();
-    assert!(
-        e.contains("trained on the a100 profile") && e.contains("\"mi50\""),
-        "{e}"
-    );
-}
-
-/// Six GPUs with GPU scaling: InSS plans whole groups of four, so scaling
-/// grows from one GPU to four, never falls back, and leaves two idle.
-#[test]
-fn the_inss_planner_scales_to_a_whole_group_and_idles_the_rest() {
-    let reg = registry();
-    let planner = sluice_inss::planner::InssPlanner::load(&shipped_inss_agents()).unwrap();
-    let mut s = setup(&reg, 6, 50);
-    s.scaling = true;
-    let mut b = ClusterBackend::new(s, Box::new(planner), Arc::clone(&reg), 0).unwrap();
-    let (_, l) = serve_steady_watching_sizes(&mut b, &reg);
-    assert!(l.switches >= 1 && l.plan_error.is_none(), "{l:?}");
-    assert!(
-        !l.recent_plans.is_empty() && l.recent_plans.iter().all(|p| !p.fallback),
-        "{:?}",
-        l.recent_plans
-    );
-    assert!(l.gpus_in_use <= 4, "{l:?}");
-    assert!(l.gpus[4..].iter().all(|g| g.partitions.is_empty()), "{l:?}");
-}
-
-#[test]
-fn the_inss_planner_serves_every_request_on_the_grid() {
-    let reg = registry();
-    let planner = sluice_inss::planner::InssPlanner::load(&shipped_inss_agents()).unwrap();
-    let mut b =
-        ClusterBackend::new(setup(&reg, 4, 50), Box::new(planner), Arc::clone(&reg), 0).unwrap();
-    let (sizes, l) = serve_steady_watching_sizes(&mut b, &reg);
-    assert_eq!(l.planner, "inss");
-    assert!(l.switches >= 1 && l.plan_error.is_none(), "{l:?}");
-    // The setup's grid is 25 % steps.
-    assert!(
-        sizes.iter().all(|s| s % 25 == 0),
-        "a size off the grid: {sizes:?}"
     );
 }
