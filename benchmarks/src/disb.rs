@@ -79,6 +79,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 use shm_proto::Priority;
+use sluice_rng::{Draws, Stream};
 
 use sluice_gpu::{DeviceProfile, Ns, OpError, ProfileError};
 use sluice_gpusim::GpuSim;
@@ -551,12 +552,6 @@ impl Normalisers {
     }
 }
 
-/// A uniform sample in [0, 1) from a splitmix64 stream.
-fn unit(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    (shm_proto::sim::splitmix64(*state) >> 11) as f64 / (1u64 << 53) as f64
-}
-
 fn model_id(models: &ModelRegistry, name: &str) -> Result<u32, DisbError> {
     models
         .lookup(name)
@@ -606,7 +601,7 @@ fn table2_case(
     duration_ns: Ns,
     seed: u64,
 ) -> Result<Case, DisbError> {
-    let mut rng = seed ^ (w as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f);
+    let mut rng = Stream::new(seed ^ (w as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f));
     let mut rt =
         |i: usize, name: &str, frac: f64, poisson: bool| -> Result<CaseClient, DisbError> {
             let id = model_id(models, name)?;
@@ -616,12 +611,12 @@ fn table2_case(
                 (
                     Arrival::Poisson {
                         rate_per_s: rate,
-                        seed: shm_proto::sim::splitmix64(rng ^ i as u64),
+                        seed: sluice_rng::splitmix(rng.state() ^ i as u64),
                     },
                     format!("poisson {:.0}% ({rate:.1}/s)", frac * 100.0),
                 )
             } else {
-                let offset_ns = (unit(&mut rng) * period_ns as f64) as Ns;
+                let offset_ns = (rng.unit() * period_ns as f64) as Ns;
                 (
                     Arrival::Uniform {
                         period_ns,

@@ -319,18 +319,18 @@ pub struct Sustained {
 
 pub use crate::runs::Progress;
 
-use crate::runs::unit;
+use sluice_rng::{Draws, Stream};
 
 /// `n` lognormal inter-arrival gaps of mean `mean_ns` and shape `sigma`
 /// (`mu = ln(mean) - sigma^2 / 2`), by Box-Muller, as arrival times from 0
 /// until `until`.
 pub fn lognormal_arrivals(mean_ns: f64, sigma: f64, until: Ns, seed: u64) -> Vec<Ns> {
     let mu = mean_ns.ln() - sigma * sigma / 2.0;
-    let mut rng = seed;
+    let mut rng = Stream::new(seed);
     let mut t = 0.0f64;
     let mut out = Vec::new();
     loop {
-        let (u1, u2) = (unit(&mut rng), unit(&mut rng));
+        let (u1, u2) = (rng.unit_open(), rng.unit_open());
         let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
         t += (mu + sigma * z).exp();
         if t >= until as f64 {
@@ -403,9 +403,9 @@ fn clients_for(
 ) -> (Vec<ClientSpec>, Vec<usize>, Vec<Vec<Ns>>) {
     let times = lognormal_arrivals(1e9 / total_rps, sigma, until, seed);
     let mut traces: Vec<Vec<Ns>> = vec![Vec::new(); ids.len()];
-    let mut rng = seed ^ 0x5eed;
+    let mut rng = Stream::new(seed ^ 0x5eed);
     for t in times {
-        let u = unit(&mut rng);
+        let u = rng.unit_open();
         let mut acc = 0.0;
         let mut m = ids.len() - 1;
         for (i, s) in share.iter().enumerate() {

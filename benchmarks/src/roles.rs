@@ -103,7 +103,7 @@ fn yes() -> bool {
 /// real model, varied by `counter`.
 fn fill_f32_input(buf: &mut [u8], seed: u64, counter: u64) {
     for (i, c) in buf.chunks_exact_mut(4).enumerate() {
-        let r = shm_proto::sim::splitmix64(seed ^ counter.rotate_left(32) ^ i as u64);
+        let r = sluice_rng::splitmix(seed ^ counter.rotate_left(32) ^ i as u64);
         let v = (r >> 40) as f32 / (1u64 << 23) as f32 - 1.0;
         c.copy_from_slice(&v.to_ne_bytes());
     }
@@ -111,7 +111,7 @@ fn fill_f32_input(buf: &mut [u8], seed: u64, counter: u64) {
 
 fn fill_input(buf: &mut [u8], seed: u64, counter: u64) {
     for (i, b) in buf.iter_mut().enumerate() {
-        *b = (shm_proto::sim::splitmix64(seed ^ (i as u64 / 8)) >> ((i % 8) * 8)) as u8;
+        *b = (sluice_rng::splitmix(seed ^ (i as u64 / 8)) >> ((i % 8) * 8)) as u8;
     }
     let c = counter.to_le_bytes();
     let n = buf.len().min(8);
@@ -150,7 +150,7 @@ pub fn run_client(role: &ClientRole) -> Result<ClientReport, Error> {
     let out_off = m.input_bytes.next_multiple_of(64);
     let slot_bytes = (out_off + m.output_bytes).next_multiple_of(4096);
     let slots = window.min((c.arena_len() / slot_bytes.max(1)).max(1) as usize);
-    let seed = shm_proto::sim::splitmix64(role.name.len() as u64 ^ u64::from(std::process::id()));
+    let seed = sluice_rng::splitmix(role.name.len() as u64 ^ u64::from(std::process::id()));
     let mut inputs = vec![vec![0u8; m.input_bytes as usize]; slots];
     let mut outbuf = vec![0u8; m.output_bytes as usize];
     let mut expect = vec![0u8; m.output_bytes as usize];

@@ -1,6 +1,6 @@
 //! What the benchmarks that run many independent simulations share: a work
-//! queue over worker threads that returns results in point order, their
-//! progress lines, and uniform samples from a splitmix64 stream.
+//! queue over worker threads that returns results in point order, and their
+//! progress lines.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,12 +29,6 @@ pub fn stderr_progress(label: &'static str) -> impl FnMut(Progress) + Send {
             eprintln!();
         }
     }
-}
-
-/// A uniform sample in (0, 1) from a splitmix64 stream.
-pub fn unit(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    ((shm_proto::sim::splitmix64(*state) >> 11) as f64 + 0.5) / (1u64 << 53) as f64
 }
 
 /// Runs `work` on every point, `jobs` (at least 1) at a time, taking points
@@ -86,14 +80,5 @@ mod tests {
         assert_eq!(seen.len(), 50);
         assert!(seen.iter().all(|p| p.total == 50));
         assert_eq!(seen.iter().map(|p| p.done).max(), Some(50));
-    }
-
-    #[test]
-    fn unit_samples_stay_inside_the_open_interval() {
-        let mut s = 7;
-        for _ in 0..10_000 {
-            let u = unit(&mut s);
-            assert!(u > 0.0 && u < 1.0, "{u}");
-        }
     }
 }

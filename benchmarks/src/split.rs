@@ -379,14 +379,14 @@ pub fn stderr_progress() -> impl FnMut(Progress) + Send {
     crate::runs::stderr_progress("bench split")
 }
 
-use crate::runs::unit;
+use sluice_rng::{Draws, Stream};
 
 /// `n` Poisson arrivals (exponential gaps of mean `mean_ns`) from 0.
-fn poisson(mean_ns: f64, n: usize, rng: &mut u64) -> Vec<Ns> {
+fn poisson(mean_ns: f64, n: usize, rng: &mut Stream) -> Vec<Ns> {
     let mut t = 0.0f64;
     (0..n)
         .map(|_| {
-            t += -unit(rng).ln() * mean_ns;
+            t += -rng.unit_open().ln() * mean_ns;
             t as Ns
         })
         .collect()
@@ -403,18 +403,18 @@ pub fn scenario_requests(
     seed: u64,
 ) -> Vec<(Ns, usize)> {
     let mean_ns = mean_gap_ms * 1e6;
-    let mut rng = seed;
+    let mut rng = Stream::new(seed);
     let mut out: Vec<(Ns, usize)> = match mix {
         Mix::Shared => poisson(mean_ns, n, &mut rng)
             .into_iter()
             .map(|t| {
-                let m = ((unit(&mut rng) * models as f64) as usize).min(models.saturating_sub(1));
+                let m = ((rng.unit_open() * models as f64) as usize).min(models.saturating_sub(1));
                 (t, m)
             })
             .collect(),
         Mix::PerModel => (0..models)
             .flat_map(|m| {
-                let mut r = seed ^ (m as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f);
+                let mut r = Stream::new(seed ^ (m as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f));
                 poisson(mean_ns, n, &mut r).into_iter().map(move |t| (t, m))
             })
             .collect(),

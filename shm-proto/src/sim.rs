@@ -59,8 +59,9 @@ impl Digest {
     }
 }
 
-/// One step of splitmix64 (Steele, Lea, Flood 2014), used as a counter-mode
-/// generator.
+/// One step of splitmix64 (Steele, Lea, Flood 2014): the word function of
+/// the output ([`fill_output`]), part of the wire protocol. Random numbers
+/// elsewhere in sluice come from the `sluice-rng` crate.
 pub const fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);

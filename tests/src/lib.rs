@@ -1290,11 +1290,11 @@ pub fn lookup(c: &mut Client, name: &str) -> ModelInfo {
 /// The deterministic test input for request `i` of the client with `seed`:
 /// distinct for every `(seed, i)`.
 pub fn test_input(seed: u64, i: u64, len: usize) -> Vec<u8> {
-    let base = shm_proto::sim::splitmix64(seed.wrapping_mul(0x9e37_79b9).wrapping_add(i << 1));
+    let base = sluice_rng::splitmix(seed.wrapping_mul(0x9e37_79b9).wrapping_add(i << 1));
     let mut v = Vec::with_capacity(len);
     let mut k = 0u64;
     while v.len() < len {
-        let w = shm_proto::sim::splitmix64(base.wrapping_add(k));
+        let w = sluice_rng::splitmix(base.wrapping_add(k));
         let take = (len - v.len()).min(8);
         v.extend_from_slice(&w.to_le_bytes()[..take]);
         k += 1;

@@ -52,6 +52,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 use serde::Serialize;
+use sluice_rng::{Draws, Stream};
 
 /// How a model's requests are split over its partitions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -254,19 +255,12 @@ pub enum SimError {
     },
 }
 
-/// A uniform sample in (0, 1] from a SplitMix64 stream.
-fn unit(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let z = shm_proto::sim::splitmix64(*state);
-    ((z >> 11) as f64 + 1.0) / (1u64 << 53) as f64
-}
-
 fn ns(ms: f64) -> u64 {
     (ms * 1e6).round().max(0.0) as u64
 }
 
 struct Arrivals {
-    rng: u64,
+    rng: Stream,
     /// Segments in seconds, rate in rps.
     rate: Vec<(f64, f64)>,
     seg: usize,
@@ -281,7 +275,7 @@ impl Arrivals {
             let (_, r) = self.rate[self.seg];
             let seg_end = self.rate.get(self.seg + 1).map_or(end, |s| s.0).min(end);
             if r > 0.0 {
-                let gap = -unit(&mut self.rng).ln() / r;
+                let gap = -self.rng.unit_nonzero().ln() / r;
                 if self.t + gap < seg_end {
                     self.t += gap;
                     return Some(self.t);
@@ -465,13 +459,13 @@ pub fn simulate(
         .iter()
         .enumerate()
         .map(|(i, m)| Arrivals {
-            rng: opts.seed ^ (i as u64 + 1).wrapping_mul(0xd134_2543_de82_ef95),
+            rng: Stream::new(opts.seed ^ (i as u64 + 1).wrapping_mul(0xd134_2543_de82_ef95)),
             rate: m.rate.clone(),
             seg: 0,
             t: 0.0,
         })
         .collect();
-    let mut route_rng = opts.seed ^ 0x5851_f42d_4c95_7f2d;
+    let mut route_rng = Stream::new(opts.seed ^ 0x5851_f42d_4c95_7f2d);
 
     let mut heap: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
     for (i, a) in arr.iter_mut().enumerate() {
@@ -592,7 +586,7 @@ pub fn simulate(
                 1 => 0,
                 len => match opts.routing {
                     Routing::Random => {
-                        let u = unit(&mut route_rng);
+                        let u = route_rng.unit_nonzero();
                         r.cum.partition_point(|&c| c < u).min(len - 1)
                     }
                     Routing::Wrr => {

@@ -562,7 +562,7 @@ pub fn plan(
             let mut placement = sluice_planner::Placement {
                 gpus: vec![Default::default(); gpus],
             };
-            let mut rng = sluice_rl::Rng::seed_from_u64(seed);
+            let mut rng = <sluice_rl::Rng as sluice_rl::SeedableRng>::seed_from_u64(seed);
             for g in 0..groups {
                 let members: Vec<usize> = (g..instances.len()).step_by(groups).collect();
                 let group: Vec<Instance> = members.iter().map(|&i| instances[i].clone()).collect();

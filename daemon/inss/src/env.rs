@@ -35,6 +35,8 @@
 
 use std::collections::VecDeque;
 
+use sluice_rng::{Draws, SeedableRng, SplitMix64};
+
 use crate::latency::task_latency_ms;
 use crate::types::ExecModel;
 use crate::workload::{Decision, Instance};
@@ -80,41 +82,6 @@ impl Default for EnvConfig {
     }
 }
 
-/// A small seeded generator (SplitMix64) for arrivals and rates.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SplitMix(u64);
-
-impl SplitMix {
-    /// Seeded.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// Next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `[lo, hi)`.
-    pub fn range(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.unit()
-    }
-
-    /// Exponential with mean `1 / rate`.
-    pub fn exp(&mut self, rate: f64) -> f64 {
-        -(1.0 - self.unit()).ln() / rate
-    }
-}
-
 /// One instance's queue.
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Queue {
@@ -154,7 +121,7 @@ impl StepOutcome {
 pub struct Env {
     cfg: EnvConfig,
     instances: Vec<Instance>,
-    rng: SplitMix,
+    rng: SplitMix64,
     rates: Vec<f64>,
     queues: Vec<Queue>,
     now_s: f64,
@@ -168,7 +135,7 @@ impl Env {
         Self {
             cfg,
             instances,
-            rng: SplitMix::new(seed),
+            rng: SplitMix64::seed_from_u64(seed),
             rates: vec![0.0; n],
             queues: vec![Queue::default(); n],
             now_s: 0.0,
@@ -217,7 +184,7 @@ impl Env {
     pub fn reset(&mut self) {
         for i in 0..self.instances.len() {
             let m = self.instances[i].max_rate_rps;
-            self.rates[i] = self.rng.range(self.cfg.rate_low, self.cfg.rate_high) * m;
+            self.rates[i] = self.rng.uniform(self.cfg.rate_low, self.cfg.rate_high) * m;
         }
         self.reset_with_rates(&self.rates.clone());
     }
@@ -292,7 +259,7 @@ impl Env {
             let m = self.instances[i].max_rate_rps;
             let f = self
                 .rng
-                .range(1.0 - self.cfg.rate_walk, 1.0 + self.cfg.rate_walk);
+                .uniform(1.0 - self.cfg.rate_walk, 1.0 + self.cfg.rate_walk);
             self.rates[i] =
                 (self.rates[i] * f).clamp(self.cfg.rate_low * m, self.cfg.rate_high * m);
         }

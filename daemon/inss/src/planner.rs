@@ -33,6 +33,7 @@
 //! promise SLOs (nothing here checks the plan against the tables, as
 //! gpulet's planners do): what they learned is Eq. 2's trade-off.
 
+use sluice_rng::SeedableRng;
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};

@@ -20,6 +20,7 @@
 //! sidecar). [`TwoStage::load`] checks the models and dimensions against
 //! what the caller serves and names any mismatch.
 
+use sluice_rng::SeedableRng;
 use std::path::Path;
 use std::time::Instant;
 

@@ -39,6 +39,7 @@ use sluice_gpu::occupancy::{Footprint, blocks_per_cu};
 use sluice_gpu::profile::DeviceProfile;
 use sluice_model::idempotent::{self, ByteRange, KernelAccess, RangeSet};
 use sluice_model::{KernelMemory, Manifest, Model, ModelError, ModelRegistry};
+use sluice_rng::{Draws, SeedableRng, SplitMix64};
 
 /// The models [`build`] knows.
 pub const MODEL_NAMES: [&str; 4] = ["vgg19", "resnet152", "bert_base", "gpt2"];
@@ -1626,26 +1627,6 @@ fn transformer(cfg: &TransformerCfg) -> Result<(Plan, String), BuildError> {
 
 // ---- weights ----
 
-/// SplitMix64 (Steele, Lea, Flood, OOPSLA 2014): a small, fast,
-/// deterministic generator.
-#[derive(Debug, Clone)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [-1, 1).
-    fn next_signed(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-}
-
 /// The weight buffers of a plan, generated from a seed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Weights {
@@ -1664,9 +1645,11 @@ impl Weights {
             .enumerate()
             .map(|(i, b)| match (b.role, b.init) {
                 (Role::Weight, Some(init)) => {
-                    let mut rng = SplitMix64(seed ^ (i as u64).wrapping_mul(0xd134_2543_de82_ef95));
+                    let mut rng = SplitMix64::seed_from_u64(
+                        seed ^ (i as u64).wrapping_mul(0xd134_2543_de82_ef95),
+                    );
                     (0..b.len)
-                        .map(|_| init.center + init.half_width * rng.next_signed())
+                        .map(|_| init.center + init.half_width * rng.signed_f32())
                         .collect()
                 }
                 _ => Vec::new(),
@@ -1986,9 +1969,9 @@ impl BuiltModel {
     /// An input uniform in [-1, 1) from `seed` (an image normalised to
     /// about unit scale, or an embedded token sequence).
     pub fn random_input(&self, seed: u64) -> Vec<f32> {
-        let mut rng = SplitMix64(seed);
+        let mut rng = SplitMix64::seed_from_u64(seed);
         (0..self.plan.buffer(self.plan.input).len)
-            .map(|_| rng.next_signed())
+            .map(|_| rng.signed_f32())
             .collect()
     }
 

@@ -937,17 +937,9 @@ mod tests {
 
     /// Deterministic values in [-1, 1) (SplitMix64).
     fn rand_vec(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed;
-        (0..n)
-            .map(|_| {
-                s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
-                let mut z = s;
-                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-                z ^= z >> 31;
-                ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
+        use sluice_rng::{Draws, SeedableRng};
+        let mut rng = sluice_rng::SplitMix64::seed_from_u64(seed);
+        (0..n).map(|_| rng.signed_f32()).collect()
     }
 
     fn assert_close(got: &[f32], want: &[f32], tol: f32) {

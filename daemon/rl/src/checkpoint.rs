@@ -260,7 +260,7 @@ fn parse_hex(s: &str) -> Option<u64> {
 
 /// The generator's state as four hex words.
 pub(crate) fn rng_to_hex(rng: &Rng) -> [String; 4] {
-    rng.state().map(hex)
+    crate::rng::xoshiro_state(rng).map(hex)
 }
 
 /// Restores a generator saved by [`rng_to_hex`].
@@ -275,7 +275,7 @@ pub(crate) fn rng_from_hex(dir: &Path, words: &[String; 4]) -> Result<Rng, LoadE
     for (w, word) in s.iter_mut().zip(words) {
         *w = parse_hex(word).ok_or_else(bad)?;
     }
-    Rng::from_state(s).ok_or_else(bad)
+    crate::rng::xoshiro_from_state(s).ok_or_else(bad)
 }
 
 /// The path a loader reports for a checkpoint's sidecar.
@@ -286,6 +286,7 @@ pub(crate) fn sidecar_path(dir: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::SeedableRng;
 
     #[test]
     fn hex_round_trips() {
@@ -307,6 +308,7 @@ mod tests {
 mod round_trip_tests {
     use super::*;
     use crate::replay::{Action, Transition};
+    use crate::rng::SeedableRng;
     use crate::sacd::{Sacd, SacdConfig};
     use crate::td3::{Head, Td3, Td3Config};
 

@@ -13,7 +13,7 @@
 //! caller drives:
 //!
 //! ```no_run
-//! use sluice_rl::{Action, Rng, Sacd, SacdConfig, Transition};
+//! use sluice_rl::{Action, Rng, Sacd, SacdConfig, SeedableRng, Transition};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let mut agent = Sacd::new(SacdConfig::new(4, 3), 7)?;
 //! let mut buffer = agent.replay_buffer()?;
@@ -83,7 +83,7 @@ pub mod td3;
 pub use error::{ActError, BuildError, LoadError, PushError, SampleError, SaveError, UpdateError};
 pub use net::{DEFAULT_HIDDEN, Mlp};
 pub use replay::{Action, ActionSpec, Batch, ReplayBuffer, ReplaySpec, Transition};
-pub use rng::Rng;
+pub use rng::{Draws, Rng, SeedableRng};
 pub use sacd::{Sacd, SacdConfig, SacdHyper, SacdLosses};
 pub use td3::{Head, Td3, Td3Config, Td3Hyper, Td3Losses};
 

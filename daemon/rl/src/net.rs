@@ -18,7 +18,7 @@
 use candle_core::{D, DType, Device, Result, Tensor, Var};
 use candle_nn::{Linear, Module, VarMap};
 
-use crate::rng::Rng;
+use crate::rng::{Draws, Rng};
 
 /// The hidden layers of InSS Table 2: two layers of 256 units.
 pub const DEFAULT_HIDDEN: [usize; 2] = [256, 256];
@@ -241,6 +241,7 @@ pub(crate) fn digest_varmap(map: &VarMap) -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::SeedableRng;
 
     #[test]
     fn init_follows_pytorch_bounds_and_seed() {

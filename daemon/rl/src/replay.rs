@@ -17,7 +17,7 @@
 use candle_core::{DType, Device, Tensor};
 
 use crate::error::{BuildError, PushError, SampleError, UpdateError};
-use crate::rng::Rng;
+use crate::rng::{Draws, Rng};
 
 /// The kind and width of the actions a buffer holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -429,6 +429,7 @@ fn overwrite(dst: &mut [f32], k: usize, row: &[f32]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rng::SeedableRng;
 
     fn discrete_spec() -> ReplaySpec {
         ReplaySpec {

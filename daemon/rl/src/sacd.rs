@@ -42,7 +42,7 @@ use crate::common::{allowed, check, finite, state_tensor};
 use crate::error::{ActError, BuildError, LoadError, SaveError, UpdateError};
 use crate::net::{DEFAULT_HIDDEN, Mlp, adam, digest_varmap, masked_log_softmax};
 use crate::replay::{ActionSpec, Batch, ReplayBuffer, ReplaySpec};
-use crate::rng::Rng;
+use crate::rng::{Draws, Rng, SeedableRng};
 
 /// SAC-Discrete hyperparameters. `Default` gives InSS Table 2's global stage.
 ///
@@ -336,7 +336,7 @@ impl Sacd {
         let mut best = allowed_ix[0];
         if explore {
             let p = masked_softmax(&logits, &allowed);
-            let u = rng.next_f64();
+            let u = rng.unit();
             let mut acc = 0.0;
             for &i in &allowed_ix {
                 acc += p[i];

@@ -40,7 +40,7 @@ use crate::common::{allowed, check, finite, state_tensor};
 use crate::error::{ActError, BuildError, LoadError, SaveError, UpdateError};
 use crate::net::{DEFAULT_HIDDEN, Mlp, adam, digest_varmap, masked_log_softmax};
 use crate::replay::{ActionSpec, Batch, ReplayBuffer, ReplaySpec};
-use crate::rng::Rng;
+use crate::rng::{Draws, Rng, SeedableRng};
 
 pub use crate::head::Head;
 
@@ -226,7 +226,7 @@ impl Td3 {
         let mut critic_vars = critic1.vars();
         critic_vars.extend(critic2.vars());
         let critic_opt = adam(critic_vars, h.critic_lr).map_err(cd)?;
-        let update_rng = rng.fork();
+        let update_rng = crate::rng::fork(&mut rng);
         Ok(Self {
             config,
             seed,
@@ -593,7 +593,7 @@ mod tests {
         let mut rng = Rng::seed_from_u64(seed + 100);
         for _ in 0..1000 {
             let ctx = rng.below(2);
-            let a = vec![rng.next_f64() as f32, rng.next_f64() as f32];
+            let a = vec![rng.unit() as f32, rng.unit() as f32];
             let t = TARGETS[ctx];
             let reward = -((a[0] - t[0]).powi(2) + (a[1] - t[1]).powi(2));
             buf.push(Transition {

@@ -16,6 +16,8 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::Arc;
+
+use sluice_rng::{Draws, Stream};
 use std::time::Instant;
 
 use shm_proto::Priority;
@@ -124,15 +126,9 @@ pub struct RunResult {
     pub callback_ns: hdrhistogram::Histogram<u64>,
 }
 
-/// A uniform sample in [0, 1) from a splitmix64 stream.
-fn unit(state: &mut u64) -> f64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    (shm_proto::sim::splitmix64(*state) >> 11) as f64 / (1u64 << 53) as f64
-}
-
 struct ClientState {
     spec: ClientSpec,
-    rng: u64,
+    rng: Stream,
     trace_pos: usize,
     /// Index of its pool in `run_on`'s pools, for [`Arrival::Pool`].
     pool: Option<u32>,
@@ -191,7 +187,7 @@ impl ClientState {
                 t + (*period_ns).max(1)
             }),
             Arrival::Poisson { rate_per_s, .. } => {
-                let u = unit(&mut self.rng);
+                let u = self.rng.unit();
                 let gap = -(1.0 - u).ln() / rate_per_s.max(1e-9) * 1e9;
                 Some(if first { 0 } else { t } + gap as Ns)
             }
@@ -241,8 +237,8 @@ pub fn run_on(
         .map(|(i, c)| ClientState {
             spec: c.clone(),
             rng: match c.arrival {
-                Arrival::Poisson { seed, .. } => seed,
-                _ => i as u64,
+                Arrival::Poisson { seed, .. } => Stream::new(seed),
+                _ => Stream::new(i as u64),
             },
             trace_pos: 0,
             pool: None,
@@ -644,7 +640,7 @@ mod tests {
                     seed: 7,
                 },
             },
-            rng: 7,
+            rng: Stream::new(7),
             trace_pos: 0,
             pool: None,
             pool_at: None,

@@ -24,9 +24,11 @@
 //!    [`GaParams::stall`] generations, or after [`GaParams::generations`].
 //!
 //! The run is deterministic given [`GaParams::seed`]: the only randomness
-//! is a splitmix64 counter ([`shm_proto::sim::splitmix64`]).
+//! is a SplitMix64 counter ([`sluice_rng::Counter`]).
 
 use std::collections::BTreeSet;
+
+use sluice_rng::{Counter, Draws};
 
 use serde::Serialize;
 
@@ -84,40 +86,15 @@ pub struct GaResult {
     pub history: Vec<f64>,
 }
 
-/// Deterministic random numbers: splitmix64 in counter mode.
-#[derive(Debug, Clone)]
-pub(crate) struct Rng(u64);
-
-impl Rng {
-    pub(crate) fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub(crate) fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(1);
-        shm_proto::sim::splitmix64(self.0)
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub(crate) fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    pub(crate) fn below(&mut self, n: usize) -> usize {
-        ((self.next_u64() as u128 * n as u128) >> 64) as usize
-    }
-}
-
 /// A cut position in `1..kernels` with density growing away from the start.
-fn biased_cut(rng: &mut Rng, kernels: usize) -> u32 {
+fn biased_cut(rng: &mut Counter, kernels: usize) -> u32 {
     let span = (kernels - 1) as f64;
     let c = 1 + (span * rng.unit().sqrt()) as usize;
     c.min(kernels - 1) as u32
 }
 
 /// Sorts, removes duplicates and tops up with fresh biased draws.
-fn repair(cuts: &mut Vec<u32>, want: usize, kernels: usize, rng: &mut Rng) {
+fn repair(cuts: &mut Vec<u32>, want: usize, kernels: usize, rng: &mut Counter) {
     let mut set: BTreeSet<u32> = cuts.iter().copied().collect();
     while set.len() < want {
         set.insert(biased_cut(rng, kernels));
@@ -126,7 +103,7 @@ fn repair(cuts: &mut Vec<u32>, want: usize, kernels: usize, rng: &mut Rng) {
     cuts.extend(set);
 }
 
-fn random_individual(rng: &mut Rng, want: usize, kernels: usize) -> Vec<u32> {
+fn random_individual(rng: &mut Counter, want: usize, kernels: usize) -> Vec<u32> {
     let mut v = Vec::with_capacity(want);
     repair(&mut v, want, kernels, rng);
     v
@@ -159,7 +136,7 @@ pub fn run(graph: &OperatorGraph, blocks: usize, p: &GaParams) -> Result<GaResul
         });
     }
     let kernels = graph.len();
-    let mut rng = Rng::new(p.seed);
+    let mut rng = Counter::new(p.seed);
     let mut pop: Vec<(f64, Vec<u32>)> = (0..p.population)
         .map(|_| {
             let c = random_individual(&mut rng, want, kernels);
@@ -217,7 +194,7 @@ pub fn run(graph: &OperatorGraph, blocks: usize, p: &GaParams) -> Result<GaResul
 
 /// Index of the fittest of `size` random individuals (`pop` is sorted best
 /// first, so the smallest index wins).
-fn tournament(pop: &[(f64, Vec<u32>)], size: usize, rng: &mut Rng) -> usize {
+fn tournament(pop: &[(f64, Vec<u32>)], size: usize, rng: &mut Counter) -> usize {
     (0..size.max(1))
         .map(|_| rng.below(pop.len()))
         .min()
@@ -283,7 +260,7 @@ mod tests {
 
     #[test]
     fn the_bias_favours_late_positions() {
-        let mut rng = Rng::new(7);
+        let mut rng = Counter::new(7);
         let n = 20_000;
         let late = (0..n).filter(|_| biased_cut(&mut rng, 101) > 50).count();
         // P(c > 50) = 1 − 0.5² = 0.75.
