@@ -7,9 +7,10 @@ mod command;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use command::{
-    bench, bench_client, check, client, demo, inspect, kernels, profile, run, split, status, train,
+    bench, bench_client, check, client, completions, demo, inspect, kernels, profile, run, split,
+    status, train,
 };
 
 /// sluice: share a GPU between real-time and best-effort DNN inference
@@ -43,6 +44,8 @@ enum Cmd {
     Check(check::Args),
     Profile(profile::Args),
     Split(split::Args),
+    Completions(completions::CompletionsArgs),
+    Man(completions::ManArgs),
     #[command(name = "__client", hide = true)]
     Client(client::Args),
     #[command(name = "__bench-client", hide = true)]
@@ -65,6 +68,8 @@ fn main() -> ExitCode {
         Cmd::Check(a) => check::run(a),
         Cmd::Profile(a) => profile::run(a),
         Cmd::Split(a) => split::run(a),
+        Cmd::Completions(a) => completions::completions(a, Cli::command()),
+        Cmd::Man(a) => completions::man(a, Cli::command()),
         Cmd::Client(a) => client::run(a),
         Cmd::BenchClient(a) => bench_client::run(a),
     }

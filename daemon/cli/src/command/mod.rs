@@ -12,6 +12,7 @@ pub mod bench;
 pub mod bench_client;
 pub mod check;
 pub mod client;
+pub mod completions;
 pub mod demo;
 pub mod inspect;
 pub mod kernels;
