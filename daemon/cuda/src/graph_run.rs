@@ -4,8 +4,9 @@
 //! `sluice run --device cuda` does, and, on the fake driver, how the
 //! lowering is tested against the graph's CPU executor.
 
-use sluice_graph::Static;
-use sluice_nn::builders::{LowerError, lower};
+use sluice_graph::{DType, Static, Tensor};
+use sluice_nn::builders::{LowerError, lower, lower_graph};
+use sluice_nn::reference::MAX_EXACT_INDEX;
 
 use crate::driver::CuDriver;
 use crate::plan_exec::{DeviceModel, InferError, KernelLibrary, LoadError, LoadOptions};
@@ -26,10 +27,98 @@ pub enum GraphRunError {
     /// Freeing its memory failed.
     #[error("freeing the model's device memory failed")]
     Free(#[source] crate::driver::DriverError),
+    /// The inputs given do not match the graph's.
+    #[error("input '{name}': {why}")]
+    Input {
+        /// The graph input.
+        name: String,
+        /// What is wrong and the fix.
+        why: String,
+    },
 }
 
-/// Lowers `s` (at batch 1), loads it through `q` (idle), runs `input` (the
-/// graph's one input, f32, row-major) and returns the graph's one output.
+/// Lowers `s` (any batch), loads it through `q` (idle), runs it on
+/// `inputs` (by graph input name: f32 tensors, and i64 token ids, which
+/// travel as f32 whole numbers and so must lie within ±2^24) and returns
+/// every graph output, in graph order, as an f32 tensor of its shape.
+pub fn infer_graph_tensors(
+    drv: &mut dyn CuDriver,
+    q: &mut VirtualQueue,
+    lib: &KernelLibrary,
+    s: &Static,
+    name: &str,
+    inputs: &[(&str, &Tensor)],
+    opts: &LoadOptions,
+) -> Result<Vec<(String, Tensor)>, GraphRunError> {
+    let low = lower_graph(s, name).map_err(GraphRunError::Lower)?;
+    let mut packed = vec![0.0f32; low.plan.buffer(low.plan.input()).len];
+    for io in &low.inputs {
+        let bad = |why: String| GraphRunError::Input {
+            name: io.name.clone(),
+            why,
+        };
+        let t = inputs
+            .iter()
+            .find(|(n, _)| *n == io.name)
+            .map(|(_, t)| *t)
+            .ok_or_else(|| bad("not given; pass a tensor for every graph input".into()))?;
+        if t.shape() != io.shape.as_slice() {
+            return Err(bad(format!(
+                "has shape {:?}; the graph takes {:?} at batch {}",
+                t.shape(),
+                io.shape,
+                s.batch()
+            )));
+        }
+        let dst = &mut packed[io.offset..io.offset + io.len];
+        match (io.dtype, t.as_f32()) {
+            (DType::F32, Some(v)) => dst.copy_from_slice(v),
+            (DType::I64, None) if t.dtype() == DType::I64 => {
+                for (d, &v) in dst.iter_mut().zip(&t.to_i64_vec()) {
+                    if v.unsigned_abs() > MAX_EXACT_INDEX as u64 {
+                        return Err(bad(format!(
+                            "holds {v}; ids travel to the device as f32 and must lie within -2^24..=2^24"
+                        )));
+                    }
+                    *d = v as f32;
+                }
+            }
+            _ => {
+                return Err(bad(format!(
+                    "is {}; the graph takes {}",
+                    t.dtype(),
+                    io.dtype
+                )));
+            }
+        }
+    }
+    let mut dm = DeviceModel::load(drv, q, &low.plan, &low.weights, lib, opts)
+        .map_err(|e| GraphRunError::Load(Box::new(e)))?;
+    let out = dm
+        .infer(drv, q, &packed)
+        .map_err(|e| GraphRunError::Infer(Box::new(e)));
+    dm.free(drv).map_err(GraphRunError::Free)?;
+    let out = out?;
+    low.outputs
+        .iter()
+        .map(|io| {
+            Tensor::f32(
+                io.shape.clone(),
+                out[io.offset..io.offset + io.len].to_vec(),
+            )
+            .map(|t| (io.name.clone(), t))
+            .map_err(|e| GraphRunError::Input {
+                name: io.name.clone(),
+                why: format!("the output does not fit its shape: {}", e.0),
+            })
+        })
+        .collect()
+}
+
+/// Lowers `s`, loads it through `q` (idle), runs `input` (the graph's
+/// inputs packed in graph order, f32, row-major) and returns the graph's
+/// outputs packed in graph order ([`infer_graph_tensors`] packs and
+/// unpacks by name).
 pub fn infer_graph(
     drv: &mut dyn CuDriver,
     q: &mut VirtualQueue,
