@@ -32,6 +32,9 @@
 //   counting the declared padding (peh, pew: trailing pads).
 // sluice_lrn: y = x / (bias + alpha/size · Σ x²)^beta over the channel
 //   window c - (size-1)/2 ..= c + ceil((size-1)/2).
+// sluice_interp: y[i] = Σ_t w[i·taps + t] · x[idx[i·taps + t]] (linear
+//   Resize: the corners of each output's interpolation cell); taps of
+//   weight 0 are skipped, an index outside x (src elements) writes NaN.
 
 #include "sluice.cuh"
 
@@ -310,5 +313,27 @@ sluice_lrn(const SluiceCtl* __restrict__ ctl, unsigned int kidx,
             sq += v * v;
         }
         y[i] = x[i] / powf(bias + alpha / (float)size * sq, beta);
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+sluice_interp(const SluiceCtl* __restrict__ ctl, unsigned int kidx,
+              const float* __restrict__ x, const float* __restrict__ idx,
+              const float* __restrict__ w, float* __restrict__ y, int n, int taps, int src)
+{
+    SLUICE_PROLOGUE(ctl, kidx);
+
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {
+        float acc = 0.0f;
+        for (int t = 0; t < taps; ++t) {
+            const long long at = i * taps + t;
+            const float wt = w[at];
+            if (wt != 0.0f) {
+                const float j = idx[at];
+                acc += wt * ((j >= 0.0f && j < (float)src) ? x[(int)j] : sluice_nan());
+            }
+        }
+        y[i] = acc;
     }
 }

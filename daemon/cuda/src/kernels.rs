@@ -122,11 +122,13 @@ pub enum Kernel {
     Pool2dEx,
     /// `sluice_lrn`: local response normalisation across channels.
     Lrn,
+    /// `sluice_interp`: weighted taps of one source (linear `Resize`).
+    Interp,
 }
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 16] = [
+    pub const ALL: [Kernel; 17] = [
         Kernel::Gemm,
         Kernel::Conv2d,
         Kernel::Pool2d,
@@ -143,6 +145,7 @@ impl Kernel {
         Kernel::Conv2dEx,
         Kernel::Pool2dEx,
         Kernel::Lrn,
+        Kernel::Interp,
     ];
 
     /// The `extern "C"` name, as in the PTX `.entry`.
@@ -164,6 +167,7 @@ impl Kernel {
             Kernel::Conv2dEx => "sluice_conv2d_ex",
             Kernel::Pool2dEx => "sluice_pool2d_ex",
             Kernel::Lrn => "sluice_lrn",
+            Kernel::Interp => "sluice_interp",
         }
     }
 
@@ -189,7 +193,8 @@ impl Kernel {
             | Kernel::Embedding
             | Kernel::Conv2dEx
             | Kernel::Pool2dEx
-            | Kernel::Lrn => "general.cu",
+            | Kernel::Lrn
+            | Kernel::Interp => "general.cu",
         }
     }
 
@@ -237,6 +242,7 @@ impl Kernel {
                 "x, y, NC, H, W, OH, OW, KH, KW, sh, sw, ph, pw, peh, pew, dh, dw, mode"
             }
             Kernel::Lrn => "x, y, N, C, HW, size, alpha, beta, bias",
+            Kernel::Interp => "x, idx, w, y, n, taps, src",
         }
     }
 
@@ -257,7 +263,8 @@ impl Kernel {
             | Kernel::Embedding
             | Kernel::Conv2dEx
             | Kernel::Pool2dEx
-            | Kernel::Lrn => "min(ceil(total/256), 65535), grid-stride",
+            | Kernel::Lrn
+            | Kernel::Interp => "min(ceil(total/256), 65535), grid-stride",
         }
     }
 

@@ -59,7 +59,7 @@ pub const DEFAULT_TIMEOUT_NS: u64 = 120_000_000_000;
 pub const POISON_BYTE: u8 = 0xFF;
 
 /// The ABI kernels a plan can launch, in the kernel table's order.
-pub const PLAN_KERNELS: [Kernel; 15] = [
+pub const PLAN_KERNELS: [Kernel; 16] = [
     Kernel::Gemm,
     Kernel::Conv2d,
     Kernel::Pool2d,
@@ -75,6 +75,7 @@ pub const PLAN_KERNELS: [Kernel; 15] = [
     Kernel::Conv2dEx,
     Kernel::Pool2dEx,
     Kernel::Lrn,
+    Kernel::Interp,
 ];
 
 fn kernel_index(k: Kernel) -> usize {
@@ -957,8 +958,8 @@ pub mod fake_abi {
     use sluice_nn::builders::Kernel;
     use sluice_nn::reference::{
         self, Act, AttentionShape, BmmShape, Conv2dShape, ConvExShape, ELEM_DESC_LEN, ElemOp,
-        ElemShape, EltwiseOp, EmbeddingShape, GatherShape, GemmShape, GlobalPoolShape, LrnShape,
-        Pool2dShape, PoolExShape, PoolMode, RowsShape,
+        ElemShape, EltwiseOp, EmbeddingShape, GatherShape, GemmShape, GlobalPoolShape, InterpShape,
+        LrnShape, Pool2dShape, PoolExShape, PoolMode, RowsShape,
     };
 
     /// What a kernel cut short leaves in every element of its output.
@@ -1423,6 +1424,19 @@ pub mod fake_abi {
                 let x = load(mem, a.ptr("x"), s.n * s.c * s.hw);
                 let mut y = vec![0.0; x.len()];
                 ok(name, reference::lrn(&s, &x, &mut y));
+                store(mem, a.ptr("y"), &y, how);
+            }
+            Kernel::Interp => {
+                let s = InterpShape {
+                    n: a.size("n"),
+                    taps: a.size("taps"),
+                    src: a.size("src"),
+                };
+                let x = load(mem, a.ptr("x"), s.src);
+                let idx = load(mem, a.ptr("idx"), s.n * s.taps);
+                let w = load(mem, a.ptr("w"), s.n * s.taps);
+                let mut y = vec![0.0; s.n];
+                ok(name, reference::interp(&s, &x, &idx, &w, &mut y));
                 store(mem, a.ptr("y"), &y, how);
             }
         }

@@ -33,8 +33,8 @@ pub use lower::{IoSlice, LowerError, Lowered, lower, lower_graph};
 
 use super::reference::{
     self, Act, AttentionShape, BmmShape, Conv2dShape, ConvExShape, ElemOp, ElemShape, EltwiseOp,
-    EmbeddingShape, GATHER_SOURCES, GatherShape, GemmShape, GlobalPoolShape, LrnShape, Pool2dShape,
-    PoolExShape, PoolMode, RowsShape, ShapeError,
+    EmbeddingShape, GATHER_SOURCES, GatherShape, GemmShape, GlobalPoolShape, InterpShape, LrnShape,
+    Pool2dShape, PoolExShape, PoolMode, RowsShape, ShapeError,
 };
 use sluice_gpu::occupancy::{Footprint, blocks_per_cu};
 use sluice_gpu::profile::DeviceProfile;
@@ -106,6 +106,8 @@ pub enum Kernel {
     Pool2dEx,
     /// `sluice_lrn`.
     Lrn,
+    /// `sluice_interp`.
+    Interp,
 }
 
 impl Kernel {
@@ -127,6 +129,7 @@ impl Kernel {
             Kernel::Conv2dEx => "sluice_conv2d_ex",
             Kernel::Pool2dEx => "sluice_pool2d_ex",
             Kernel::Lrn => "sluice_lrn",
+            Kernel::Interp => "sluice_interp",
         }
     }
 
@@ -158,7 +161,8 @@ impl Kernel {
             | Kernel::Embedding
             | Kernel::Conv2dEx
             | Kernel::Pool2dEx
-            | Kernel::Lrn => 0,
+            | Kernel::Lrn
+            | Kernel::Interp => 0,
         }
     }
 
@@ -174,7 +178,7 @@ impl Kernel {
             Kernel::Pool2d | Kernel::GlobalAvgPool => 24,
             Kernel::Eltwise => 16,
             Kernel::Softmax | Kernel::Layernorm => 32,
-            Kernel::Elementwise | Kernel::Gather | Kernel::Embedding => 24,
+            Kernel::Elementwise | Kernel::Gather | Kernel::Embedding | Kernel::Interp => 24,
             Kernel::Bmm | Kernel::Conv2dEx | Kernel::Pool2dEx | Kernel::Lrn => 32,
         }
     }
@@ -431,6 +435,19 @@ pub enum Op {
         /// The shape and constants.
         shape: LrnShape,
     },
+    /// `sluice_interp`.
+    Interp {
+        /// The source.
+        x: TensorRef,
+        /// `T` source indices per output element (a weight).
+        idx: TensorRef,
+        /// Their weights (a weight).
+        w: TensorRef,
+        /// Result.
+        y: TensorRef,
+        /// n, taps, source length.
+        shape: InterpShape,
+    },
 }
 
 /// One kernel argument after the prologue (`ctl`, `kidx`), in ABI order.
@@ -502,6 +519,7 @@ impl Op {
             Op::Conv2dEx { .. } => Kernel::Conv2dEx,
             Op::Pool2dEx { .. } => Kernel::Pool2dEx,
             Op::Lrn { .. } => Kernel::Lrn,
+            Op::Interp { .. } => Kernel::Interp,
         }
     }
 
@@ -529,6 +547,7 @@ impl Op {
                 [Some(*x), Some(*w), *bias].into_iter().flatten().collect()
             }
             Op::Pool2dEx { x, .. } | Op::Lrn { x, .. } => vec![*x],
+            Op::Interp { x, idx, w, .. } => vec![*x, *idx, *w],
         }
     }
 
@@ -548,7 +567,8 @@ impl Op {
             | Op::Embedding { y, .. }
             | Op::Conv2dEx { y, .. }
             | Op::Pool2dEx { y, .. }
-            | Op::Lrn { y, .. } => *y,
+            | Op::Lrn { y, .. }
+            | Op::Interp { y, .. } => *y,
             Op::Attention { out, .. } => *out,
         }
     }
@@ -624,6 +644,13 @@ impl Op {
             } => shape.check(x.len, w.len, bias.as_ref().map(len), y.len),
             Op::Pool2dEx { x, y, shape, .. } => shape.check(x.len, y.len),
             Op::Lrn { x, y, shape } => shape.check(x.len, y.len),
+            Op::Interp {
+                x,
+                idx,
+                w,
+                y,
+                shape,
+            } => shape.check(x.len, idx.len, w.len, y.len),
         }
     }
 
@@ -858,6 +885,21 @@ impl Op {
                 Arg::Float(s.beta),
                 Arg::Float(s.bias),
             ],
+            Op::Interp {
+                x,
+                idx,
+                w,
+                y,
+                shape: s,
+            } => vec![
+                t(x),
+                t(idx),
+                t(w),
+                t(y),
+                int("n", s.n)?,
+                int("taps", s.taps)?,
+                int("src", s.src)?,
+            ],
         })
     }
 
@@ -884,7 +926,8 @@ impl Op {
             | Op::Embedding { y, .. }
             | Op::Conv2dEx { y, .. }
             | Op::Pool2dEx { y, .. }
-            | Op::Lrn { y, .. } => [ceil_div(y.len, 256).clamp(1, 65_535), 1, 1],
+            | Op::Lrn { y, .. }
+            | Op::Interp { y, .. } => [ceil_div(y.len, 256).clamp(1, 65_535), 1, 1],
         })
     }
 
@@ -920,6 +963,7 @@ impl Op {
             }
             Op::Pool2dEx { shape: s, y, .. } => (y.len * s.kh * s.kw) as f64,
             Op::Lrn { shape: s, y, .. } => (y.len * (2 * s.size + 4)) as f64,
+            Op::Interp { shape: s, .. } => (2 * s.n * s.taps) as f64,
         }
     }
 
@@ -1537,6 +1581,7 @@ impl PlanBuilder {
                 Op::Pool2dEx { x, y, .. } | Op::Lrn { x, y, .. } => {
                     [x, y].into_iter().for_each(remap);
                 }
+                Op::Interp { x, idx, w, y, .. } => [x, idx, w, y].into_iter().for_each(remap),
             }
         }
         let mut old: Vec<Option<Buffer>> = self.buffers.into_iter().map(Some).collect();
@@ -2215,6 +2260,9 @@ impl<'a> CpuExec<'a> {
             } => reference::conv2d_ex(shape, s(x), s(w), bias.as_ref().map(s), out, *act),
             Op::Pool2dEx { x, shape, mode, .. } => reference::pool2d_ex(shape, s(x), out, *mode),
             Op::Lrn { x, shape, .. } => reference::lrn(shape, s(x), out),
+            Op::Interp {
+                x, idx, w, shape, ..
+            } => reference::interp(shape, s(x), s(idx), s(w), out),
         };
         self.mem[w.buf.0] = out_buf;
         res.map_err(|source| RunError::Shape {

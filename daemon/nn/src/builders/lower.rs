@@ -56,7 +56,7 @@ use super::{
 };
 use crate::reference::{
     BmmShape, ConvExShape, ELEM_DESC_LEN, ElemOp, ElemShape, EmbeddingShape, GATHER_SOURCES,
-    GatherShape, LrnShape, MAX_EXACT_INDEX, PoolExShape,
+    GatherShape, InterpShape, LrnShape, MAX_EXACT_INDEX, PoolExShape,
 };
 
 /// A graph the kernel library cannot run (yet).
@@ -296,6 +296,140 @@ impl<'s> Ctx<'s> {
                 None,
             ),
         }
+    }
+
+    /// A linear `Resize` as `sluice_interp`: the source coordinate of every
+    /// output element along each axis comes from evaluating the node on a
+    /// tensor holding each element's coordinate along that axis (linear
+    /// interpolation of a linear function is exact), and gives the corners
+    /// of the element's interpolation cell and their weights, as the CPU
+    /// executor weighs them.
+    fn resize_linear(
+        &mut self,
+        n: &sluice_graph::Node,
+        label: &str,
+    ) -> Result<TensorRef, LowerError> {
+        let xv = n
+            .inputs
+            .first()
+            .copied()
+            .flatten()
+            .ok_or_else(|| node_err(n, "no input"))?;
+        let xs = self.shape(xv);
+        let out = n
+            .outputs
+            .first()
+            .copied()
+            .flatten()
+            .ok_or_else(|| node_err(n, "no output"))?;
+        let os = self.shape(out);
+        let src: usize = xs.iter().product();
+        if src > MAX_EXACT_INDEX {
+            return Err(node_err(
+                n,
+                format!("its input holds {src} elements, above 2^24 (the index table is f32)"),
+            ));
+        }
+        let mut params: Vec<Option<Tensor>> = vec![None];
+        for (k, v) in n.inputs.iter().enumerate().skip(1) {
+            params.push(match v {
+                None => None,
+                Some(v) => Some(
+                    self.s
+                        .constant(*v)
+                        .ok_or_else(|| {
+                            node_err(
+                                n,
+                                format!("input {k} (roi, scales or sizes) must be a constant"),
+                            )
+                        })?
+                        .clone(),
+                ),
+            });
+        }
+        let r = xs.len();
+        let mut st = vec![1usize; r];
+        for d in (0..r.saturating_sub(1)).rev() {
+            st[d] = st[d + 1] * xs[d + 1];
+        }
+        let total: usize = os.iter().product();
+        let mut coords: Vec<Vec<f32>> = Vec::with_capacity(r);
+        for d in 0..r {
+            let along: Vec<f32> = (0..src).map(|i| ((i / st[d]) % xs[d]) as f32).collect();
+            params[0] = Some(Tensor::f32(xs.clone(), along).map_err(|e| node_err(n, e.0))?);
+            let refs: Vec<Option<&Tensor>> = params.iter().map(Option::as_ref).collect();
+            let t = sluice_graph::eval(&n.op, &refs, 1)
+                .map_err(|e| node_err(n, format!("building its interpolation table: {}", e.0)))?;
+            let v = t
+                .first()
+                .and_then(Tensor::as_f32)
+                .ok_or_else(|| node_err(n, "its interpolation table is not f32"))?
+                .iter()
+                .map(|&c| {
+                    if (c - c.round()).abs() < 1e-4 {
+                        c.round()
+                    } else {
+                        c
+                    }
+                })
+                .collect();
+            coords.push(v);
+        }
+        let active: Vec<usize> = (0..r)
+            .filter(|&d| coords[d].iter().any(|c| c.fract() != 0.0))
+            .collect();
+        if active.len() > 3 {
+            return Err(node_err(
+                n,
+                format!(
+                    "it interpolates {} axes; the lowering takes at most 3",
+                    active.len()
+                ),
+            ));
+        }
+        let taps = 1usize << active.len();
+        let (mut idx, mut wts) = (
+            Vec::with_capacity(total * taps),
+            Vec::with_capacity(total * taps),
+        );
+        for i in 0..total {
+            let lo = |d: usize| (coords[d][i].floor().max(0.0) as usize).min(xs[d] - 1);
+            let base: usize = (0..r).map(|d| lo(d) * st[d]).sum();
+            for corner in 0..taps {
+                let (mut off, mut w) = (base, 1.0f32);
+                for (bit, &d) in active.iter().enumerate() {
+                    let l = lo(d);
+                    let t = coords[d][i] - l as f32;
+                    if corner >> bit & 1 == 1 {
+                        off += ((l + 1).min(xs[d] - 1) - l) * st[d];
+                        w *= t;
+                    } else {
+                        w *= 1.0 - t;
+                    }
+                }
+                idx.push(off as f32);
+                wts.push(w);
+            }
+        }
+        let x = self.operand(n, Some(xv))?;
+        let it = self.weight(&format!("{label}.idx"), idx);
+        let wt = self.weight(&format!("{label}.w"), wts);
+        let y = self.act(label, total);
+        self.push(
+            label.to_owned(),
+            super::Op::Interp {
+                x,
+                idx: it,
+                w: wt,
+                y,
+                shape: InterpShape {
+                    n: total,
+                    taps,
+                    src,
+                },
+            },
+        )?;
+        Ok(y)
     }
 
     /// One `sluice_gather` per output of a data-movement node: the index
@@ -1338,16 +1472,13 @@ fn lower_node(cx: &mut Ctx<'_>, n: &sluice_graph::Node) -> Result<(), LowerError
             )?;
             y
         }
-        Op::Resize { mode, .. } => {
-            if !matches!(mode, ResizeMode::Nearest(_)) {
-                return Err(node_err(
-                    n,
-                    "the kernels resize by nearest neighbour only; linear and cubic interpolation have no kernel yet",
-                ));
+        Op::Resize { mode, .. } => match mode {
+            ResizeMode::Nearest(_) => {
+                cx.layout(n, &label, &[0])?;
+                return Ok(());
             }
-            cx.layout(n, &label, &[0])?;
-            return Ok(());
-        }
+            ResizeMode::Linear => cx.resize_linear(n, &label)?,
+        },
         Op::Transpose { .. } | Op::Slice | Op::Split { .. } | Op::Pad { .. } | Op::Expand => {
             cx.layout(n, &label, &[0])?;
             return Ok(());

@@ -365,6 +365,73 @@ pub fn gather(
     Ok(())
 }
 
+/// `sluice_interp`: `y[i] = Σ_t w[i·T + t] · x[idx[i·T + t]]` over `T`
+/// taps (linear `Resize`: the corners of the interpolation cell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InterpShape {
+    /// Output elements.
+    pub n: usize,
+    /// Taps per output element.
+    pub taps: usize,
+    /// Elements of `x`.
+    pub src: usize,
+}
+
+impl InterpShape {
+    /// Checks the lengths.
+    pub fn check(&self, x: usize, idx: usize, w: usize, y: usize) -> Result<(), ShapeError> {
+        let op = "interp";
+        let d = || format!("{self:?}");
+        nonzero(
+            op,
+            &d,
+            &[("n", self.n), ("taps", self.taps), ("src", self.src)],
+        )?;
+        expect_len(op, "x", d(), self.src, x)?;
+        expect_len(op, "idx", d(), self.n * self.taps, idx)?;
+        expect_len(op, "w", d(), self.n * self.taps, w)?;
+        expect_len(op, "y", d(), self.n, y)?;
+        if self.src > MAX_EXACT_INDEX {
+            return Err(ShapeError::BadParam {
+                op,
+                param: "src",
+                value: self.src,
+                shape: d(),
+                rule: "the source may hold at most 2^24 elements (the index table is f32)",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// `sluice_interp` (see [`InterpShape`]): taps of weight 0 are skipped; an
+/// index outside `x` writes NaN.
+pub fn interp(
+    s: &InterpShape,
+    x: &[f32],
+    idx: &[f32],
+    w: &[f32],
+    y: &mut [f32],
+) -> Result<(), ShapeError> {
+    s.check(x.len(), idx.len(), w.len(), y.len())?;
+    for (i, out) in y.iter_mut().enumerate() {
+        let mut acc = 0.0f32;
+        for t in i * s.taps..(i + 1) * s.taps {
+            if w[t] != 0.0 {
+                let j = idx[t];
+                acc += w[t]
+                    * if j >= 0.0 && (j as usize) < s.src {
+                        x[j as usize]
+                    } else {
+                        f32::NAN
+                    };
+            }
+        }
+        *out = acc;
+    }
+    Ok(())
+}
+
 /// `sluice_bmm`: `y[t] = a[t]·b[t]` for `batch` products of `M×K` by
 /// `K×N`; `a[t]` starts at `t·sa`, `b[t]` at `t·sb` (0: one matrix for
 /// every product), `y[t]` at `t·M·N`.
