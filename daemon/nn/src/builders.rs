@@ -2664,6 +2664,7 @@ mod tests {
                         Kernel::Softmax => &["TTii"],
                         Kernel::Layernorm => &["TTTTiif"],
                         Kernel::Attention => &["TTiiii"],
+                        k => panic!("{name} step {i}: the builders do not launch {k:?}"),
                     };
                     assert!(want.contains(&kinds.as_str()), "{name} step {i}: {kinds}");
                 }
