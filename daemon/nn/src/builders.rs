@@ -2404,6 +2404,17 @@ fn round_ns(us: f64) -> f64 {
 }
 
 impl BuiltModel {
+    /// A plan made elsewhere (an imported graph lowered by [`lower_graph`])
+    /// as a built model, so that it has a manifest; `provenance` says where
+    /// its shapes come from.
+    pub fn from_plan(plan: Plan, scale: Scale, provenance: String) -> BuiltModel {
+        BuiltModel {
+            plan,
+            options: BuildOptions { scale },
+            shapes: provenance,
+        }
+    }
+
     /// The plan.
     pub fn plan(&self) -> &Plan {
         &self.plan
