@@ -298,6 +298,58 @@ impl<'s> Ctx<'s> {
         }
     }
 
+    /// `x` (of shape `shape`) with its axes permuted by `perm`, by a
+    /// `sluice_gather` whose table is the permutation's; its new shape.
+    fn permute(
+        &mut self,
+        n: &sluice_graph::Node,
+        label: &str,
+        x: TensorRef,
+        shape: &[usize],
+        perm: &[usize],
+    ) -> Result<(TensorRef, Vec<usize>), LowerError> {
+        let r = shape.len();
+        let mut st = vec![1usize; r];
+        for d in (0..r.saturating_sub(1)).rev() {
+            st[d] = st[d + 1] * shape[d + 1];
+        }
+        let os: Vec<usize> = perm.iter().map(|&p| shape[p]).collect();
+        let total: usize = os.iter().product();
+        if total > MAX_EXACT_INDEX {
+            return Err(node_err(
+                n,
+                format!(
+                    "moving the axes of {shape:?} needs an index table of {total} entries, above 2^24"
+                ),
+            ));
+        }
+        let mut idx = Vec::with_capacity(total);
+        for i in 0..total {
+            let (mut rem, mut off) = (i, 0usize);
+            for d in (0..r).rev() {
+                off += (rem % os[d]) * st[perm[d]];
+                rem /= os[d];
+            }
+            idx.push(off as f32);
+        }
+        let it = self.weight(&format!("{label}.idx"), idx);
+        let y = self.act(label, total);
+        self.push(
+            label.to_owned(),
+            super::Op::Gather {
+                srcs: [Some(x), None, None, None],
+                idx: it,
+                y,
+                shape: GatherShape {
+                    n: total,
+                    lens: [x.len, 0, 0, 0],
+                    fill: 0.0,
+                },
+            },
+        )?;
+        Ok((y, os))
+    }
+
     /// A linear `Resize` as `sluice_interp`: the source coordinate of every
     /// output element along each axis comes from evaluating the node on a
     /// tensor holding each element's coordinate along that axis (linear
@@ -392,6 +444,8 @@ impl<'s> Ctx<'s> {
             Vec::with_capacity(total * taps),
             Vec::with_capacity(total * taps),
         );
+        // `coords` is indexed by axis, then element: element i across the axes.
+        #[allow(clippy::needless_range_loop)]
         for i in 0..total {
             let lo = |d: usize| (coords[d][i].floor().max(0.0) as usize).min(xs[d] - 1);
             let base: usize = (0..r).map(|d| lo(d) * st[d]).sum();
@@ -727,7 +781,11 @@ fn lower_node(cx: &mut Ctx<'_>, n: &sluice_graph::Node) -> Result<(), LowerError
         }
         Op::Cast { to } => {
             let from = inp(0).and_then(|v| s.info(v)).map(|(d, _)| d);
-            if *to != DType::F32 || from != Some(DType::F32) {
+            // Computed i64 values (token ids) already travel as f32 numbers.
+            let computed = inp(0).is_some_and(|v| cx.refs.contains_key(&v));
+            if *to != DType::F32
+                || !(from == Some(DType::F32) || (from == Some(DType::I64) && computed))
+            {
                 return Err(node_err(
                     n,
                     format!(
@@ -859,9 +917,6 @@ fn lower_node(cx: &mut Ctx<'_>, n: &sluice_graph::Node) -> Result<(), LowerError
             beta,
             act,
         } => {
-            if *trans_a {
-                return Err(node_err(n, "the kernel takes A untransposed (transA = 0)"));
-            }
             let (m, nn) = (oshape[0], oshape[1]);
             let bw = inp(1).ok_or_else(|| node_err(n, "no B"))?;
             let bs = cx.shape(bw);
@@ -902,7 +957,14 @@ fn lower_node(cx: &mut Ctx<'_>, n: &sluice_graph::Node) -> Result<(), LowerError
                     "a C that is not one row takes beta = 1 and no fused activation",
                 ));
             }
-            let a = cx.operand(n, inp(0))?;
+            let mut a = cx.operand(n, inp(0))?;
+            if *trans_a {
+                let av = inp(0).ok_or_else(|| node_err(n, "no A"))?;
+                let ashape = cx.shape(av);
+                a = cx
+                    .permute(n, &format!("{label}.A^T"), a, &ashape, &[1, 0])?
+                    .0;
+            }
             let c = cx.act(&label, olen);
             cx.push(
                 label.clone(),
@@ -934,12 +996,14 @@ fn lower_node(cx: &mut Ctx<'_>, n: &sluice_graph::Node) -> Result<(), LowerError
         Op::MatMul => {
             let av = inp(0).ok_or_else(|| node_err(n, "no A"))?;
             let bw = inp(1).ok_or_else(|| node_err(n, "no B"))?;
-            let (ashape, bs) = (cx.shape(av), cx.shape(bw));
-            if ashape.len() < 2 || bs.len() < 2 {
-                return Err(node_err(
-                    n,
-                    format!("the kernels multiply matrices; A {ashape:?} or B {bs:?} is a vector"),
-                ));
+            let (mut ashape, mut bs) = (cx.shape(av), cx.shape(bw));
+            // numpy: a vector A is one row, a vector B one column (dropped
+            // from the output, which keeps its element order).
+            if ashape.len() == 1 {
+                ashape.insert(0, 1);
+            }
+            if bs.len() == 1 {
+                bs.push(1);
             }
             let (m, k, nn) = (
                 ashape[ashape.len() - 2],
@@ -968,14 +1032,22 @@ fn lower_node(cx: &mut Ctx<'_>, n: &sluice_graph::Node) -> Result<(), LowerError
                 )?;
                 c
             } else {
-                let batch: usize = oshape[..oshape.len() - 2].iter().product();
+                let lead = sluice_graph::shape::broadcast(
+                    &ashape[..ashape.len() - 2],
+                    &bs[..bs.len() - 2],
+                )
+                .map_err(|e| node_err(n, e.0))?;
+                let batch: usize = lead.iter().product();
                 let stride = |sh: &[usize], mat: usize| -> Option<usize> {
                     let own: usize = sh[..sh.len() - 2].iter().product();
-                    let lead = &oshape[..oshape.len() - 2];
-                    let mine = &sh[..sh.len() - 2];
+                    let squeezed: Vec<usize> = sh[..sh.len() - 2]
+                        .iter()
+                        .copied()
+                        .skip_while(|&d| d == 1)
+                        .collect();
                     if own == 1 {
                         Some(0)
-                    } else if mine.len() <= lead.len() && lead.ends_with(mine) && own == batch {
+                    } else if own == batch && lead.ends_with(&squeezed) {
                         Some(mat)
                     } else {
                         None
@@ -1131,20 +1203,21 @@ fn lower_node(cx: &mut Ctx<'_>, n: &sluice_graph::Node) -> Result<(), LowerError
             if axes.is_empty() {
                 x
             } else {
-                let first = axes[0];
-                if axes != (first..xs.len()).collect::<Vec<_>>() {
-                    return Err(node_err(
-                        n,
-                        format!(
-                            "the kernel averages trailing axes only; here axes {axes:?} of rank {}",
-                            xs.len()
-                        ),
-                    ));
-                }
+                // The reduced axes are moved last (the kept ones in order).
+                let perm: Vec<usize> = (0..xs.len())
+                    .filter(|d| !axes.contains(d))
+                    .chain(axes.iter().copied())
+                    .collect();
+                let trailing = perm.iter().enumerate().all(|(i, &p)| i == p);
+                let x = if trailing {
+                    x
+                } else {
+                    cx.permute(n, &format!("{label}.in"), x, &xs, &perm)?.0
+                };
                 let y = cx.act(&label, olen);
                 let shape = GlobalPoolShape {
                     c: olen,
-                    hw: xs[first..].iter().product(),
+                    hw: axes.iter().map(|&a| xs[a]).product(),
                 };
                 cx.push(label.clone(), super::Op::GlobalAvgPool { x, y, shape })?;
                 y
@@ -1353,14 +1426,18 @@ fn lower_node(cx: &mut Ctx<'_>, n: &sluice_graph::Node) -> Result<(), LowerError
         } => {
             let r = oshape.len().max(1);
             let ax = sluice_graph::shape::norm_axis(*axis, r).map_err(|e| node_err(n, e.0))?;
-            if !*coerce_2d && ax + 1 != r {
-                return Err(node_err(
-                    n,
-                    format!("the kernel normalises the last axis only; here axis {ax} of rank {r}"),
-                ));
+            let mut x = cx.operand(n, inp(0))?;
+            // An inner axis is moved last, normalised, and moved back.
+            let inner = !*coerce_2d && ax + 1 != r;
+            let perm: Vec<usize> = (0..r).filter(|&d| d != ax).chain([ax]).collect();
+            if inner {
+                x = cx.permute(n, &format!("{label}.in"), x, &oshape, &perm)?.0;
             }
-            let cols: usize = oshape[ax..].iter().product();
-            let x = cx.operand(n, inp(0))?;
+            let cols: usize = if inner {
+                oshape[ax]
+            } else {
+                oshape[ax..].iter().product()
+            };
             let y = cx.act(&label, olen);
             cx.push(
                 label.clone(),
@@ -1373,7 +1450,16 @@ fn lower_node(cx: &mut Ctx<'_>, n: &sluice_graph::Node) -> Result<(), LowerError
                     },
                 },
             )?;
-            y
+            if inner {
+                let moved: Vec<usize> = perm.iter().map(|&p| oshape[p]).collect();
+                let mut back = vec![0usize; r];
+                for (i, &p) in perm.iter().enumerate() {
+                    back[p] = i;
+                }
+                cx.permute(n, &format!("{label}.out"), y, &moved, &back)?.0
+            } else {
+                y
+            }
         }
         Op::LayerNorm { axis, eps } => {
             let r = oshape.len();
