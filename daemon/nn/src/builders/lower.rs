@@ -11,13 +11,14 @@
 //!   following `sluice_elementwise`.
 //! - `Gemm` with a constant B (alpha folded into B, beta into C; a C that is
 //!   one row is the kernel's bias, any other broadcastable C a following
-//!   add) and `MatMul` by a constant matrix: `sluice_gemm`. `MatMul` of two
-//!   activations (attention's scores and context): `sluice_bmm`, batch axes
-//!   equal or one side's all 1.
+//!   add; a transposed A moved by `sluice_gather`) and `MatMul` by a
+//!   constant matrix: `sluice_gemm`. `MatMul` of two activations
+//!   (attention's scores and context): `sluice_bmm`, batch axes equal or one
+//!   side's all 1. A vector operand is one row (A) or one column (B).
 //! - Max / average pooling: square, symmetric windows without `ceil_mode`
 //!   on `sluice_pool2d`; every other window (asymmetric padding, dilation,
 //!   `ceil_mode`, `count_include_pad`) on `sluice_pool2d_ex`.
-//!   `GlobalAveragePool` and `ReduceMean` over trailing axes:
+//!   `GlobalAveragePool` and `ReduceMean` (its axes moved last first):
 //!   `sluice_global_avgpool`. `LRN`: `sluice_lrn`.
 //! - Element-wise: `Add` / two-input `Sum` of equal shapes (with a fused
 //!   ReLU), `Relu` and tanh-`Gelu` on `sluice_eltwise`; every other unary
@@ -26,16 +27,16 @@
 //!   broadcasting `Add` / `Sub` / `Mul` / `Div` / `Pow` / `Max` / `Min`,
 //!   `Sum` of any arity, `Where` and an inference `BatchNormalization` (a
 //!   per-channel multiply and add) on `sluice_elementwise`.
-//! - `Softmax` over the last axis (or the 2-D view before opset 13) on
-//!   `sluice_softmax`; `LayerNormalization` over the axes from `axis` on on
-//!   `sluice_layernorm`.
+//! - `Softmax` over the last axis (or the 2-D view before opset 13; an inner
+//!   axis is moved last and back) on `sluice_softmax`; `LayerNormalization`
+//!   over the axes from `axis` on on `sluice_layernorm`.
 //! - Data movement: `Transpose`, `Slice`, `Concat`, `Split`, `Pad`,
 //!   `Expand`, nearest `Resize` and `Gather` by constant indices on
 //!   `sluice_gather`, whose index table is the operator itself evaluated by
 //!   the graph's CPU executor on a tensor of element numbers; `Gather` of a
 //!   constant table by computed ids (an embedding) on `sluice_embedding`.
 //!   `Reshape`, `Flatten`, `Squeeze`, `Unsqueeze`, `Identity` and a `Cast`
-//!   to f32 of an f32 value only rename memory.
+//!   to f32 of an f32 value or of computed ids only rename memory.
 //!
 //! Anything else is refused with the node, its operator and the reason
 //! ([`LowerError`]), so a model runs on the device entirely or not at all.
