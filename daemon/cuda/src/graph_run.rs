@@ -598,6 +598,37 @@ mod tests {
         let s = b.build().unwrap().specialize(1).unwrap();
         let e = lower(&s, "t").unwrap_err().to_string();
         assert!(e.contains("'ls'") && e.contains("LogSoftmax"), "{e}");
+        // Integer arithmetic on computed ids (here a truncating division)
+        // would be f32 arithmetic on the device: refused.
+        let mut b = GraphBuilder::new(Limits::default());
+        let ids = b
+            .input("ids", DType::I64, vec![Dim::Fixed(1), Dim::Fixed(2)])
+            .unwrap();
+        let two = b
+            .constant_value("two", Tensor::i64(vec![1], vec![2]).unwrap())
+            .unwrap();
+        let half = b
+            .op(
+                "half",
+                Op::Binary(BinOp::Div, None),
+                vec![Some(ids), Some(two)],
+                "h",
+            )
+            .unwrap();
+        let t = b
+            .constant_value("t", Tensor::f32(vec![3, 2], rand(6, 1, 1.0)).unwrap())
+            .unwrap();
+        b.node(
+            "emb",
+            Op::Gather { axis: 0 },
+            vec![Some(t), Some(half)],
+            &["y"],
+        )
+        .unwrap();
+        b.output("y");
+        let s = b.build().unwrap().specialize(1).unwrap();
+        let e = lower(&s, "div").unwrap_err().to_string();
+        assert!(e.contains("'half'") && e.contains("i64"), "{e}");
         // Ids the f32 transport cannot carry exactly are refused by name.
         let mut b = GraphBuilder::new(Limits::default());
         let ids = b

@@ -776,6 +776,28 @@ fn lower_node(cx: &mut Ctx<'_>, n: &sluice_graph::Node) -> Result<(), LowerError
     let oshape = cx.shape(out);
     let olen: usize = oshape.iter().product();
     let label = format!("{}:{}", n.op.name(), n.name);
+    // The kernels compute in f32: integer arithmetic (truncating division,
+    // wrapping) would come out wrong, so only data movement may yield a
+    // non-f32 value (computed ids, carried exactly as f32 numbers).
+    let moves_only = matches!(
+        n.op,
+        Op::Flatten { .. }
+            | Op::Reshape { .. }
+            | Op::Squeeze
+            | Op::Unsqueeze
+            | Op::Identity
+            | Op::Cast { .. }
+    );
+    let odt = s.info(out).map(|(d, _)| d);
+    if !moves_only && odt != Some(DType::F32) {
+        return Err(node_err(
+            n,
+            format!(
+                "it computes {} values; the kernels compute in f32 only",
+                odt.map_or_else(|| "untyped".to_owned(), |d| d.to_string())
+            ),
+        ));
+    }
     let y = match &n.op {
         Op::Flatten { .. } | Op::Reshape { .. } | Op::Squeeze | Op::Unsqueeze | Op::Identity => {
             cx.operand(n, inp(0))?
