@@ -148,9 +148,9 @@ pub fn run(args: &RunRequest) -> Result<String, String> {
     Ok(text)
 }
 
-/// The graph on CUDA device 0 (lowered to the kernel library, batch 1):
-/// the outputs to write and a line with its time and its largest error
-/// against the CPU reference `cpu`.
+/// The graph on CUDA device 0 (lowered to the kernel library): the
+/// outputs to write and a line with its time and each output's largest
+/// error against the CPU reference `cpu`.
 #[cfg(feature = "cuda")]
 fn run_cuda(
     s: &sluice_graph::Static,
@@ -161,38 +161,40 @@ fn run_cuda(
     let name = model
         .file_stem()
         .map_or_else(|| "model".to_owned(), |n| n.to_string_lossy().into_owned());
-    let input = given
-        .first()
-        .and_then(|(_, t)| t.as_f32())
-        .ok_or("the CUDA kernels take one f32 input")?;
+    let inputs: Vec<(&str, &Tensor)> = given.iter().map(|(n, t)| (n.as_str(), t)).collect();
     let mut rig = sluice_cuda::open_cuda().map_err(|e| crate::error_chain(&e))?;
     let t = Instant::now();
-    let out = sluice_cuda::graph_run::infer_graph(
+    let out = sluice_cuda::graph_run::infer_graph_tensors(
         &mut rig.drv,
         &mut rig.q,
         &rig.lib,
         s,
         &name,
-        input,
+        &inputs,
         &sluice_cuda::plan_exec::LoadOptions::default(),
     )
     .map_err(|e| format!("{}: {}", model.display(), crate::error_chain(&e)))?;
     let secs = t.elapsed().as_secs_f64();
-    let (oname, reference) = &cpu[0];
-    let want = reference.as_f32().unwrap_or(&[]);
-    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let err = out
-        .iter()
-        .zip(want)
-        .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
-    let t_out = Tensor::f32(reference.shape().to_vec(), out).map_err(|e| e.0)?;
-    let line = format!(
-        "device cuda ({}): load + run {:.1} ms; largest error against the CPU reference {err:.3e} ({:.2e} of max |ref| {scale:.3e})\n",
+    let mut line = format!(
+        "device cuda ({}): load + run {:.1} ms; largest error against the CPU reference:",
         rig.drv.info(),
-        secs * 1e3,
-        if scale > 0.0 { err / scale } else { 0.0 }
+        secs * 1e3
     );
-    Ok((vec![(oname.clone(), t_out)], line))
+    for ((oname, got), (_, reference)) in out.iter().zip(cpu) {
+        let want = reference.as_f32().unwrap_or(&[]);
+        let g = got.as_f32().unwrap_or(&[]);
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = g
+            .iter()
+            .zip(want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        line += &format!(
+            " {oname} {err:.3e} ({:.2e} of max |ref| {scale:.3e});",
+            if scale > 0.0 { err / scale } else { 0.0 }
+        );
+    }
+    line.push('\n');
+    Ok((out, line))
 }
 
 #[cfg(not(feature = "cuda"))]

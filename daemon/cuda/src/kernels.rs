@@ -43,7 +43,7 @@ impl Source {
 }
 
 /// Every `.cu` file, each compiled as its own NVRTC program.
-pub const SOURCES: [Source; 8] = [
+pub const SOURCES: [Source; 9] = [
     Source {
         file: "gemm.cu",
         text: include_str!("../kernels/gemm.cu"),
@@ -73,6 +73,10 @@ pub const SOURCES: [Source; 8] = [
         text: include_str!("../kernels/attention.cu"),
     },
     Source {
+        file: "general.cu",
+        text: include_str!("../kernels/general.cu"),
+    },
+    Source {
         file: "synthetic.cu",
         text: include_str!("../kernels/synthetic.cu"),
     },
@@ -100,11 +104,31 @@ pub enum Kernel {
     /// `sluice_synthetic`: a kernel that spins for a given time per block
     /// (the benchmarks' kernels of manifest timing).
     Synthetic,
+    /// `sluice_elementwise`: unary, broadcasting binary and `Where`
+    /// operators over any strided layout of up to 6 axes.
+    Elementwise,
+    /// `sluice_gather`: every output element copied from an index of up to
+    /// four sources (Transpose, Slice, Concat, Split, Pad, Resize nearest,
+    /// Gather by constant indices).
+    Gather,
+    /// `sluice_bmm`: batched matrix products of two activations.
+    Bmm,
+    /// `sluice_embedding`: rows of a table picked by token ids.
+    Embedding,
+    /// `sluice_conv2d_ex`: direct grouped 2-D convolution, any batch,
+    /// per-axis strides, dilations and padding.
+    Conv2dEx,
+    /// `sluice_pool2d_ex`: pooling, any window, stride, dilation, padding.
+    Pool2dEx,
+    /// `sluice_lrn`: local response normalisation across channels.
+    Lrn,
+    /// `sluice_interp`: weighted taps of one source (linear `Resize`).
+    Interp,
 }
 
 impl Kernel {
     /// Every kernel, in table order.
-    pub const ALL: [Kernel; 9] = [
+    pub const ALL: [Kernel; 17] = [
         Kernel::Gemm,
         Kernel::Conv2d,
         Kernel::Pool2d,
@@ -114,6 +138,14 @@ impl Kernel {
         Kernel::Layernorm,
         Kernel::Attention,
         Kernel::Synthetic,
+        Kernel::Elementwise,
+        Kernel::Gather,
+        Kernel::Bmm,
+        Kernel::Embedding,
+        Kernel::Conv2dEx,
+        Kernel::Pool2dEx,
+        Kernel::Lrn,
+        Kernel::Interp,
     ];
 
     /// The `extern "C"` name, as in the PTX `.entry`.
@@ -128,6 +160,14 @@ impl Kernel {
             Kernel::Layernorm => "sluice_layernorm",
             Kernel::Attention => "sluice_attention",
             Kernel::Synthetic => "sluice_synthetic",
+            Kernel::Elementwise => "sluice_elementwise",
+            Kernel::Gather => "sluice_gather",
+            Kernel::Bmm => "sluice_bmm",
+            Kernel::Embedding => "sluice_embedding",
+            Kernel::Conv2dEx => "sluice_conv2d_ex",
+            Kernel::Pool2dEx => "sluice_pool2d_ex",
+            Kernel::Lrn => "sluice_lrn",
+            Kernel::Interp => "sluice_interp",
         }
     }
 
@@ -147,6 +187,14 @@ impl Kernel {
             Kernel::Layernorm => "layernorm.cu",
             Kernel::Attention => "attention.cu",
             Kernel::Synthetic => "synthetic.cu",
+            Kernel::Elementwise
+            | Kernel::Gather
+            | Kernel::Bmm
+            | Kernel::Embedding
+            | Kernel::Conv2dEx
+            | Kernel::Pool2dEx
+            | Kernel::Lrn
+            | Kernel::Interp => "general.cu",
         }
     }
 
@@ -183,6 +231,18 @@ impl Kernel {
             Kernel::Layernorm => "x, gamma?, beta?, y, rows, cols, eps",
             Kernel::Attention => "qkv, out, T, H, D, causal",
             Kernel::Synthetic => "sink, block_ns",
+            Kernel::Elementwise => "a, b?, c?, desc, y, n, op, act, p0, p1",
+            Kernel::Gather => "x0?, x1?, x2?, x3?, idx, y, n, n0, n1, n2, n3, fill",
+            Kernel::Bmm => "a, b, y, batch, M, N, K, sa, sb",
+            Kernel::Embedding => "table, ids, y, count, dim, vocab",
+            Kernel::Conv2dEx => {
+                "x, w, bias?, y, N, Cin, H, W, Cout, OH, OW, KH, KW, sh, sw, ph, pw, dh, dw, groups, act"
+            }
+            Kernel::Pool2dEx => {
+                "x, y, NC, H, W, OH, OW, KH, KW, sh, sw, ph, pw, peh, pew, dh, dw, mode"
+            }
+            Kernel::Lrn => "x, y, N, C, HW, size, alpha, beta, bias",
+            Kernel::Interp => "x, idx, w, y, n, taps, src",
         }
     }
 
@@ -197,6 +257,14 @@ impl Kernel {
             Kernel::Softmax | Kernel::Layernorm => "rows",
             Kernel::Attention => "(ceil(T/64), H)",
             Kernel::Synthetic => "given",
+            Kernel::Elementwise
+            | Kernel::Gather
+            | Kernel::Bmm
+            | Kernel::Embedding
+            | Kernel::Conv2dEx
+            | Kernel::Pool2dEx
+            | Kernel::Lrn
+            | Kernel::Interp => "min(ceil(total/256), 65535), grid-stride",
         }
     }
 
@@ -206,7 +274,12 @@ impl Kernel {
     pub fn polls(self) -> bool {
         matches!(
             self,
-            Kernel::Gemm | Kernel::Conv2d | Kernel::Attention | Kernel::Synthetic
+            Kernel::Gemm
+                | Kernel::Conv2d
+                | Kernel::Attention
+                | Kernel::Synthetic
+                | Kernel::Bmm
+                | Kernel::Conv2dEx
         )
     }
 }

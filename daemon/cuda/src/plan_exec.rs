@@ -59,7 +59,7 @@ pub const DEFAULT_TIMEOUT_NS: u64 = 120_000_000_000;
 pub const POISON_BYTE: u8 = 0xFF;
 
 /// The ABI kernels a plan can launch, in the kernel table's order.
-pub const PLAN_KERNELS: [Kernel; 8] = [
+pub const PLAN_KERNELS: [Kernel; 16] = [
     Kernel::Gemm,
     Kernel::Conv2d,
     Kernel::Pool2d,
@@ -68,6 +68,14 @@ pub const PLAN_KERNELS: [Kernel; 8] = [
     Kernel::Softmax,
     Kernel::Layernorm,
     Kernel::Attention,
+    Kernel::Elementwise,
+    Kernel::Gather,
+    Kernel::Bmm,
+    Kernel::Embedding,
+    Kernel::Conv2dEx,
+    Kernel::Pool2dEx,
+    Kernel::Lrn,
+    Kernel::Interp,
 ];
 
 fn kernel_index(k: Kernel) -> usize {
@@ -109,7 +117,7 @@ pub enum LibraryError {
 /// The ABI kernels, loaded: a [`KernelHandle`] per [`Kernel`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct KernelLibrary {
-    handles: [Option<KernelHandle>; 8],
+    handles: [Option<KernelHandle>; PLAN_KERNELS.len()],
     /// The synthetic kernel (`gpu::SYNTHETIC_KERNEL`), if an image has it.
     synthetic: Option<KernelHandle>,
 }
@@ -949,8 +957,9 @@ pub mod fake_abi {
     use crate::kernels::{self, SOURCES};
     use sluice_nn::builders::Kernel;
     use sluice_nn::reference::{
-        self, Act, AttentionShape, Conv2dShape, EltwiseOp, GemmShape, GlobalPoolShape, Pool2dShape,
-        PoolMode, RowsShape,
+        self, Act, AttentionShape, BmmShape, Conv2dShape, ConvExShape, ELEM_DESC_LEN, ElemOp,
+        ElemShape, EltwiseOp, EmbeddingShape, GatherShape, GemmShape, GlobalPoolShape, InterpShape,
+        LrnShape, Pool2dShape, PoolExShape, PoolMode, RowsShape,
     };
 
     /// What a kernel cut short leaves in every element of its output.
@@ -1273,6 +1282,162 @@ pub mod fake_abi {
                 let mut out = vec![0.0; s.t * s.h * s.d];
                 ok(name, reference::attention(&s, &qkv, &mut out));
                 store(mem, a.ptr("out"), &out, how);
+            }
+            Kernel::Elementwise => {
+                let n = a.size("n");
+                let (p0, p1) = (a.float("p0"), a.float("p1"));
+                let op = ElemOp::from_code(a.int("op"), p0, p1)
+                    .unwrap_or_else(|| panic!("{name}: op = {}", a.int("op")));
+                let act = match ElemOp::from_code(a.int("act"), p0, p1) {
+                    Some(ElemOp::Unary(u)) => u,
+                    _ => panic!("{name}: act = {}", a.int("act")),
+                };
+                let desc = reference::elem_desc_from(&load(mem, a.ptr("desc"), ELEM_DESC_LEN));
+                let s = ElemShape { n, desc, op, act };
+                // Each operand as far as its strides reach.
+                let reach = |k: usize| {
+                    (0..6)
+                        .map(|r| desc[r].saturating_sub(1) * desc[6 * (k + 1) + r])
+                        .sum::<usize>()
+                        + 1
+                };
+                let x = load(mem, a.ptr("a"), reach(0));
+                let b = (op.operands() >= 2).then(|| load(mem, a.ptr("b"), reach(1)));
+                let c = (op.operands() >= 3).then(|| load(mem, a.ptr("c"), reach(2)));
+                let mut y = vec![0.0; n];
+                ok(
+                    name,
+                    reference::elementwise(&s, &x, b.as_deref(), c.as_deref(), &mut y),
+                );
+                store(mem, a.ptr("y"), &y, how);
+            }
+            Kernel::Gather => {
+                let s = GatherShape {
+                    n: a.size("n"),
+                    lens: [a.size("n0"), a.size("n1"), a.size("n2"), a.size("n3")],
+                    fill: a.float("fill"),
+                };
+                let srcs: Vec<Option<Vec<f32>>> = ["x0", "x1", "x2", "x3"]
+                    .iter()
+                    .zip(s.lens)
+                    .map(|(p, len)| load_opt(mem, a.ptr(p), len))
+                    .collect();
+                let idx = load(mem, a.ptr("idx"), s.n);
+                let mut y = vec![0.0; s.n];
+                let refs = [0, 1, 2, 3].map(|k| srcs[k].as_deref());
+                ok(name, reference::gather(&s, refs, &idx, &mut y));
+                store(mem, a.ptr("y"), &y, how);
+            }
+            Kernel::Bmm => {
+                let s = BmmShape {
+                    batch: a.size("batch"),
+                    m: a.size("M"),
+                    n: a.size("N"),
+                    k: a.size("K"),
+                    sa: a.size("sa"),
+                    sb: a.size("sb"),
+                };
+                let x = load(mem, a.ptr("a"), (s.batch - 1) * s.sa + s.m * s.k);
+                let w = load(mem, a.ptr("b"), (s.batch - 1) * s.sb + s.k * s.n);
+                let mut y = vec![0.0; s.batch * s.m * s.n];
+                ok(name, reference::bmm(&s, &x, &w, &mut y));
+                store(mem, a.ptr("y"), &y, how);
+            }
+            Kernel::Embedding => {
+                let s = EmbeddingShape {
+                    count: a.size("count"),
+                    dim: a.size("dim"),
+                    vocab: a.size("vocab"),
+                };
+                let table = load(mem, a.ptr("table"), s.vocab * s.dim);
+                let ids = load(mem, a.ptr("ids"), s.count);
+                let mut y = vec![0.0; s.count * s.dim];
+                ok(name, reference::embedding(&s, &table, &ids, &mut y));
+                store(mem, a.ptr("y"), &y, how);
+            }
+            Kernel::Conv2dEx => {
+                let s = ConvExShape {
+                    n: a.size("N"),
+                    cin: a.size("Cin"),
+                    h: a.size("H"),
+                    w: a.size("W"),
+                    cout: a.size("Cout"),
+                    oh: a.size("OH"),
+                    ow: a.size("OW"),
+                    kh: a.size("KH"),
+                    kw: a.size("KW"),
+                    sh: a.size("sh"),
+                    sw: a.size("sw"),
+                    ph: a.size("ph"),
+                    pw: a.size("pw"),
+                    dh: a.size("dh"),
+                    dw: a.size("dw"),
+                    groups: a.size("groups"),
+                };
+                let x = load(mem, a.ptr("x"), s.n * s.cin * s.h * s.w);
+                let w = load(
+                    mem,
+                    a.ptr("w"),
+                    s.cout * (s.cin / s.groups.max(1)) * s.kh * s.kw,
+                );
+                let bias = load_opt(mem, a.ptr("bias"), s.cout);
+                let mut y = vec![0.0; s.n * s.cout * s.oh * s.ow];
+                ok(
+                    name,
+                    reference::conv2d_ex(&s, &x, &w, bias.as_deref(), &mut y, act(a.int("act"))),
+                );
+                store(mem, a.ptr("y"), &y, how);
+            }
+            Kernel::Pool2dEx => {
+                let s = PoolExShape {
+                    nc: a.size("NC"),
+                    h: a.size("H"),
+                    w: a.size("W"),
+                    oh: a.size("OH"),
+                    ow: a.size("OW"),
+                    kh: a.size("KH"),
+                    kw: a.size("KW"),
+                    sh: a.size("sh"),
+                    sw: a.size("sw"),
+                    ph: a.size("ph"),
+                    pw: a.size("pw"),
+                    peh: a.size("peh"),
+                    pew: a.size("pew"),
+                    dh: a.size("dh"),
+                    dw: a.size("dw"),
+                };
+                let x = load(mem, a.ptr("x"), s.nc * s.h * s.w);
+                let mut y = vec![0.0; s.nc * s.oh * s.ow];
+                ok(name, reference::pool2d_ex(&s, &x, &mut y, a.int("mode")));
+                store(mem, a.ptr("y"), &y, how);
+            }
+            Kernel::Lrn => {
+                let s = LrnShape {
+                    n: a.size("N"),
+                    c: a.size("C"),
+                    hw: a.size("HW"),
+                    size: a.size("size"),
+                    alpha: a.float("alpha"),
+                    beta: a.float("beta"),
+                    bias: a.float("bias"),
+                };
+                let x = load(mem, a.ptr("x"), s.n * s.c * s.hw);
+                let mut y = vec![0.0; x.len()];
+                ok(name, reference::lrn(&s, &x, &mut y));
+                store(mem, a.ptr("y"), &y, how);
+            }
+            Kernel::Interp => {
+                let s = InterpShape {
+                    n: a.size("n"),
+                    taps: a.size("taps"),
+                    src: a.size("src"),
+                };
+                let x = load(mem, a.ptr("x"), s.src);
+                let idx = load(mem, a.ptr("idx"), s.n * s.taps);
+                let w = load(mem, a.ptr("w"), s.n * s.taps);
+                let mut y = vec![0.0; s.n];
+                ok(name, reference::interp(&s, &x, &idx, &w, &mut y));
+                store(mem, a.ptr("y"), &y, how);
             }
         }
     }

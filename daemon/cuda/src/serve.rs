@@ -4,15 +4,23 @@
 //! the GPU model, through [`CudaGpu`]'s virtual queues.
 //!
 //! **Models.** Every model of the registry must have a builder
-//! ([`sluice_nn::builders::MODEL_NAMES`]), and its manifest must match the
-//! built plan (one manifest kernel per plan step, the plan's input and
-//! output sizes): [`builder_registry`] makes such a registry from the
-//! builders, with estimated kernel times; manifests measured by
-//! `sluice profile --device cuda` may replace them. Weights are random
+//! ([`sluice_nn::builders::MODEL_NAMES`]) or an imported graph
+//! ([`GraphModels`]: an ONNX file lowered by
+//! [`sluice_nn::builders::lower_graph`], with the file's own weights), and
+//! its manifest must match the plan (one manifest kernel per plan step, the
+//! plan's input and output sizes): [`builder_registry`] makes such a
+//! registry from the builders, [`graph_registry`] from the builders and
+//! imported graphs ([`onnx_graphs`] reads a folder of ONNX files, e.g.
+//! the DISB models of `scripts/onnx/make-disb-models.py`), with estimated
+//! kernel times; manifests measured by `sluice profile --device cuda` may
+//! replace them. Weights are random
 //! (seeded): the point is the GPU work and its scheduling, not the
-//! answers. Client input is the plan's f32 input tensor, byte for byte;
-//! the plans do no data-dependent addressing (no embedding gather), so no
-//! input can make a kernel read or write outside its buffers.
+//! answers (an imported graph's weights are its own). Client input is the
+//! plan's f32 input tensor, byte for byte (an imported graph's inputs packed
+//! in graph order, token ids as f32 numbers); the only data-dependent
+//! addressing is `sluice_embedding`'s, which writes NaN for an id outside
+//! its table, so no input can make a kernel read or write outside its
+//! buffers.
 //!
 //! **Instances.** A loaded model ([`DeviceModel`]: weights, activations,
 //! pinned input and output buffers in one device arena) runs one inference
@@ -66,7 +74,10 @@ use sluice_gpu::{
     DeviceProfile, Event, Gpu, GpuError, HostReset, KernelLaunch, KernelRef, Ns, StreamId,
 };
 use sluice_model::{Model, ModelError, ModelRegistry};
-use sluice_nn::builders::{BuildError, BuildOptions, ExportError, MODEL_NAMES, Scale, build};
+use sluice_nn::builders::{
+    BuildError, BuildOptions, BuiltModel, ExportError, LowerError, MODEL_NAMES, Plan, Scale,
+    Weights, build, lower_graph,
+};
 use sluice_sched::{
     Ctx, Policy, PolicyKind, PolicyStats, Task, TaskDone, TaskFailed, TaskId, TaskMissed, arrive,
     queue::EdfQueue, untag,
@@ -183,6 +194,128 @@ pub enum RegistryError {
     /// The registry refused the manifests.
     #[error("registering the builders' manifests")]
     Registry(#[source] ModelError),
+    /// An imported graph does not lower to the kernel library.
+    #[error("model `{name}` (an imported graph) cannot run on the CUDA kernel library")]
+    Lower {
+        /// The model.
+        name: String,
+        /// Why.
+        #[source]
+        source: Box<LowerError>,
+    },
+    /// Its manifest could not be made.
+    #[error("exporting the manifest of model `{name}` (an imported graph)")]
+    ExportGraph {
+        /// The model.
+        name: String,
+        /// Why.
+        #[source]
+        source: Box<ExportError>,
+    },
+    /// An ONNX file of the folder could not be read.
+    #[error("{path}: {why}")]
+    Onnx {
+        /// The file or folder.
+        path: std::path::PathBuf,
+        /// What is wrong and the fix.
+        why: String,
+    },
+}
+
+/// Models served from imported graphs instead of builders: each registry
+/// name with its lowered plan and the graph's own weights.
+pub type GraphModels = HashMap<String, (Plan, Weights)>;
+
+/// The registry of every built model ([`MODEL_NAMES`]) at `scale`, each
+/// replaced by the imported graph of the same registry name in `graphs`
+/// (`vgg19_small` at Small scale, `vgg19` at Full; at batch 1), and every
+/// other graph of `graphs` (e.g. `yolov3_small`) added; with the lowered
+/// plans and weights to serve them ([`CudaServer::with_graphs`]). Kernel
+/// times are estimated as for the builders.
+pub fn graph_registry(
+    scale: Scale,
+    graphs: &[(String, sluice_graph::Static)],
+) -> Result<(ModelRegistry, GraphModels), RegistryError> {
+    let mut parts = Vec::with_capacity(MODEL_NAMES.len() + graphs.len());
+    let mut plans = GraphModels::new();
+    for (name, s) in graphs {
+        let low = lower_graph(s, name).map_err(|source| RegistryError::Lower {
+            name: name.clone(),
+            source: Box::new(source),
+        })?;
+        let built = BuiltModel::from_plan(
+            low.plan,
+            scale,
+            format!("the imported graph `{name}` at batch {}", s.batch()),
+        );
+        let m = built
+            .manifest()
+            .map_err(|source| RegistryError::ExportGraph {
+                name: name.clone(),
+                source: Box::new(source),
+            })?;
+        parts.push((m.file, m.manifest, m.memory));
+        plans.insert(name.clone(), (built.plan().clone(), low.weights));
+    }
+    for name in MODEL_NAMES {
+        let built =
+            build(name, &BuildOptions { scale }).map_err(|source| RegistryError::Build {
+                name,
+                source: Box::new(source),
+            })?;
+        if plans.contains_key(built.plan().name()) {
+            continue;
+        }
+        let m = built.manifest().map_err(|source| RegistryError::Export {
+            name,
+            source: Box::new(source),
+        })?;
+        parts.push((m.file, m.manifest, m.memory));
+    }
+    let reg = ModelRegistry::from_parts(parts).map_err(RegistryError::Registry)?;
+    Ok((reg, plans))
+}
+
+/// Every `*.onnx` file of `dir` (in name order) as a graph at batch 1,
+/// named by its file stem (`make-disb-models.py --small` writes
+/// `vgg19_small.onnx`, ...), for [`graph_registry`].
+pub fn onnx_graphs(
+    dir: &std::path::Path,
+) -> Result<Vec<(String, sluice_graph::Static)>, RegistryError> {
+    let bad = |path: &std::path::Path, why: String| RegistryError::Onnx {
+        path: path.to_owned(),
+        why,
+    };
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| {
+            bad(
+                dir,
+                format!("cannot list it: {e}; give a folder of ONNX files"),
+            )
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "onnx"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(bad(
+            dir,
+            "holds no .onnx file; make the DISB models with scripts/onnx/make-disb-models.py"
+                .into(),
+        ));
+    }
+    files
+        .iter()
+        .map(|p| {
+            let m = sluice_onnx::load(p, &sluice_onnx::Options::default())
+                .map_err(|e| bad(p, e.to_string()))?;
+            let s = m.graph.specialize(1).map_err(|e| bad(p, e.to_string()))?;
+            let name = p
+                .file_stem()
+                .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+            Ok((name, s))
+        })
+        .collect()
 }
 
 /// The registry of every built model ([`MODEL_NAMES`]) at `scale`, with
@@ -407,11 +540,37 @@ impl CudaServer {
     /// the call: it is paired with the device's clock at entry). `device`
     /// names the GPU in [`Backend::name`].
     pub fn new(
+        gpu: CudaGpu,
+        lib: &KernelLibrary,
+        kind: PolicyKind,
+        models: Arc<ModelRegistry>,
+        opts: &ServeOptions,
+        device: &str,
+        mono_now: u64,
+    ) -> Result<Self, ServeError> {
+        Self::with_graphs(
+            gpu,
+            lib,
+            kind,
+            models,
+            opts,
+            &GraphModels::new(),
+            device,
+            mono_now,
+        )
+    }
+
+    /// [`CudaServer::new`], with the models `graphs` names run from their
+    /// lowered plans and own weights ([`graph_registry`]) and every other
+    /// one from its builder.
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_graphs(
         mut gpu: CudaGpu,
         lib: &KernelLibrary,
         kind: PolicyKind,
         models: Arc<ModelRegistry>,
         opts: &ServeOptions,
+        graphs: &GraphModels,
         device: &str,
         mono_now: u64,
     ) -> Result<Self, ServeError> {
@@ -434,27 +593,34 @@ impl CudaServer {
         let mut largest = 0usize;
         for (_, m) in models.iter() {
             let name = m.name();
-            let Some(builder) = builder_of(name, opts.scale) else {
-                return Err(ServeError::NoBuilder {
-                    name: name.to_owned(),
-                    scale: opts.scale,
-                });
-            };
-            let built = build(builder, &BuildOptions { scale: opts.scale }).map_err(|source| {
-                ServeError::Build {
-                    name: name.to_owned(),
-                    source: Box::new(source),
+            let (plan, weights) = match graphs.get(name) {
+                Some((plan, weights)) => (plan.clone(), weights.clone()),
+                None => {
+                    let Some(builder) = builder_of(name, opts.scale) else {
+                        return Err(ServeError::NoBuilder {
+                            name: name.to_owned(),
+                            scale: opts.scale,
+                        });
+                    };
+                    let built =
+                        build(builder, &BuildOptions { scale: opts.scale }).map_err(|source| {
+                            ServeError::Build {
+                                name: name.to_owned(),
+                                source: Box::new(source),
+                            }
+                        })?;
+                    let w = built.weights(opts.weights_seed);
+                    (built.plan().clone(), w)
                 }
-            })?;
-            check_manifest(m, built.plan(), opts.scale)?;
-            let weights = built.weights(opts.weights_seed);
+            };
+            check_manifest(m, &plan, opts.scale)?;
             for class in CLASSES {
                 let mut loaded = Vec::with_capacity(instances);
                 for instance in 0..instances {
                     let dm = DeviceModel::load(
                         gpu.driver(),
                         &mut upload,
-                        built.plan(),
+                        &plan,
                         &weights,
                         lib,
                         &opts.load,
@@ -1063,6 +1229,209 @@ mod tests {
                 "{kind}"
             );
         }
+    }
+
+    /// An imported graph served in place of a builder's model: a small
+    /// transformer-like graph (token ids to an embedding, a product of two
+    /// activations, a softmax) replaces `bert_base_small` and a CNN-like one
+    /// (a grouped convolution, a broadcast multiply, a concat) is added as
+    /// `yolov3_small`; the server answers both with the CPU executor's
+    /// output, and the builders' models still with their plans'.
+    #[test]
+    fn imported_graphs_are_served_in_place_of_the_builders_models() {
+        use sluice_graph::{DType, Dim, GraphBuilder, Limits, Op, Tensor, Window};
+        let rand = |n: usize, seed: u64| -> Vec<f32> {
+            let mut r = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            (0..n)
+                .map(|_| {
+                    r ^= r << 13;
+                    r ^= r >> 7;
+                    r ^= r << 17;
+                    (r >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+                })
+                .collect()
+        };
+        let mut b = GraphBuilder::new(Limits::default());
+        let ids = b
+            .input("ids", DType::I64, vec![Dim::Fixed(1), Dim::Fixed(5)])
+            .unwrap();
+        let table = b
+            .constant_value("table", Tensor::f32(vec![7, 4], rand(28, 1)).unwrap())
+            .unwrap();
+        let e = b
+            .op(
+                "emb",
+                Op::Gather { axis: 0 },
+                vec![Some(table), Some(ids)],
+                "e",
+            )
+            .unwrap();
+        let et = b
+            .op(
+                "et",
+                Op::Transpose {
+                    perm: Some(vec![0, 2, 1]),
+                },
+                vec![Some(e)],
+                "et",
+            )
+            .unwrap();
+        let q = b
+            .op("qk", Op::MatMul, vec![Some(e), Some(et)], "q")
+            .unwrap();
+        b.node(
+            "sm",
+            Op::Softmax {
+                axis: -1,
+                log: false,
+                coerce_2d: false,
+            },
+            vec![Some(q)],
+            &["y"],
+        )
+        .unwrap();
+        b.output("y");
+        let text = b.build().unwrap().specialize(1).unwrap();
+        let mut b = GraphBuilder::new(Limits::default());
+        let x = b
+            .input(
+                "x",
+                DType::F32,
+                vec![Dim::Fixed(1), Dim::Fixed(4), Dim::Fixed(5), Dim::Fixed(5)],
+            )
+            .unwrap();
+        let w = b
+            .constant_value("w", Tensor::f32(vec![4, 2, 3, 3], rand(72, 2)).unwrap())
+            .unwrap();
+        let c = b
+            .op(
+                "conv",
+                Op::Conv {
+                    window: Window {
+                        kernel: Some(vec![3, 3]),
+                        strides: vec![1, 1],
+                        pads: vec![1, 1, 1, 1],
+                        dilations: vec![],
+                        auto_pad: sluice_graph::AutoPad::NotSet,
+                        ceil_mode: false,
+                    },
+                    group: 2,
+                    act: None,
+                },
+                vec![Some(x), Some(w)],
+                "c",
+            )
+            .unwrap();
+        let k = b
+            .constant_value("k", Tensor::f32(vec![4, 1, 1], rand(4, 3)).unwrap())
+            .unwrap();
+        let m = b
+            .op(
+                "mul",
+                Op::Binary(sluice_graph::BinOp::Mul, None),
+                vec![Some(c), Some(k)],
+                "m",
+            )
+            .unwrap();
+        b.node(
+            "cat",
+            Op::Concat { axis: 1 },
+            vec![Some(m), Some(x)],
+            &["z"],
+        )
+        .unwrap();
+        b.output("z");
+        let image = b.build().unwrap().specialize(1).unwrap();
+        let graphs = vec![
+            ("bert_base_small".to_owned(), text.clone()),
+            ("yolov3_small".to_owned(), image.clone()),
+        ];
+        let (reg, plans) = graph_registry(Scale::Small, &graphs).unwrap();
+        assert_eq!(reg.len(), MODEL_NAMES.len() + 1);
+        let reg = Arc::new(reg);
+        let (gpu, lib, d) = fake_gpu().unwrap();
+        let opts = ServeOptions {
+            scale: Scale::Small,
+            instances: 1,
+            weights_seed: SEED,
+            load: LoadOptions::default(),
+        };
+        let srv = CudaServer::with_graphs(
+            gpu,
+            &lib,
+            PolicyKind::Reef,
+            Arc::clone(&reg),
+            &opts,
+            &plans,
+            "fake",
+            0,
+        )
+        .unwrap();
+        let mut rig = Rig { srv, d };
+        let id_vals = vec![3i64, 0, 6, 3, -1];
+        let ids_t = Tensor::i64(vec![1, 5], id_vals.clone()).unwrap();
+        let x_t = Tensor::f32(vec![1, 4, 5, 5], rand(100, 4)).unwrap();
+        let cases: Vec<(&str, Vec<f32>, Vec<f32>)> = vec![
+            (
+                "bert_base_small",
+                id_vals.iter().map(|&v| v as f32).collect(),
+                text.run(&[("ids", &ids_t)]).unwrap()[0].1.to_f32_vec(),
+            ),
+            (
+                "yolov3_small",
+                x_t.to_f32_vec(),
+                image.run(&[("x", &x_t)]).unwrap()[0].1.to_f32_vec(),
+            ),
+        ];
+        let mut mems = Vec::new();
+        for (i, (name, input, _)) in cases.iter().enumerate() {
+            let (model, m) = reg.lookup(name).unwrap();
+            let bytes = f32_bytes(input);
+            assert_eq!(bytes.len() as u64, m.input_bytes, "{name}");
+            let memory = VecMemory::new((m.input_bytes + m.output_bytes) as usize);
+            assert!(memory.write(0, &bytes));
+            let j = Job {
+                client: 1,
+                request_id: i as u64,
+                model,
+                priority: Priority::BestEffort,
+                deadline_ns: 0,
+                input_off: 0,
+                input_len: m.input_bytes,
+                output_off: m.input_bytes,
+                output_len: m.output_bytes,
+                memory: Arc::clone(&memory) as Arc<dyn TensorMemory>,
+                received_ns: 0,
+                tensors: None,
+            };
+            rig.srv.submit(j, 0);
+            mems.push(memory);
+        }
+        let (vj, vmem) = job(&reg, "vgg19", 1, 2, Priority::RealTime, 8);
+        rig.srv.submit(vj, 0);
+        let mut done = Vec::new();
+        run(&mut rig, &mut done, 3);
+        assert_eq!(done.len(), 3);
+        assert!(done.iter().all(|f| f.status == status::OK));
+        for ((name, _, want), mem) in cases.iter().zip(&mems) {
+            let (_, m) = reg.lookup(name).unwrap();
+            let got: Vec<f32> = mem
+                .bytes(m.input_bytes as usize, m.output_bytes as usize)
+                .chunks_exact(4)
+                .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                .collect();
+            assert_eq!(got.len(), want.len(), "{name}");
+            let scale = want.iter().fold(0f32, |a, v| a.max(v.abs()));
+            let err = got
+                .iter()
+                .zip(want)
+                .fold(0f32, |a, (g, w)| a.max((g - w).abs()));
+            assert!(
+                scale > 0.0 && err <= 1e-4 * scale,
+                "{name}: error {err} of {scale}"
+            );
+        }
+        assert_eq!(output(&reg, "vgg19", &vmem), expected("vgg19", 8));
     }
 
     #[test]

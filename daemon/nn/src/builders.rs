@@ -29,11 +29,12 @@
 use std::fmt::Write as _;
 
 mod lower;
-pub use lower::{LowerError, lower};
+pub use lower::{IoSlice, LowerError, Lowered, lower, lower_graph};
 
 use super::reference::{
-    self, Act, AttentionShape, Conv2dShape, EltwiseOp, GemmShape, GlobalPoolShape, Pool2dShape,
-    PoolMode, RowsShape, ShapeError,
+    self, Act, AttentionShape, BmmShape, Conv2dShape, ConvExShape, ElemOp, ElemShape, EltwiseOp,
+    EmbeddingShape, GATHER_SOURCES, GatherShape, GemmShape, GlobalPoolShape, InterpShape, LrnShape,
+    Pool2dShape, PoolExShape, PoolMode, RowsShape, ShapeError,
 };
 use sluice_gpu::occupancy::{Footprint, blocks_per_cu};
 use sluice_gpu::profile::DeviceProfile;
@@ -92,6 +93,22 @@ pub enum Kernel {
     Layernorm,
     /// `sluice_attention`.
     Attention,
+    /// `sluice_elementwise`.
+    Elementwise,
+    /// `sluice_gather`.
+    Gather,
+    /// `sluice_bmm`.
+    Bmm,
+    /// `sluice_embedding`.
+    Embedding,
+    /// `sluice_conv2d_ex`.
+    Conv2dEx,
+    /// `sluice_pool2d_ex`.
+    Pool2dEx,
+    /// `sluice_lrn`.
+    Lrn,
+    /// `sluice_interp`.
+    Interp,
 }
 
 impl Kernel {
@@ -106,6 +123,14 @@ impl Kernel {
             Kernel::Softmax => "sluice_softmax",
             Kernel::Layernorm => "sluice_layernorm",
             Kernel::Attention => "sluice_attention",
+            Kernel::Elementwise => "sluice_elementwise",
+            Kernel::Gather => "sluice_gather",
+            Kernel::Bmm => "sluice_bmm",
+            Kernel::Embedding => "sluice_embedding",
+            Kernel::Conv2dEx => "sluice_conv2d_ex",
+            Kernel::Pool2dEx => "sluice_pool2d_ex",
+            Kernel::Lrn => "sluice_lrn",
+            Kernel::Interp => "sluice_interp",
         }
     }
 
@@ -131,6 +156,14 @@ impl Kernel {
             Kernel::Attention => (128 * 65 + 2 * 8 * 128) * 4,
             Kernel::Softmax | Kernel::Layernorm | Kernel::GlobalAvgPool => 32 * 4,
             Kernel::Pool2d | Kernel::Eltwise => 0,
+            Kernel::Elementwise
+            | Kernel::Gather
+            | Kernel::Bmm
+            | Kernel::Embedding
+            | Kernel::Conv2dEx
+            | Kernel::Pool2dEx
+            | Kernel::Lrn
+            | Kernel::Interp => 0,
         }
     }
 
@@ -146,6 +179,8 @@ impl Kernel {
             Kernel::Pool2d | Kernel::GlobalAvgPool => 24,
             Kernel::Eltwise => 16,
             Kernel::Softmax | Kernel::Layernorm => 32,
+            Kernel::Elementwise | Kernel::Gather | Kernel::Embedding | Kernel::Interp => 24,
+            Kernel::Bmm | Kernel::Conv2dEx | Kernel::Pool2dEx | Kernel::Lrn => 32,
         }
     }
 }
@@ -318,6 +353,102 @@ pub enum Op {
         /// T, H, D, causal.
         shape: AttentionShape,
     },
+    /// `sluice_elementwise`.
+    Elementwise {
+        /// First operand.
+        a: TensorRef,
+        /// Second operand (binary operators, `Where`'s `x`... see [`ElemOp`]).
+        b: Option<TensorRef>,
+        /// Third operand (`Where`'s condition).
+        c: Option<TensorRef>,
+        /// The broadcast descriptor, a weight holding `shape.desc`.
+        desc: TensorRef,
+        /// Result.
+        y: TensorRef,
+        /// Elements, descriptor, operation.
+        shape: ElemShape,
+    },
+    /// `sluice_gather`.
+    Gather {
+        /// The sources, laid end to end.
+        srcs: [Option<TensorRef>; GATHER_SOURCES],
+        /// One source index per output element (a weight).
+        idx: TensorRef,
+        /// Result.
+        y: TensorRef,
+        /// Elements, source lengths, fill.
+        shape: GatherShape,
+    },
+    /// `sluice_bmm`.
+    Bmm {
+        /// The left matrices.
+        a: TensorRef,
+        /// The right matrices.
+        b: TensorRef,
+        /// The products.
+        y: TensorRef,
+        /// Batch, M, N, K and batch strides.
+        shape: BmmShape,
+    },
+    /// `sluice_embedding`.
+    Embedding {
+        /// `table[vocab, dim]`.
+        table: TensorRef,
+        /// Token ids (f32 whole numbers).
+        ids: TensorRef,
+        /// `y[count, dim]`.
+        y: TensorRef,
+        /// count, dim, vocab.
+        shape: EmbeddingShape,
+    },
+    /// `sluice_conv2d_ex`.
+    Conv2dEx {
+        /// `x[N,Cin,H,W]`.
+        x: TensorRef,
+        /// `w[Cout,Cin/groups,KH,KW]`.
+        w: TensorRef,
+        /// `bias[Cout]`, nullable.
+        bias: Option<TensorRef>,
+        /// `y[N,Cout,OH,OW]`.
+        y: TensorRef,
+        /// The shape.
+        shape: ConvExShape,
+        /// Activation.
+        act: Act,
+    },
+    /// `sluice_pool2d_ex`.
+    Pool2dEx {
+        /// `x[NC,H,W]`.
+        x: TensorRef,
+        /// `y[NC,OH,OW]`.
+        y: TensorRef,
+        /// The shape.
+        shape: PoolExShape,
+        /// 0 max, 1 mean without padding, 2 mean counting padding.
+        mode: i32,
+    },
+    /// `sluice_lrn`.
+    Lrn {
+        /// `x[N,C,HW]`.
+        x: TensorRef,
+        /// `y[N,C,HW]`.
+        y: TensorRef,
+        /// The shape and constants.
+        shape: LrnShape,
+    },
+    /// `sluice_interp`.
+    Interp {
+        /// The source.
+        x: TensorRef,
+        /// `T` source indices per output element (a weight).
+        idx: TensorRef,
+        /// Their weights (a weight).
+        w: TensorRef,
+        /// Result.
+        y: TensorRef,
+        /// n, taps, source length.
+        shape: InterpShape,
+    },
 }
 
 /// One kernel argument after the prologue (`ctl`, `kidx`), in ABI order.
@@ -382,6 +513,14 @@ impl Op {
             Op::Softmax { .. } => Kernel::Softmax,
             Op::Layernorm { .. } => Kernel::Layernorm,
             Op::Attention { .. } => Kernel::Attention,
+            Op::Elementwise { .. } => Kernel::Elementwise,
+            Op::Gather { .. } => Kernel::Gather,
+            Op::Bmm { .. } => Kernel::Bmm,
+            Op::Embedding { .. } => Kernel::Embedding,
+            Op::Conv2dEx { .. } => Kernel::Conv2dEx,
+            Op::Pool2dEx { .. } => Kernel::Pool2dEx,
+            Op::Lrn { .. } => Kernel::Lrn,
+            Op::Interp { .. } => Kernel::Interp,
         }
     }
 
@@ -398,6 +537,18 @@ impl Op {
             Op::Layernorm { x, gamma, beta, .. } => vec![*x, *gamma, *beta],
             Op::Pool2d { x, .. } | Op::GlobalAvgPool { x, .. } | Op::Softmax { x, .. } => vec![*x],
             Op::Attention { qkv, .. } => vec![*qkv],
+            Op::Elementwise { a, b, c, desc, .. } => [Some(*a), *b, *c, Some(*desc)]
+                .into_iter()
+                .flatten()
+                .collect(),
+            Op::Gather { srcs, idx, .. } => srcs.iter().flatten().copied().chain([*idx]).collect(),
+            Op::Bmm { a, b, .. } => vec![*a, *b],
+            Op::Embedding { table, ids, .. } => vec![*table, *ids],
+            Op::Conv2dEx { x, w, bias, .. } => {
+                [Some(*x), Some(*w), *bias].into_iter().flatten().collect()
+            }
+            Op::Pool2dEx { x, .. } | Op::Lrn { x, .. } => vec![*x],
+            Op::Interp { x, idx, w, .. } => vec![*x, *idx, *w],
         }
     }
 
@@ -410,7 +561,15 @@ impl Op {
             | Op::GlobalAvgPool { y, .. }
             | Op::Eltwise { y, .. }
             | Op::Softmax { y, .. }
-            | Op::Layernorm { y, .. } => *y,
+            | Op::Layernorm { y, .. }
+            | Op::Elementwise { y, .. }
+            | Op::Gather { y, .. }
+            | Op::Bmm { y, .. }
+            | Op::Embedding { y, .. }
+            | Op::Conv2dEx { y, .. }
+            | Op::Pool2dEx { y, .. }
+            | Op::Lrn { y, .. }
+            | Op::Interp { y, .. } => *y,
             Op::Attention { out, .. } => *out,
         }
     }
@@ -448,6 +607,51 @@ impl Op {
                 ..
             } => shape.check_layernorm(x.len, gamma.len, beta.len, y.len),
             Op::Attention { qkv, out, shape } => shape.check(qkv.len, out.len),
+            Op::Elementwise {
+                a,
+                b,
+                c,
+                desc,
+                y,
+                shape,
+            } => shape.check(
+                desc.len,
+                a.len,
+                b.as_ref().map(len),
+                c.as_ref().map(len),
+                y.len,
+            ),
+            Op::Gather {
+                srcs,
+                idx,
+                y,
+                shape,
+                ..
+            } => shape.check(srcs.map(|s| s.as_ref().map(len)), idx.len, y.len),
+            Op::Bmm { a, b, y, shape } => shape.check(a.len, b.len, y.len),
+            Op::Embedding {
+                table,
+                ids,
+                y,
+                shape,
+            } => shape.check(table.len, ids.len, y.len),
+            Op::Conv2dEx {
+                x,
+                w,
+                bias,
+                y,
+                shape,
+                ..
+            } => shape.check(x.len, w.len, bias.as_ref().map(len), y.len),
+            Op::Pool2dEx { x, y, shape, .. } => shape.check(x.len, y.len),
+            Op::Lrn { x, y, shape } => shape.check(x.len, y.len),
+            Op::Interp {
+                x,
+                idx,
+                w,
+                y,
+                shape,
+            } => shape.check(x.len, idx.len, w.len, y.len),
         }
     }
 
@@ -551,6 +755,152 @@ impl Op {
                 int("D", s.d)?,
                 code(i32::from(s.causal)),
             ],
+            Op::Elementwise {
+                a,
+                b,
+                c,
+                desc,
+                y,
+                shape: s,
+            } => {
+                let (op, act, p0, p1) = elem_codes(s);
+                vec![
+                    t(a),
+                    opt(b),
+                    opt(c),
+                    t(desc),
+                    t(y),
+                    int("n", s.n)?,
+                    code(op),
+                    code(act),
+                    Arg::Float(p0),
+                    Arg::Float(p1),
+                ]
+            }
+            Op::Gather {
+                srcs,
+                idx,
+                y,
+                shape: s,
+            } => vec![
+                opt(&srcs[0]),
+                opt(&srcs[1]),
+                opt(&srcs[2]),
+                opt(&srcs[3]),
+                t(idx),
+                t(y),
+                int("n", s.n)?,
+                int("n0", s.lens[0])?,
+                int("n1", s.lens[1])?,
+                int("n2", s.lens[2])?,
+                int("n3", s.lens[3])?,
+                Arg::Float(s.fill),
+            ],
+            Op::Bmm { a, b, y, shape: s } => vec![
+                t(a),
+                t(b),
+                t(y),
+                int("batch", s.batch)?,
+                int("M", s.m)?,
+                int("N", s.n)?,
+                int("K", s.k)?,
+                int("sa", s.sa)?,
+                int("sb", s.sb)?,
+            ],
+            Op::Embedding {
+                table,
+                ids,
+                y,
+                shape: s,
+            } => vec![
+                t(table),
+                t(ids),
+                t(y),
+                int("count", s.count)?,
+                int("dim", s.dim)?,
+                int("vocab", s.vocab)?,
+            ],
+            Op::Conv2dEx {
+                x,
+                w,
+                bias,
+                y,
+                shape: s,
+                act,
+            } => vec![
+                t(x),
+                t(w),
+                opt(bias),
+                t(y),
+                int("N", s.n)?,
+                int("Cin", s.cin)?,
+                int("H", s.h)?,
+                int("W", s.w)?,
+                int("Cout", s.cout)?,
+                int("OH", s.oh)?,
+                int("OW", s.ow)?,
+                int("KH", s.kh)?,
+                int("KW", s.kw)?,
+                int("sh", s.sh)?,
+                int("sw", s.sw)?,
+                int("ph", s.ph)?,
+                int("pw", s.pw)?,
+                int("dh", s.dh)?,
+                int("dw", s.dw)?,
+                int("groups", s.groups)?,
+                code(act.code()),
+            ],
+            Op::Pool2dEx {
+                x,
+                y,
+                shape: s,
+                mode,
+            } => vec![
+                t(x),
+                t(y),
+                int("NC", s.nc)?,
+                int("H", s.h)?,
+                int("W", s.w)?,
+                int("OH", s.oh)?,
+                int("OW", s.ow)?,
+                int("KH", s.kh)?,
+                int("KW", s.kw)?,
+                int("sh", s.sh)?,
+                int("sw", s.sw)?,
+                int("ph", s.ph)?,
+                int("pw", s.pw)?,
+                int("peh", s.peh)?,
+                int("pew", s.pew)?,
+                int("dh", s.dh)?,
+                int("dw", s.dw)?,
+                code(*mode),
+            ],
+            Op::Lrn { x, y, shape: s } => vec![
+                t(x),
+                t(y),
+                int("N", s.n)?,
+                int("C", s.c)?,
+                int("HW", s.hw)?,
+                int("size", s.size)?,
+                Arg::Float(s.alpha),
+                Arg::Float(s.beta),
+                Arg::Float(s.bias),
+            ],
+            Op::Interp {
+                x,
+                idx,
+                w,
+                y,
+                shape: s,
+            } => vec![
+                t(x),
+                t(idx),
+                t(w),
+                t(y),
+                int("n", s.n)?,
+                int("taps", s.taps)?,
+                int("src", s.src)?,
+            ],
         })
     }
 
@@ -571,6 +921,14 @@ impl Op {
             Op::Eltwise { n, .. } => [ceil_div(*n, 256).min(65_535), 1, 1],
             Op::Softmax { shape, .. } | Op::Layernorm { shape, .. } => [shape.rows as u64, 1, 1],
             Op::Attention { shape, .. } => [ceil_div(shape.t, 64), shape.h as u64, 1],
+            Op::Elementwise { y, .. }
+            | Op::Gather { y, .. }
+            | Op::Bmm { y, .. }
+            | Op::Embedding { y, .. }
+            | Op::Conv2dEx { y, .. }
+            | Op::Pool2dEx { y, .. }
+            | Op::Lrn { y, .. }
+            | Op::Interp { y, .. } => [ceil_div(y.len, 256).clamp(1, 65_535), 1, 1],
         })
     }
 
@@ -598,6 +956,15 @@ impl Op {
                 let pairs = if s.causal { t * (t + 1.0) / 2.0 } else { t * t };
                 4.0 * pairs * (s.h * s.d) as f64
             }
+            Op::Elementwise { y, .. } => y.len as f64,
+            Op::Gather { .. } | Op::Embedding { .. } => 0.0,
+            Op::Bmm { shape: s, .. } => 2.0 * (s.batch * s.m * s.n * s.k) as f64,
+            Op::Conv2dEx { shape: s, y, .. } => {
+                2.0 * y.len as f64 * (s.cin / s.groups.max(1) * s.kh * s.kw) as f64
+            }
+            Op::Pool2dEx { shape: s, y, .. } => (y.len * s.kh * s.kw) as f64,
+            Op::Lrn { shape: s, y, .. } => (y.len * (2 * s.size + 4)) as f64,
+            Op::Interp { shape: s, .. } => (2 * s.n * s.taps) as f64,
         }
     }
 
@@ -606,6 +973,19 @@ impl Op {
     pub fn bytes(&self) -> f64 {
         let read: usize = self.reads().iter().map(|r| r.len).sum();
         (read + self.write().len) as f64 * 4.0
+    }
+}
+
+/// The `op`, `act`, `p0`, `p1` arguments of `sluice_elementwise`: the
+/// operation's code, the activation's code (0: none), and the float
+/// parameters of whichever of the two takes them (a plan never has both).
+pub fn elem_codes(s: &ElemShape) -> (i32, i32, f32, f32) {
+    let (op, p0, p1) = s.op.code();
+    let (act, a0, a1) = ElemOp::Unary(s.act).code();
+    if matches!(op, 2 | 5 | 19) {
+        (op, act, p0, p1)
+    } else {
+        (op, act, a0, a1)
     }
 }
 
@@ -1181,6 +1561,28 @@ impl PlanBuilder {
                 | Op::GlobalAvgPool { x, y, .. }
                 | Op::Softmax { x, y, .. } => [x, y].into_iter().for_each(remap),
                 Op::Attention { qkv, out, .. } => [qkv, out].into_iter().for_each(remap),
+                Op::Elementwise {
+                    a, b, c, desc, y, ..
+                } => {
+                    [a, desc, y].into_iter().for_each(remap);
+                    b.iter_mut().chain(c.iter_mut()).for_each(remap);
+                }
+                Op::Gather { srcs, idx, y, .. } => {
+                    [idx, y].into_iter().for_each(remap);
+                    srcs.iter_mut().flatten().for_each(remap);
+                }
+                Op::Bmm { a, b, y, .. } => [a, b, y].into_iter().for_each(remap),
+                Op::Embedding { table, ids, y, .. } => {
+                    [table, ids, y].into_iter().for_each(remap);
+                }
+                Op::Conv2dEx { x, w, bias, y, .. } => {
+                    [x, w, y].into_iter().for_each(remap);
+                    bias.iter_mut().for_each(remap);
+                }
+                Op::Pool2dEx { x, y, .. } | Op::Lrn { x, y, .. } => {
+                    [x, y].into_iter().for_each(remap);
+                }
+                Op::Interp { x, idx, w, y, .. } => [x, idx, w, y].into_iter().for_each(remap),
             }
         }
         let mut old: Vec<Option<Buffer>> = self.buffers.into_iter().map(Some).collect();
@@ -1809,6 +2211,41 @@ impl<'a> CpuExec<'a> {
                 ..
             } => reference::layernorm(shape, s(x), s(gamma), s(beta), out, *eps),
             Op::Attention { qkv, shape, .. } => reference::attention(shape, s(qkv), out),
+            Op::Elementwise {
+                a,
+                b,
+                c,
+                desc,
+                shape,
+                ..
+            } => {
+                let d = reference::elem_desc_from(s(desc));
+                let sh = ElemShape {
+                    desc: d,
+                    ..shape.clone()
+                };
+                reference::elementwise(&sh, s(a), b.as_ref().map(s), c.as_ref().map(s), out)
+            }
+            Op::Gather {
+                srcs, idx, shape, ..
+            } => reference::gather(shape, srcs.map(|r| r.as_ref().map(s)), s(idx), out),
+            Op::Bmm { a, b, shape, .. } => reference::bmm(shape, s(a), s(b), out),
+            Op::Embedding {
+                table, ids, shape, ..
+            } => reference::embedding(shape, s(table), s(ids), out),
+            Op::Conv2dEx {
+                x,
+                w,
+                bias,
+                shape,
+                act,
+                ..
+            } => reference::conv2d_ex(shape, s(x), s(w), bias.as_ref().map(s), out, *act),
+            Op::Pool2dEx { x, shape, mode, .. } => reference::pool2d_ex(shape, s(x), out, *mode),
+            Op::Lrn { x, shape, .. } => reference::lrn(shape, s(x), out),
+            Op::Interp {
+                x, idx, w, shape, ..
+            } => reference::interp(shape, s(x), s(idx), s(w), out),
         };
         self.mem[w.buf.0] = out_buf;
         res.map_err(|source| RunError::Shape {
@@ -1950,6 +2387,17 @@ fn round_ns(us: f64) -> f64 {
 }
 
 impl BuiltModel {
+    /// A plan made elsewhere (an imported graph lowered by [`lower_graph`])
+    /// as a built model, so that it has a manifest; `provenance` says where
+    /// its shapes come from.
+    pub fn from_plan(plan: Plan, scale: Scale, provenance: String) -> BuiltModel {
+        BuiltModel {
+            plan,
+            options: BuildOptions { scale },
+            shapes: provenance,
+        }
+    }
+
     /// The plan.
     pub fn plan(&self) -> &Plan {
         &self.plan
@@ -2210,6 +2658,7 @@ mod tests {
                         Kernel::Softmax => &["TTii"],
                         Kernel::Layernorm => &["TTTTiif"],
                         Kernel::Attention => &["TTiiii"],
+                        k => panic!("{name} step {i}: the builders do not launch {k:?}"),
                     };
                     assert!(want.contains(&kinds.as_str()), "{name} step {i}: {kinds}");
                 }

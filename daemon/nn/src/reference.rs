@@ -20,6 +20,9 @@
 //! call the same `check` when they validate a plan, so a plan that passes
 //! validation never fails here with a [`ShapeError`].
 
+mod general;
+pub use general::*;
+
 /// Largest head dimension `sluice_attention` supports (one query row per
 /// thread, kept in registers).
 pub const ATTENTION_MAX_HEAD_DIM: usize = 128;
