@@ -1122,7 +1122,9 @@ pub unsafe extern "C" fn sluice_model_tensor(
         d => {
             return fast_fail(
                 SLUICE_EINVAL,
-                format_args!("{F}: direction {d} is neither SLUICE_INPUT (0) nor SLUICE_OUTPUT (1)"),
+                format_args!(
+                    "{F}: direction {d} is neither SLUICE_INPUT (0) nor SLUICE_OUTPUT (1)"
+                ),
             );
         }
     };

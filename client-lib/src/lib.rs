@@ -422,7 +422,12 @@ impl ModelInfo {
         }
         for (role, specs, spans, bad_span) in [
             (ROLE_INPUT, &self.inputs, s.inputs, status::BAD_INPUT_SPAN),
-            (ROLE_OUTPUT, &self.outputs, s.outputs, status::BAD_OUTPUT_SPAN),
+            (
+                ROLE_OUTPUT,
+                &self.outputs,
+                s.outputs,
+                status::BAD_OUTPUT_SPAN,
+            ),
         ] {
             for (i, (spec, span)) in specs.iter().zip(spans).enumerate() {
                 let index = i as u8;
@@ -453,7 +458,12 @@ impl ModelInfo {
                 .enumerate()
                 .filter(|&(k, _)| k != o)
                 .map(|(k, &sp)| (ROLE_OUTPUT, k, sp))
-                .chain(s.inputs.iter().enumerate().map(|(k, &sp)| (ROLE_INPUT, k, sp)));
+                .chain(
+                    s.inputs
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &sp)| (ROLE_INPUT, k, sp)),
+                );
             for (role, k, other) in others {
                 if overlap(out, other) {
                     return Err(Fault::new(
@@ -1111,7 +1121,11 @@ impl Client {
     /// [`Error::BadTensor`] (nothing was submitted; [`last_error_message`]
     /// names the tensor, the size expected and the size given), and those
     /// of [`Client::submit`]. Allocates only to report a bad tensor.
-    pub fn submit_typed(&mut self, model: &ModelInfo, s: &TypedSubmit<'_>) -> Result<Ticket, Error> {
+    pub fn submit_typed(
+        &mut self,
+        model: &ModelInfo,
+        s: &TypedSubmit<'_>,
+    ) -> Result<Ticket, Error> {
         if let Err(f) = model.check_typed(self.geometry.arena_size, s) {
             set_last_error(model.explain(s.batch, f).to_string());
             return Err(Error::BadTensor);

@@ -223,8 +223,7 @@ pub fn validate(
     geometry: shm_proto::Geometry,
     arena: &dyn TensorMemory,
 ) -> Result<Valid, Refusal> {
-    let priority =
-        Priority::from_raw(req.priority).ok_or(Refusal::plain(status::BAD_PRIORITY))?;
+    let priority = Priority::from_raw(req.priority).ok_or(Refusal::plain(status::BAD_PRIORITY))?;
     if req.flags & !tensor::KNOWN_FLAGS != 0 {
         return Err(Refusal::plain(status::BAD_FLAGS));
     }
@@ -386,14 +385,20 @@ fn validate_typed(
     };
     let inputs = spans(tensor::ROLE_INPUT, &io.inputs, 0)?;
     let outputs = spans(tensor::ROLE_OUTPUT, &io.outputs, n_in)?;
-    let overlap = |a: Span, b: Span| a.len > 0 && b.len > 0 && a.off < b.off + b.len && b.off < a.off + a.len;
+    let overlap =
+        |a: Span, b: Span| a.len > 0 && b.len > 0 && a.off < b.off + b.len && b.off < a.off + a.len;
     for (o, &out) in outputs.iter().enumerate() {
         let others = outputs
             .iter()
             .enumerate()
             .filter(|&(k, _)| k != o)
             .map(|(k, &s)| (tensor::ROLE_OUTPUT, k, s))
-            .chain(inputs.iter().enumerate().map(|(k, &s)| (tensor::ROLE_INPUT, k, s)));
+            .chain(
+                inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &s)| (tensor::ROLE_INPUT, k, s)),
+            );
         for (role, k, other) in others {
             if overlap(out, other) {
                 return Err(Refusal::detail(
@@ -1119,13 +1124,7 @@ mod tests {
     };
 
     /// Writes `spans` as a tensor table at `at` and returns the request.
-    fn typed(
-        mem: &VecMemory,
-        model: u32,
-        batch: u16,
-        at: u64,
-        spans: &[(u64, u64)],
-    ) -> Request {
+    fn typed(mem: &VecMemory, model: u32, batch: u16, at: u64, spans: &[(u64, u64)]) -> Request {
         let mut table = Vec::new();
         for &(off, len) in spans {
             let mut e = [0u8; tensor::TABLE_ENTRY_BYTES];
@@ -1154,7 +1153,11 @@ mod tests {
     }
 
     fn unpack(r: Refusal) -> (u32, Detail, Detail) {
-        (r.status, Detail::unpack(r.detail[0]), Detail::unpack(r.detail[1]))
+        (
+            r.status,
+            Detail::unpack(r.detail[0]),
+            Detail::unpack(r.detail[1]),
+        )
     }
 
     #[test]
@@ -1170,7 +1173,13 @@ mod tests {
             let t = ok.tensors.unwrap();
             assert_eq!(t.batch, u32::from(batch));
             assert_eq!(t.inputs.len(), 2);
-            assert_eq!(t.outputs[1], Span { off: spans[3].0, len: spans[3].1 });
+            assert_eq!(
+                t.outputs[1],
+                Span {
+                    off: spans[3].0,
+                    len: spans[3].1
+                }
+            );
             assert_eq!(ok.input, t.inputs[0]);
             assert_eq!(ok.output, t.outputs[0]);
         }
@@ -1222,7 +1231,10 @@ mod tests {
         let mut spans = pair_spans(1);
         spans[2] = (u64::MAX, 40);
         let (code, what, given) = unpack(v(&typed(&mem, pair, 1, 0, &spans)).unwrap_err());
-        assert_eq!((code, what.role, what.index), (status::BAD_OUTPUT_SPAN, tensor::ROLE_OUTPUT, 0));
+        assert_eq!(
+            (code, what.role, what.index),
+            (status::BAD_OUTPUT_SPAN, tensor::ROLE_OUTPUT, 0)
+        );
         assert!(given.saturated());
         // Wrong length names the tensor, the size expected and the length given.
         let mut spans = pair_spans(1);
@@ -1291,7 +1303,13 @@ mod tests {
         let r = typed(&mem, pair, 1, 128, &pair_spans(1));
         let ok = validate(&r, &reg, G, mem.as_ref()).unwrap();
         assert!(mem.write(128, &[0xff; 64]));
-        assert_eq!(ok.tensors.unwrap().inputs[0], Span { off: 4096, len: 1024 });
+        assert_eq!(
+            ok.tensors.unwrap().inputs[0],
+            Span {
+                off: 4096,
+                len: 1024
+            }
+        );
     }
 
     #[test]
@@ -1331,9 +1349,14 @@ mod tests {
         let (echo, m) = reg.lookup("echo_small").unwrap();
         let (i, o) = (m.input_bytes, m.output_bytes);
         let ok = v(&typed(&mem, echo, 1, 0, &[(4096, i), (8192, o)])).unwrap();
-        assert_eq!(ok.tensors.unwrap().outputs, vec![Span { off: 8192, len: o }]);
         assert_eq!(
-            v(&typed(&mem, echo, 2, 0, &[(4096, i), (8192, o)])).unwrap_err().status,
+            ok.tensors.unwrap().outputs,
+            vec![Span { off: 8192, len: o }]
+        );
+        assert_eq!(
+            v(&typed(&mem, echo, 2, 0, &[(4096, i), (8192, o)]))
+                .unwrap_err()
+                .status,
             status::BAD_BATCH
         );
     }

@@ -591,7 +591,13 @@ mod tests {
         j.memory = mem.clone();
         j.tensors = Some(Arc::new(TensorSpans {
             batch: 3,
-            inputs: vec![Span { off: 0, len: 100 }, Span { off: 4096, len: 70_000 }],
+            inputs: vec![
+                Span { off: 0, len: 100 },
+                Span {
+                    off: 4096,
+                    len: 70_000,
+                },
+            ],
             outputs: outs.iter().map(|&(off, len)| Span { off, len }).collect(),
         }));
         gpu.submit(j, 0);
@@ -599,7 +605,13 @@ mod tests {
         assert_eq!((done[0].status, done[0].output_len), (status::OK, 70_024));
         for (k, &(off, len)) in outs.iter().enumerate() {
             let mut want = vec![0u8; len as usize];
-            shm_proto::sim::expected_typed_output(id("echo_small"), 3, &[&a, &b], k as u32, &mut want);
+            shm_proto::sim::expected_typed_output(
+                id("echo_small"),
+                3,
+                &[&a, &b],
+                k as u32,
+                &mut want,
+            );
             assert_eq!(mem.bytes(off as usize, len as usize), want, "output {k}");
         }
     }
