@@ -1552,3 +1552,160 @@ fn status_query(path: &Path, request: &Msg<'_>) -> Result<String, Error> {
         _ => Err(Error::Protocol),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shm_proto::tensor::{ELEM_F32, ELEM_I64};
+
+    fn pair() -> ModelInfo {
+        let t = |name: &str, elem, dims: &[u64], batched| TensorInfo {
+            name: name.into(),
+            elem,
+            dims: dims.to_vec(),
+            batched,
+        };
+        ModelInfo {
+            id: 3,
+            input_bytes: 1088,
+            output_bytes: 168,
+            standalone_ns: 0,
+            kernels: 1,
+            name: "pair".into(),
+            max_batch: 8,
+            inputs: vec![
+                t("ids", ELEM_I64, &[1, 128], true),
+                t("mask", ELEM_F32, &[16], false),
+            ],
+            outputs: vec![
+                t("logits", ELEM_F32, &[1, 10], true),
+                t("pooled", ELEM_F32, &[1, 32], true),
+            ],
+        }
+    }
+
+    fn submit<'a>(batch: u32, inputs: &'a [Span], outputs: &'a [Span]) -> TypedSubmit<'a> {
+        TypedSubmit {
+            priority: Priority::RealTime,
+            deadline_ns: 0,
+            batch,
+            table_off: 0,
+            inputs,
+            outputs,
+        }
+    }
+
+    const ARENA: u64 = 1 << 16;
+
+    fn span(off: u64, len: u64) -> Span {
+        Span { off, len }
+    }
+
+    #[test]
+    fn a_good_request_passes_at_each_batch() {
+        let m = pair();
+        for batch in [1u64, 4, 8] {
+            let ins = [span(4096, 1024 * batch), span(16384, 64)];
+            let outs = [span(20480, 40 * batch), span(24576, 128 * batch)];
+            assert_eq!(
+                m.check_typed(ARENA, &submit(batch as u32, &ins, &outs)),
+                Ok(())
+            );
+        }
+        assert_eq!(m.inputs[0].describe().to_string(), "i64[N,128]");
+        assert_eq!(m.inputs[1].describe().to_string(), "f32[16]");
+    }
+
+    #[test]
+    fn each_fault_is_explained_naming_the_tensor() {
+        let m = pair();
+        let text = |batch: u32, ins: &[Span], outs: &[Span]| {
+            let f = m.check_typed(ARENA, &submit(batch, ins, outs)).unwrap_err();
+            (f.status, m.explain(batch, f).to_string())
+        };
+        let ins = [span(4096, 1024), span(16384, 64)];
+        let outs = [span(20480, 40), span(24576, 128)];
+        assert_eq!(
+            text(1, &[span(4096, 512), ins[1]], &outs),
+            (
+                status::BAD_TENSOR_LEN,
+                "input \"ids\" (i64[N,128]) takes 1024 bytes at batch 1; the request gave 512"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            text(2, &[span(4096, 2048), ins[1]], &[outs[0], span(24576, 128)]).1,
+            "output \"pooled\" (f32[N,32]) takes 256 bytes at batch 2; the request gave 128"
+        );
+        let (code, t) = text(9, &ins, &outs);
+        assert_eq!(code, status::BAD_BATCH);
+        assert!(
+            t.starts_with("batch 9 is outside 1..=8 for model \"pair\""),
+            "{t}"
+        );
+        assert_eq!(text(0, &ins, &outs).0, status::BAD_BATCH);
+        let (code, t) = text(1, &ins[..1], &outs);
+        assert_eq!(code, status::BAD_TENSOR_TABLE);
+        assert!(
+            t.contains("64 bytes (2 inputs and 2 outputs") && t.contains("gave 48"),
+            "{t}"
+        );
+        let (code, t) = text(1, &ins, &[outs[0], span(ARENA - 64, 128)]);
+        assert_eq!(code, status::BAD_OUTPUT_SPAN);
+        assert_eq!(
+            t,
+            format!(
+                "output \"pooled\" (f32[N,32]) ends at byte {}, outside the arena of {ARENA} \
+                 bytes; place it inside the arena",
+                ARENA + 64
+            )
+        );
+        let (code, t) = text(1, &ins, &[outs[0], span(20480 + 8, 128)]);
+        assert_eq!(code, status::BAD_TENSOR_TABLE);
+        assert!(t.contains("overlaps output \"pooled\""), "{t}");
+        let (_, t) = text(1, &ins, &[span(4096 + 8, 40), outs[1]]);
+        assert!(
+            t.contains("output \"logits\"") && t.contains("overlaps input \"ids\""),
+            "{t}"
+        );
+        let (_, t) = text(1, &ins, &[span(0, 40), outs[1]]);
+        assert!(t.contains("overlaps the tensor table"), "{t}");
+        // A saturated value reads as a bound, not a wrong number.
+        let f = Fault {
+            status: status::BAD_TENSOR_LEN,
+            detail: [
+                Detail::new(shm_proto::tensor::ROLE_INPUT, 0, 1024).pack(),
+                Detail::new(shm_proto::tensor::ROLE_INPUT, 0, u64::MAX).pack(),
+            ],
+        };
+        assert!(
+            m.explain(1, f)
+                .to_string()
+                .ends_with("gave at least 281474976710655"),
+            "{}",
+            m.explain(1, f)
+        );
+        // An index the model does not have is shown by number.
+        let f = Fault {
+            status: status::BAD_TENSOR_LEN,
+            detail: [Detail::new(shm_proto::tensor::ROLE_OUTPUT, 7, 4).pack(), 0],
+        };
+        assert!(
+            m.explain(1, f)
+                .to_string()
+                .starts_with("output #7 takes 4 bytes")
+        );
+    }
+
+    #[test]
+    fn typed_reference_outputs_follow_shm_proto() {
+        let m = pair();
+        let a = vec![1u8; 1024];
+        let b = vec![2u8; 64];
+        let outs = expected_typed_outputs(&m, 1, &[&a, &b]);
+        assert_eq!(outs.iter().map(Vec::len).collect::<Vec<_>>(), [40, 128]);
+        let mut want = vec![0u8; 128];
+        shm_proto::sim::expected_typed_output(3, 1, &[&a, &b], 1, &mut want);
+        assert_eq!(outs[1], want);
+    }
+}
