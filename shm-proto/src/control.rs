@@ -518,6 +518,9 @@ impl<'a> Msg<'a> {
     }
 
     /// Writes the whole frame (header included) into `buf`; returns its length.
+    /// A `ModelInfo` whose tensors exceed the decoder's bounds (count, name
+    /// length, element code) is not encoded: `BufferTooSmall { needed:
+    /// usize::MAX }`.
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, BufferTooSmall> {
         let mut w = Writer {
             buf,
