@@ -1780,6 +1780,10 @@ mod tests {
                 sluice_read_arena(null_mut(), 0, null_mut(), 0),
                 ticket_error("sluice_wait_timeout", Error::Timeout, 0x1_0000_0002, 5),
                 arena_error("sluice_read_arena", Error::BadSpan, 1 << 40, 8, 1 << 20),
+                sluice_submit_typed(null_mut(), null(), &mut t),
+                sluice_model_io(null(), 0, null_mut()),
+                sluice_model_tensor(null(), 0, SLUICE_INPUT, 0, null_mut()),
+                not_looked_up("sluice_submit_typed", 7),
                 fast_error("sluice_submit", Error::RingFull),
             ]
         };
