@@ -10,8 +10,12 @@
  * GPU computes (sluice_expected_output). Prints the round-trip times and
  * exits 0, or prints what failed and exits 1.
  *
- * It then exercises the error paths of the C ABI against the live daemon
- * (CI runs this example through scripts/run-c-example.sh).
+ * It then exercises the error paths of the C ABI against the live daemon,
+ * prints the model's tensors (sluice_model_io, sluice_model_tensor), runs
+ * one typed request at batch 1 (sluice_submit_typed) and checks each
+ * output (sluice_expected_typed_output), and shows the named error of a
+ * typed request with a wrong length (CI runs this example through
+ * scripts/run-c-example.sh).
  *
  * Build: scripts/build-c-example.sh (see docs/c-api.md).
  */
@@ -90,6 +94,128 @@ static int check_error_paths(struct sluice_client *c, const struct sluice_submit
         return 1;
     }
     return bad;
+}
+
+/* Most tensors each way this example handles. */
+#define MAX_T 8
+
+/* Prints the model's tensors, runs one typed request at batch 1 and checks
+ * every output, then shows the error of a wrong length. */
+static int check_typed(struct sluice_client *c, const struct sluice_model_info *m,
+                       const char *model) {
+    struct sluice_model_io io;
+    int rc = sluice_model_io(c, m->id, &io);
+    if (rc != SLUICE_OK) {
+        return fail("sluice_model_io", rc);
+    }
+    printf("hello: model %s takes batches up to %" PRIu32 "; %" PRIu32 " inputs, %" PRIu32
+           " outputs\n",
+           model, io.max_batch, io.n_inputs, io.n_outputs);
+    if (io.n_inputs > MAX_T || io.n_outputs > MAX_T) {
+        fprintf(stderr, "hello: this example handles at most %d tensors each way\n", MAX_T);
+        return 1;
+    }
+    const uint32_t batch = 1;
+    const uint32_t n = io.n_inputs + io.n_outputs;
+    struct sluice_span spans[2 * MAX_T];
+    struct sluice_tensor_info info[2 * MAX_T];
+    /* The table at 0, then every tensor on its own 64-byte lines. */
+    uint64_t at = (16u * n + 63) & ~(uint64_t)63;
+    for (uint32_t i = 0; i < n; i++) {
+        const uint32_t dir = i < io.n_inputs ? SLUICE_INPUT : SLUICE_OUTPUT;
+        const uint32_t index = i < io.n_inputs ? i : i - io.n_inputs;
+        rc = sluice_model_tensor(c, m->id, dir, index, &info[i]);
+        if (rc != SLUICE_OK) {
+            return fail("sluice_model_tensor", rc);
+        }
+        printf("hello:   %s %" PRIu32 " \"%s\" %s[", dir == SLUICE_INPUT ? "input" : "output",
+               index, info[i].name, sluice_elem_name(info[i].elem));
+        for (uint32_t d = 0; d < info[i].rank; d++) {
+            if (d == 0 && info[i].batched) {
+                printf("N");
+            } else {
+                printf("%s%" PRIu64, d ? "," : "", info[i].dims[d]);
+            }
+        }
+        spans[i].off = at;
+        spans[i].len = sluice_tensor_bytes(&info[i], batch);
+        printf("], %" PRIu64 " bytes at batch %" PRIu32 "\n", spans[i].len, batch);
+        at = (at + spans[i].len + 63) & ~(uint64_t)63;
+    }
+    if (at > sluice_arena_len(c)) {
+        fprintf(stderr, "hello: the typed request needs %" PRIu64 " arena bytes\n", at);
+        return 1;
+    }
+    /* Inputs in place in the arena; the reference reads them there too
+     * (nothing else touches them while no request is in flight). */
+    uint8_t *arena = sluice_arena_ptr(c);
+    const uint8_t *in_ptrs[MAX_T];
+    size_t in_lens[MAX_T];
+    for (uint32_t i = 0; i < io.n_inputs; i++) {
+        for (uint64_t k = 0; k < spans[i].len; k++) {
+            arena[spans[i].off + k] = (uint8_t)(k * 13u + i + 1u);
+        }
+        in_ptrs[i] = arena + spans[i].off;
+        in_lens[i] = (size_t)spans[i].len;
+    }
+    struct sluice_typed_submit req = {
+        .model_id = m->id,
+        .priority = SLUICE_PRIORITY_RT,
+        .batch = batch,
+        .table_off = 0,
+        .inputs = spans,
+        .n_inputs = io.n_inputs,
+        .outputs = spans + io.n_inputs,
+        .n_outputs = io.n_outputs,
+    };
+    uint64_t t = 0;
+    struct sluice_completion done;
+    rc = sluice_submit_typed(c, &req, &t);
+    if (rc != SLUICE_OK) {
+        return fail("sluice_submit_typed", rc);
+    }
+    rc = sluice_wait(c, t, &done);
+    if (rc != SLUICE_OK) {
+        return fail("sluice_wait (typed)", rc);
+    }
+    if (done.status != SLUICE_STATUS_OK) {
+        fprintf(stderr, "hello: typed request failed: %s: %s\n", sluice_status_str(done.status),
+                sluice_last_error_message());
+        return 1;
+    }
+    for (uint32_t o = 0; o < io.n_outputs; o++) {
+        const struct sluice_span *s = &spans[io.n_inputs + o];
+        uint8_t *want = malloc((size_t)s->len + 1);
+        if (!want) {
+            fprintf(stderr, "hello: out of memory\n");
+            return 1;
+        }
+        rc = sluice_expected_typed_output(m->id, batch, in_ptrs, in_lens, io.n_inputs, o, want,
+                                          (size_t)s->len);
+        const int same = rc == SLUICE_OK && memcmp(arena + s->off, want, (size_t)s->len) == 0;
+        free(want);
+        if (!same) {
+            fprintf(stderr, "hello: typed output %" PRIu32 " differs from the reference\n", o);
+            return 1;
+        }
+    }
+    printf("hello: typed request at batch %" PRIu32 " ok (%" PRIu64 " output bytes)\n", batch,
+           done.output_len);
+
+    /* A wrong length is refused before anything is sent, naming the tensor. */
+    spans[0].len += 1;
+    rc = sluice_submit_typed(c, &req, &t);
+    spans[0].len -= 1;
+    if (expect_code("typed submit with a wrong input length", rc, SLUICE_EBADTENSOR) != 0) {
+        return 1;
+    }
+    const char *msg = sluice_last_error_message();
+    if (strstr(msg, info[0].name) == NULL || strstr(msg, "takes") == NULL) {
+        fprintf(stderr, "hello: the error does not name input \"%s\": %s\n", info[0].name, msg);
+        return 1;
+    }
+    printf("hello: wrong length refused: %s\n", msg);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -220,6 +346,9 @@ int main(int argc, char **argv) {
         goto out;
     }
     printf("hello: error paths ok\n");
+    if (check_typed(c, &m, model) != 0) {
+        goto out;
+    }
     status = 0;
 
 out:

@@ -71,6 +71,15 @@
 // An argument was invalid (NULL pointer, bad priority, name not UTF-8).
 #define SLUICE_EINVAL -12
 
+// A typed request does not fit the model (a tensor's length or place, the
+// tensor count, the batch); sluice_last_error_message() names the tensor
+// with the size expected and the size given. Nothing was submitted.
+#define SLUICE_EBADTENSOR -13
+
+// The daemon completed the request with an error status
+// (sluice_last_error_message() says which).
+#define SLUICE_EFAILED -14
+
 // Priority: latency-critical, scheduled before any best-effort work.
 #define SLUICE_PRIORITY_RT 0
 
@@ -113,6 +122,47 @@
 
 // Completion status: the daemon is shutting down and dropped the request.
 #define SLUICE_STATUS_SHUTTING_DOWN 10
+
+// Completion status: the batch is 0 or over the model's max_batch (typed),
+// or over 1 (untyped).
+#define SLUICE_STATUS_BAD_BATCH 11
+
+// Completion status: the tensor table is malformed (count, place, overlap)
+// or the model needs one (an untyped request to a model of several tensors).
+#define SLUICE_STATUS_BAD_TENSOR_TABLE 12
+
+// Completion status: a tensor's length differs from its size at the batch.
+#define SLUICE_STATUS_BAD_TENSOR_LEN 13
+
+// sluice_model_tensor() direction: the model's inputs.
+#define SLUICE_INPUT 0
+
+// sluice_model_tensor() direction: the model's outputs.
+#define SLUICE_OUTPUT 1
+
+// Most dims of a tensor (struct sluice_tensor_info.dims).
+#define SLUICE_MAX_DIMS 8
+
+// Element type: untyped bytes.
+#define SLUICE_ELEM_U8 0
+
+// Element type: IEEE 754 binary32.
+#define SLUICE_ELEM_F32 1
+
+// Element type: IEEE 754 binary16.
+#define SLUICE_ELEM_F16 2
+
+// Element type: bfloat16.
+#define SLUICE_ELEM_BF16 3
+
+// Element type: signed 64-bit integer.
+#define SLUICE_ELEM_I64 4
+
+// Element type: signed 32-bit integer.
+#define SLUICE_ELEM_I32 5
+
+// Element type: one byte, 0 or 1.
+#define SLUICE_ELEM_BOOL 6
 
 // A session with sluiced (opaque). Made by sluice_connect(), freed by
 // sluice_disconnect(). Used by one thread at a time; it may move between
@@ -171,6 +221,61 @@ struct sluice_completion {
     uint64_t started_ns;
     // When the device finished it.
     uint64_t finished_ns;
+};
+
+// A model's batch limit and tensor counts (filled by sluice_model_io()).
+struct sluice_model_io {
+    // Largest batch a typed request may carry.
+    uint32_t max_batch;
+    // Inputs (index them 0..n_inputs with SLUICE_INPUT).
+    uint32_t n_inputs;
+    // Outputs (index them 0..n_outputs with SLUICE_OUTPUT).
+    uint32_t n_outputs;
+    // Zero.
+    uint32_t reserved;
+};
+
+// One input or output of a model (filled by sluice_model_tensor()).
+struct sluice_tensor_info {
+    // The model's name for it, NUL-terminated; valid until the next
+    // sluice_lookup_model() of this model or sluice_disconnect().
+    const char *name;
+    // A SLUICE_ELEM_* code; sluice_elem_name() names it.
+    uint32_t elem;
+    // 1 when dims[0] is the batch dimension (it grows with the batch), else 0.
+    uint32_t batched;
+    // Dims in use.
+    uint32_t rank;
+    // Zero.
+    uint32_t reserved;
+    // Dims at batch 1 (dims[rank..] are 0).
+    uint64_t dims[SLUICE_MAX_DIMS];
+};
+
+// A typed request (argument of sluice_submit_typed()).
+struct sluice_typed_submit {
+    // From sluice_lookup_model() on this session.
+    uint32_t model_id;
+    // SLUICE_PRIORITY_RT or SLUICE_PRIORITY_BE.
+    uint32_t priority;
+    // Absolute CLOCK_MONOTONIC deadline, 0 = none.
+    uint64_t deadline_ns;
+    // Batch size, 1 up to the model's max_batch.
+    uint32_t batch;
+    // Zero.
+    uint32_t reserved;
+    // Where in the arena the library writes the tensor table (16 bytes per
+    // input and output); it must not overlap an output.
+    uint64_t table_off;
+    // n_inputs spans, one per model input in order; each exactly the
+    // input's size at the batch.
+    const struct sluice_span *inputs;
+    // Number of entries in inputs.
+    size_t n_inputs;
+    // n_outputs spans, one per model output in order.
+    const struct sluice_span *outputs;
+    // Number of entries in outputs.
+    size_t n_outputs;
 };
 
 #ifdef __cplusplus
@@ -279,6 +384,89 @@ int sluice_write_arena(struct sluice_client *c, uint64_t off, const uint8_t *dat
 // - `c` is NULL or a live handle that no other thread is using.
 // - If `len > 0`, `buf` is NULL or points to `len` writable bytes.
 int sluice_read_arena(struct sluice_client *c, uint64_t off, uint8_t *buf, size_t len);
+
+// Fills *out with the batch limit and tensor counts of model_id, which
+// must have been looked up on this session (sluice_lookup_model()).
+//
+// Returns SLUICE_OK, SLUICE_ENOMODEL (not looked up on this session) or
+// SLUICE_EINVAL.
+//
+// # Safety
+// - `c` is NULL or a live handle that no other thread is using.
+// - `out` is NULL or valid for writing a struct sluice_model_io.
+int sluice_model_io(const struct sluice_client *c, uint32_t model_id, struct sluice_model_io *out);
+
+// Fills *out with input (direction SLUICE_INPUT) or output
+// (SLUICE_OUTPUT) number index of model_id, which must have been looked
+// up on this session. out->name stays valid until the next
+// sluice_lookup_model() of this model or sluice_disconnect().
+//
+// Returns SLUICE_OK, SLUICE_ENOMODEL (not looked up on this session) or
+// SLUICE_EINVAL (NULL pointer, unknown direction, index out of range).
+//
+// # Safety
+// - `c` is NULL or a live handle that no other thread is using.
+// - `out` is NULL or valid for writing a struct sluice_tensor_info.
+int sluice_model_tensor(const struct sluice_client *c,
+                        uint32_t model_id,
+                        uint32_t direction,
+                        uint32_t index,
+                        struct sluice_tensor_info *out);
+
+// The name of a SLUICE_ELEM_* code ("f32", "i64", ...), or "?" for an
+// unknown one; never NULL.
+const char *sluice_elem_name(uint32_t elem);
+
+// Bytes of tensor t at batch size batch (the product of its dims, dims[0]
+// times batch when batched, times the element size); 0 when t is NULL,
+// its element type unknown, or the size overflows.
+//
+// # Safety
+// `t` is NULL or points to a readable struct sluice_tensor_info.
+uint64_t sluice_tensor_bytes(const struct sluice_tensor_info *t, uint32_t batch);
+
+// Submits a typed request without blocking and stores its ticket in
+// *ticket_out: checks it against the model's metadata (the model must
+// have been looked up on this session), writes the tensor table at
+// req->table_off, and pushes the request. Allocates nothing.
+//
+// Returns SLUICE_OK; SLUICE_EBADTENSOR (a span's length is not its
+// tensor's size at the batch, a span lies outside the arena, outputs
+// overlap, wrong tensor counts, or a bad batch: nothing was submitted and
+// sluice_last_error_message() names the tensor with the size expected and
+// the size given); SLUICE_ENOMODEL (model not looked up on this session);
+// SLUICE_ETOOMANY, SLUICE_ERINGFULL, SLUICE_EDISCONNECTED, SLUICE_EINVAL.
+//
+// # Safety
+// - `c` is NULL or a live handle that no other thread is using.
+// - `req` is NULL or points to a readable struct sluice_typed_submit whose
+//   `inputs` and `outputs` point to `n_inputs` and `n_outputs` readable
+//   spans (either may be NULL when its count is 0).
+// - `ticket_out` is NULL or valid for writing a uint64_t.
+int sluice_submit_typed(struct sluice_client *c,
+                        const struct sluice_typed_submit *req,
+                        uint64_t *ticket_out);
+
+// Computes into out[0..out_len) output number index of a typed request
+// to model_id at batch with the n_inputs inputs inputs[i][0..input_lens[i])
+// (in the model's order), as the daemon's simulated GPU writes it, so that
+// a client can check its results (out_len is the output's size at the
+// batch). Returns SLUICE_OK or SLUICE_EINVAL.
+//
+// # Safety
+// - If `n_inputs > 0`, `inputs` and `input_lens` point to `n_inputs`
+//   readable entries, and each `inputs[i]` to `input_lens[i]` readable
+//   bytes (NULL allowed when that length is 0).
+// - If `out_len > 0`, `out` points to `out_len` writable bytes that do not
+//   overlap the inputs.
+int sluice_expected_typed_output(uint32_t model_id,
+                                 uint32_t batch,
+                                 const uint8_t *const *inputs,
+                                 const size_t *input_lens,
+                                 size_t n_inputs,
+                                 uint32_t index,
+                                 uint8_t *out,
+                                 size_t out_len);
 
 // Sets how long sluice_wait() spins before it sleeps, in ns, or
 // SLUICE_SPIN_ADAPTIVE (the default): twice the wake-up cost this client

@@ -31,7 +31,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
 use std::time::Duration;
 
-use crate::{Client, Completion, Error, ModelInfo, Priority, Span, Submit, Ticket, status};
+use crate::{
+    Client, Completion, Error, Fault, ModelInfo, Priority, Span, Submit, Ticket, TypedSubmit,
+    status,
+};
 
 // ---------------------------------------------------------------------------
 // Return codes
@@ -69,6 +72,13 @@ pub const SLUICE_EBADSPAN: c_int = -10;
 pub const SLUICE_ETIMEDOUT: c_int = -11;
 /// An argument was invalid (NULL pointer, bad priority, name not UTF-8).
 pub const SLUICE_EINVAL: c_int = -12;
+/// A typed request does not fit the model (a tensor's length or place, the
+/// tensor count, the batch); sluice_last_error_message() names the tensor
+/// with the size expected and the size given. Nothing was submitted.
+pub const SLUICE_EBADTENSOR: c_int = -13;
+/// The daemon completed the request with an error status
+/// (sluice_last_error_message() says which).
+pub const SLUICE_EFAILED: c_int = -14;
 
 const _: () = {
     assert!(SLUICE_EUNREACHABLE == Error::DaemonUnreachable.code());
@@ -83,6 +93,8 @@ const _: () = {
     assert!(SLUICE_EBADSPAN == Error::BadSpan.code());
     assert!(SLUICE_ETIMEDOUT == Error::Timeout.code());
     assert!(SLUICE_EINVAL == Error::InvalidArgument.code());
+    assert!(SLUICE_EBADTENSOR == Error::BadTensor.code());
+    assert!(SLUICE_EFAILED == Error::RequestFailed(0).code());
 };
 
 // ---------------------------------------------------------------------------
@@ -125,6 +137,45 @@ pub const SLUICE_STATUS_DEADLINE_MISSED: u32 = 8;
 pub const SLUICE_STATUS_DEVICE_ERROR: u32 = 9;
 /// Completion status: the daemon is shutting down and dropped the request.
 pub const SLUICE_STATUS_SHUTTING_DOWN: u32 = 10;
+/// Completion status: the batch is 0 or over the model's max_batch (typed),
+/// or over 1 (untyped).
+pub const SLUICE_STATUS_BAD_BATCH: u32 = 11;
+/// Completion status: the tensor table is malformed (count, place, overlap)
+/// or the model needs one (an untyped request to a model of several tensors).
+pub const SLUICE_STATUS_BAD_TENSOR_TABLE: u32 = 12;
+/// Completion status: a tensor's length differs from its size at the batch.
+pub const SLUICE_STATUS_BAD_TENSOR_LEN: u32 = 13;
+
+/// sluice_model_tensor() direction: the model's inputs.
+pub const SLUICE_INPUT: u32 = 0;
+/// sluice_model_tensor() direction: the model's outputs.
+pub const SLUICE_OUTPUT: u32 = 1;
+/// Most dims of a tensor (struct sluice_tensor_info.dims).
+pub const SLUICE_MAX_DIMS: usize = 8;
+
+/// Element type: untyped bytes.
+pub const SLUICE_ELEM_U8: u32 = 0;
+/// Element type: IEEE 754 binary32.
+pub const SLUICE_ELEM_F32: u32 = 1;
+/// Element type: IEEE 754 binary16.
+pub const SLUICE_ELEM_F16: u32 = 2;
+/// Element type: bfloat16.
+pub const SLUICE_ELEM_BF16: u32 = 3;
+/// Element type: signed 64-bit integer.
+pub const SLUICE_ELEM_I64: u32 = 4;
+/// Element type: signed 32-bit integer.
+pub const SLUICE_ELEM_I32: u32 = 5;
+/// Element type: one byte, 0 or 1.
+pub const SLUICE_ELEM_BOOL: u32 = 6;
+
+const _: () = {
+    use shm_proto::tensor as t;
+    assert!(SLUICE_MAX_DIMS == t::MAX_DIMS);
+    assert!(SLUICE_ELEM_U8 == t::ELEM_U8 && SLUICE_ELEM_F32 == t::ELEM_F32);
+    assert!(SLUICE_ELEM_F16 == t::ELEM_F16 && SLUICE_ELEM_BF16 == t::ELEM_BF16);
+    assert!(SLUICE_ELEM_I64 == t::ELEM_I64 && SLUICE_ELEM_I32 == t::ELEM_I32);
+    assert!(SLUICE_ELEM_BOOL == t::ELEM_BOOL);
+};
 
 const _: () = {
     assert!(SLUICE_STATUS_OK == status::OK);
@@ -138,6 +189,9 @@ const _: () = {
     assert!(SLUICE_STATUS_DEADLINE_MISSED == status::DEADLINE_MISSED);
     assert!(SLUICE_STATUS_DEVICE_ERROR == status::DEVICE_ERROR);
     assert!(SLUICE_STATUS_SHUTTING_DOWN == status::SHUTTING_DOWN);
+    assert!(SLUICE_STATUS_BAD_BATCH == status::BAD_BATCH);
+    assert!(SLUICE_STATUS_BAD_TENSOR_TABLE == status::BAD_TENSOR_TABLE);
+    assert!(SLUICE_STATUS_BAD_TENSOR_LEN == status::BAD_TENSOR_LEN);
 };
 
 // ---------------------------------------------------------------------------
@@ -150,6 +204,70 @@ const _: () = {
 #[derive(Debug)]
 pub struct sluice_client {
     client: Client,
+    /// NUL-terminated tensor names of each model looked up, by id: the
+    /// strings sluice_model_tensor() points at.
+    names: Vec<(u32, Vec<CString>, Vec<CString>)>,
+}
+
+/// A model's batch limit and tensor counts (filled by sluice_model_io()).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct sluice_model_io {
+    /// Largest batch a typed request may carry.
+    pub max_batch: u32,
+    /// Inputs (index them 0..n_inputs with SLUICE_INPUT).
+    pub n_inputs: u32,
+    /// Outputs (index them 0..n_outputs with SLUICE_OUTPUT).
+    pub n_outputs: u32,
+    /// Zero.
+    pub reserved: u32,
+}
+
+/// One input or output of a model (filled by sluice_model_tensor()).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct sluice_tensor_info {
+    /// The model's name for it, NUL-terminated; valid until the next
+    /// sluice_lookup_model() of this model or sluice_disconnect().
+    pub name: *const c_char,
+    /// A SLUICE_ELEM_* code; sluice_elem_name() names it.
+    pub elem: u32,
+    /// 1 when dims[0] is the batch dimension (it grows with the batch), else 0.
+    pub batched: u32,
+    /// Dims in use.
+    pub rank: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Dims at batch 1 (dims[rank..] are 0).
+    pub dims: [u64; SLUICE_MAX_DIMS],
+}
+
+/// A typed request (argument of sluice_submit_typed()).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct sluice_typed_submit {
+    /// From sluice_lookup_model() on this session.
+    pub model_id: u32,
+    /// SLUICE_PRIORITY_RT or SLUICE_PRIORITY_BE.
+    pub priority: u32,
+    /// Absolute CLOCK_MONOTONIC deadline, 0 = none.
+    pub deadline_ns: u64,
+    /// Batch size, 1 up to the model's max_batch.
+    pub batch: u32,
+    /// Zero.
+    pub reserved: u32,
+    /// Where in the arena the library writes the tensor table (16 bytes per
+    /// input and output); it must not overlap an output.
+    pub table_off: u64,
+    /// n_inputs spans, one per model input in order; each exactly the
+    /// input's size at the batch.
+    pub inputs: *const sluice_span,
+    /// Number of entries in inputs.
+    pub n_inputs: usize,
+    /// n_outputs spans, one per model output in order.
+    pub outputs: *const sluice_span,
+    /// Number of entries in outputs.
+    pub n_outputs: usize,
 }
 
 /// A model as the daemon describes it (filled by sluice_lookup_model()).
@@ -239,10 +357,25 @@ const _: () = {
     assert!(offset_of!(sluice_completion, received_ns) == 24);
     assert!(offset_of!(sluice_completion, started_ns) == 32);
     assert!(offset_of!(sluice_completion, finished_ns) == 40);
+    assert!(size_of::<sluice_model_io>() == 16);
+    assert!(size_of::<sluice_tensor_info>() == 24 + 8 * SLUICE_MAX_DIMS);
+    assert!(offset_of!(sluice_tensor_info, elem) == 8);
+    assert!(offset_of!(sluice_tensor_info, dims) == 24);
+    assert!(size_of::<sluice_typed_submit>() == 64);
+    assert!(offset_of!(sluice_typed_submit, batch) == 16);
+    assert!(offset_of!(sluice_typed_submit, table_off) == 24);
+    assert!(offset_of!(sluice_typed_submit, inputs) == 32);
+    assert!(offset_of!(sluice_typed_submit, n_outputs) == 56);
 };
 
 impl From<ModelInfo> for sluice_model_info {
     fn from(m: ModelInfo) -> Self {
+        Self::from(&m)
+    }
+}
+
+impl From<&ModelInfo> for sluice_model_info {
+    fn from(m: &ModelInfo) -> Self {
         Self {
             id: m.id,
             kernels: m.kernels,
@@ -399,6 +532,8 @@ const fn error_text(code: c_int) -> &'static CStr {
         SLUICE_EBADSPAN => c"span lies outside the client's arena",
         SLUICE_ETIMEDOUT => c"timed out waiting for the completion",
         SLUICE_EINVAL => c"invalid argument",
+        SLUICE_EBADTENSOR => c"the request's tensors do not fit the model",
+        SLUICE_EFAILED => c"the daemon failed the request",
         _ => c"unknown sluice error code",
     }
 }
@@ -499,7 +634,10 @@ pub unsafe extern "C" fn sluice_connect(
         };
         match Client::connect(&path, name) {
             Ok(client) => {
-                *out = Box::into_raw(Box::new(sluice_client { client }));
+                *out = Box::into_raw(Box::new(sluice_client {
+                    client,
+                    names: Vec::new(),
+                }));
                 SLUICE_OK
             }
             Err(e) => cold_fail(
@@ -564,6 +702,19 @@ pub unsafe extern "C" fn sluice_lookup_model(
         };
         match c.client.lookup_model(name) {
             Ok(m) => {
+                // A NUL in a tensor name is shown as `\0`.
+                let cstr = |t: &crate::TensorInfo| {
+                    CString::new(t.name.replace('\0', "\\0")).unwrap_or_default()
+                };
+                let entry = (
+                    m.id,
+                    m.inputs.iter().map(cstr).collect(),
+                    m.outputs.iter().map(cstr).collect(),
+                );
+                match c.names.iter_mut().find(|e| e.0 == m.id) {
+                    Some(e) => *e = entry,
+                    None => c.names.push(entry),
+                }
                 *out = m.into();
                 SLUICE_OK
             }
@@ -682,6 +833,7 @@ pub unsafe extern "C" fn sluice_try_poll(
     };
     match c.client.try_poll(Ticket(ticket)) {
         Ok(Some(done)) => {
+            note_completion(F, c, &done);
             *out = done.into();
             SLUICE_OK
         }
@@ -749,11 +901,45 @@ unsafe fn wait_inner(
         .wait_timeout(Ticket(ticket), timeout_ns.map(Duration::from_nanos))
     {
         Ok(done) => {
+            note_completion(f, c, &done);
             *out = done.into();
             SLUICE_OK
         }
         Err(e) => ticket_error(f, e, ticket, timeout_ns.unwrap_or(0)),
     }
+}
+
+/// A completion with an error status: records its explanation (naming the
+/// tensor, against the model looked up on this session) as this thread's
+/// message, without allocating.
+#[inline]
+fn note_completion(f: &str, c: &sluice_client, done: &Completion) {
+    if done.status == status::OK {
+        return;
+    }
+    explain_completion(f, c, done);
+}
+
+#[cold]
+fn explain_completion(f: &str, c: &sluice_client, done: &Completion) {
+    let (rid, model_id, batch) = c.client.last_done();
+    if rid != done.request_id {
+        return;
+    }
+    let fault = Fault {
+        status: done.status,
+        detail: done.detail,
+    };
+    match c.client.model(model_id) {
+        Some(m) => fast_fail(
+            SLUICE_OK,
+            format_args!("{f}: request {rid:#x}: {}", m.explain(batch, fault)),
+        ),
+        None => fast_fail(
+            SLUICE_OK,
+            format_args!("{f}: request {rid:#x}: {}", status::describe(done.status)),
+        ),
+    };
 }
 
 /// Records an error of try_poll/wait with the ticket or timeout in it.
@@ -843,6 +1029,346 @@ fn arena_error(f: &str, e: Error, off: u64, len: usize, arena: u64) -> c_int {
         ),
         e => fast_error(f, e),
     }
+}
+
+// ---------------------------------------------------------------------------
+// Typed tensors
+// ---------------------------------------------------------------------------
+
+/// Fills *out with the batch limit and tensor counts of model_id, which
+/// must have been looked up on this session (sluice_lookup_model()).
+///
+/// Returns SLUICE_OK, SLUICE_ENOMODEL (not looked up on this session) or
+/// SLUICE_EINVAL.
+///
+/// # Safety
+/// - `c` is NULL or a live handle that no other thread is using.
+/// - `out` is NULL or valid for writing a struct sluice_model_io.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sluice_model_io(
+    c: *const sluice_client,
+    model_id: u32,
+    out: *mut sluice_model_io,
+) -> c_int {
+    const F: &str = "sluice_model_io";
+    // SAFETY: `c` is NULL or a live handle (caller's contract).
+    let Some(c) = (unsafe { c.as_ref() }) else {
+        return fast_fail(SLUICE_EINVAL, format_args!("{F}: client is NULL"));
+    };
+    // SAFETY: `out` is NULL or writable (caller's contract).
+    let Some(out) = (unsafe { out.as_mut() }) else {
+        return fast_fail(SLUICE_EINVAL, format_args!("{F}: out is NULL"));
+    };
+    let Some(m) = c.client.model(model_id) else {
+        return not_looked_up(F, model_id);
+    };
+    *out = sluice_model_io {
+        max_batch: m.max_batch,
+        n_inputs: m.inputs.len() as u32,
+        n_outputs: m.outputs.len() as u32,
+        reserved: 0,
+    };
+    SLUICE_OK
+}
+
+#[cold]
+fn not_looked_up(f: &str, model_id: u32) -> c_int {
+    fast_fail(
+        SLUICE_ENOMODEL,
+        format_args!(
+            "{f}: model id {model_id} was not looked up on this session; call \
+             sluice_lookup_model() first"
+        ),
+    )
+}
+
+/// Fills *out with input (direction SLUICE_INPUT) or output
+/// (SLUICE_OUTPUT) number index of model_id, which must have been looked
+/// up on this session. out->name stays valid until the next
+/// sluice_lookup_model() of this model or sluice_disconnect().
+///
+/// Returns SLUICE_OK, SLUICE_ENOMODEL (not looked up on this session) or
+/// SLUICE_EINVAL (NULL pointer, unknown direction, index out of range).
+///
+/// # Safety
+/// - `c` is NULL or a live handle that no other thread is using.
+/// - `out` is NULL or valid for writing a struct sluice_tensor_info.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sluice_model_tensor(
+    c: *const sluice_client,
+    model_id: u32,
+    direction: u32,
+    index: u32,
+    out: *mut sluice_tensor_info,
+) -> c_int {
+    const F: &str = "sluice_model_tensor";
+    // SAFETY: `c` is NULL or a live handle (caller's contract).
+    let Some(c) = (unsafe { c.as_ref() }) else {
+        return fast_fail(SLUICE_EINVAL, format_args!("{F}: client is NULL"));
+    };
+    // SAFETY: `out` is NULL or writable (caller's contract).
+    let Some(out) = (unsafe { out.as_mut() }) else {
+        return fast_fail(SLUICE_EINVAL, format_args!("{F}: out is NULL"));
+    };
+    let (Some(m), Some(names)) = (
+        c.client.model(model_id),
+        c.names.iter().find(|e| e.0 == model_id),
+    ) else {
+        return not_looked_up(F, model_id);
+    };
+    let (list, cnames, dir) = match direction {
+        SLUICE_INPUT => (&m.inputs, &names.1, "input"),
+        SLUICE_OUTPUT => (&m.outputs, &names.2, "output"),
+        d => {
+            return fast_fail(
+                SLUICE_EINVAL,
+                format_args!(
+                    "{F}: direction {d} is neither SLUICE_INPUT (0) nor SLUICE_OUTPUT (1)"
+                ),
+            );
+        }
+    };
+    let (Some(t), Some(name)) = (list.get(index as usize), cnames.get(index as usize)) else {
+        return fast_fail(
+            SLUICE_EINVAL,
+            format_args!(
+                "{F}: model {:?} has {} {dir}s; index {index} is out of range",
+                m.name,
+                list.len()
+            ),
+        );
+    };
+    let mut dims = [0u64; SLUICE_MAX_DIMS];
+    let rank = t.dims.len().min(SLUICE_MAX_DIMS);
+    dims[..rank].copy_from_slice(&t.dims[..rank]);
+    *out = sluice_tensor_info {
+        name: name.as_ptr(),
+        elem: t.elem,
+        batched: u32::from(t.batched),
+        rank: rank as u32,
+        reserved: 0,
+        dims,
+    };
+    SLUICE_OK
+}
+
+/// The name of a SLUICE_ELEM_* code ("f32", "i64", ...), or "?" for an
+/// unknown one; never NULL.
+#[unsafe(no_mangle)]
+pub extern "C" fn sluice_elem_name(elem: u32) -> *const c_char {
+    let s: &'static CStr = match elem {
+        SLUICE_ELEM_U8 => c"u8",
+        SLUICE_ELEM_F32 => c"f32",
+        SLUICE_ELEM_F16 => c"f16",
+        SLUICE_ELEM_BF16 => c"bf16",
+        SLUICE_ELEM_I64 => c"i64",
+        SLUICE_ELEM_I32 => c"i32",
+        SLUICE_ELEM_BOOL => c"bool",
+        _ => c"?",
+    };
+    s.as_ptr()
+}
+
+/// Bytes of tensor t at batch size batch (the product of its dims, dims[0]
+/// times batch when batched, times the element size); 0 when t is NULL,
+/// its element type unknown, or the size overflows.
+///
+/// # Safety
+/// `t` is NULL or points to a readable struct sluice_tensor_info.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sluice_tensor_bytes(t: *const sluice_tensor_info, batch: u32) -> u64 {
+    // SAFETY: `t` is NULL or readable (caller's contract).
+    let Some(t) = (unsafe { t.as_ref() }) else {
+        return 0;
+    };
+    let rank = (t.rank as usize).min(SLUICE_MAX_DIMS);
+    shm_proto::tensor::tensor_bytes(t.elem, &t.dims[..rank], t.batched != 0, batch).unwrap_or(0)
+}
+
+/// Submits a typed request without blocking and stores its ticket in
+/// *ticket_out: checks it against the model's metadata (the model must
+/// have been looked up on this session), writes the tensor table at
+/// req->table_off, and pushes the request. Allocates nothing.
+///
+/// Returns SLUICE_OK; SLUICE_EBADTENSOR (a span's length is not its
+/// tensor's size at the batch, a span lies outside the arena, outputs
+/// overlap, wrong tensor counts, or a bad batch: nothing was submitted and
+/// sluice_last_error_message() names the tensor with the size expected and
+/// the size given); SLUICE_ENOMODEL (model not looked up on this session);
+/// SLUICE_ETOOMANY, SLUICE_ERINGFULL, SLUICE_EDISCONNECTED, SLUICE_EINVAL.
+///
+/// # Safety
+/// - `c` is NULL or a live handle that no other thread is using.
+/// - `req` is NULL or points to a readable struct sluice_typed_submit whose
+///   `inputs` and `outputs` point to `n_inputs` and `n_outputs` readable
+///   spans (either may be NULL when its count is 0).
+/// - `ticket_out` is NULL or valid for writing a uint64_t.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sluice_submit_typed(
+    c: *mut sluice_client,
+    req: *const sluice_typed_submit,
+    ticket_out: *mut u64,
+) -> c_int {
+    const F: &str = "sluice_submit_typed";
+    // SAFETY: `c` is NULL or a live, unshared handle (caller's contract).
+    let Some(c) = (unsafe { c.as_mut() }) else {
+        return fast_fail(SLUICE_EINVAL, format_args!("{F}: client is NULL"));
+    };
+    // SAFETY: `req` is NULL or readable (caller's contract).
+    let Some(&req) = (unsafe { req.as_ref() }) else {
+        return fast_fail(SLUICE_EINVAL, format_args!("{F}: request is NULL"));
+    };
+    // SAFETY: `ticket_out` is NULL or writable (caller's contract).
+    let Some(ticket_out) = (unsafe { ticket_out.as_mut() }) else {
+        return fast_fail(SLUICE_EINVAL, format_args!("{F}: ticket_out is NULL"));
+    };
+    let Some(priority) = Priority::from_raw(req.priority) else {
+        return fast_fail(
+            SLUICE_EINVAL,
+            format_args!(
+                "{F}: priority {} is neither SLUICE_PRIORITY_RT (0) nor SLUICE_PRIORITY_BE (1)",
+                req.priority
+            ),
+        );
+    };
+    // SAFETY: `inputs` points to `n_inputs` spans (caller's contract).
+    let Some(inputs) = (unsafe { spans_in(req.inputs, req.n_inputs) }) else {
+        return fast_fail(
+            SLUICE_EINVAL,
+            format_args!("{F}: inputs is NULL with n_inputs {}", req.n_inputs),
+        );
+    };
+    // SAFETY: `outputs` points to `n_outputs` spans (caller's contract).
+    let Some(outputs) = (unsafe { spans_in(req.outputs, req.n_outputs) }) else {
+        return fast_fail(
+            SLUICE_EINVAL,
+            format_args!("{F}: outputs is NULL with n_outputs {}", req.n_outputs),
+        );
+    };
+    // `sluice_span` is `#[repr(C)]` { u64, u64 }, as `Span` is.
+    let inputs: &[Span] = span_slice(inputs);
+    let outputs: &[Span] = span_slice(outputs);
+    let s = TypedSubmit {
+        priority,
+        deadline_ns: req.deadline_ns,
+        batch: req.batch,
+        table_off: req.table_off,
+        inputs,
+        outputs,
+    };
+    let Some(m) = c.client.model(req.model_id) else {
+        return not_looked_up(F, req.model_id);
+    };
+    if let Err(fault) = m.check_typed(c.client.arena_len(), &s) {
+        return fast_fail(
+            SLUICE_EBADTENSOR,
+            format_args!("{F}: {}", m.explain(req.batch, fault)),
+        );
+    }
+    match c.client.submit_typed_checked(req.model_id, &s) {
+        Ok(Ticket(t)) => {
+            *ticket_out = t;
+            SLUICE_OK
+        }
+        Err(Error::TooManyInFlight) => fast_fail(
+            SLUICE_ETOOMANY,
+            format_args!(
+                "{F}: {} requests in flight, the completion ring's capacity; wait for one first",
+                c.client.in_flight()
+            ),
+        ),
+        Err(e) => fast_error(F, e),
+    }
+}
+
+/// A slice of spans from a C pointer and count; NULL is allowed when the
+/// count is 0.
+///
+/// # Safety
+/// If `n > 0`, `p` points to `n` readable spans that stay unchanged for `'a`.
+unsafe fn spans_in<'a>(p: *const sluice_span, n: usize) -> Option<&'a [sluice_span]> {
+    if n == 0 {
+        return Some(&[]);
+    }
+    if p.is_null() || n > isize::MAX as usize / size_of::<sluice_span>() {
+        return None;
+    }
+    // SAFETY: non-null, `n` readable spans by the caller's contract, and the
+    // byte length fits in an isize.
+    Some(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+const _: () = {
+    assert!(size_of::<sluice_span>() == size_of::<Span>());
+    assert!(align_of::<sluice_span>() == align_of::<Span>());
+    assert!(std::mem::offset_of!(Span, off) == std::mem::offset_of!(sluice_span, off));
+    assert!(std::mem::offset_of!(Span, len) == std::mem::offset_of!(sluice_span, len));
+};
+
+/// The same spans as [`Span`]s.
+fn span_slice(s: &[sluice_span]) -> &[Span] {
+    // SAFETY: both types are `#[repr(C)]` structs of two `u64`s, `off` then
+    // `len` (asserted above), so the slices have the same layout; the
+    // lifetime is kept.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<Span>(), s.len()) }
+}
+
+/// Computes into out[0..out_len) output number index of a typed request
+/// to model_id at batch with the n_inputs inputs inputs[i][0..input_lens[i])
+/// (in the model's order), as the daemon's simulated GPU writes it, so that
+/// a client can check its results (out_len is the output's size at the
+/// batch). Returns SLUICE_OK or SLUICE_EINVAL.
+///
+/// # Safety
+/// - If `n_inputs > 0`, `inputs` and `input_lens` point to `n_inputs`
+///   readable entries, and each `inputs[i]` to `input_lens[i]` readable
+///   bytes (NULL allowed when that length is 0).
+/// - If `out_len > 0`, `out` points to `out_len` writable bytes that do not
+///   overlap the inputs.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn sluice_expected_typed_output(
+    model_id: u32,
+    batch: u32,
+    inputs: *const *const u8,
+    input_lens: *const usize,
+    n_inputs: usize,
+    index: u32,
+    out: *mut u8,
+    out_len: usize,
+) -> c_int {
+    const F: &str = "sluice_expected_typed_output";
+    guard(F, || {
+        if n_inputs > 0 && (inputs.is_null() || input_lens.is_null()) {
+            return cold_fail(
+                SLUICE_EINVAL,
+                format!("{F}: inputs or input_lens is NULL with n_inputs {n_inputs}"),
+            );
+        }
+        let mut slices = Vec::with_capacity(n_inputs);
+        for i in 0..n_inputs {
+            // SAFETY: `inputs` and `input_lens` have `n_inputs` readable
+            // entries (caller's contract; non-null checked above).
+            let (p, len) = unsafe { (*inputs.add(i), *input_lens.add(i)) };
+            // SAFETY: `p` points to `len` readable bytes (caller's contract).
+            let Some(b) = (unsafe { bytes_in(p, len) }) else {
+                return cold_fail(
+                    SLUICE_EINVAL,
+                    format!("{F}: inputs[{i}] is NULL with length {len}"),
+                );
+            };
+            slices.push(b);
+        }
+        // SAFETY: `out` points to `out_len` writable bytes, disjoint from
+        // the inputs (caller's contract).
+        let Some(out) = (unsafe { bytes_out(out, out_len) }) else {
+            return cold_fail(
+                SLUICE_EINVAL,
+                format!("{F}: out is NULL with out_len {out_len}"),
+            );
+        };
+        shm_proto::sim::expected_typed_output(model_id, batch, &slices, index, out);
+        SLUICE_OK
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -965,6 +1491,13 @@ pub extern "C" fn sluice_status_str(status: u32) -> *const c_char {
         SLUICE_STATUS_DEADLINE_MISSED => c"deadline passed before the request started",
         SLUICE_STATUS_DEVICE_ERROR => c"the device failed while running the request",
         SLUICE_STATUS_SHUTTING_DOWN => c"the daemon is shutting down",
+        SLUICE_STATUS_BAD_BATCH => c"batch size is 0 or over the model's max_batch",
+        SLUICE_STATUS_BAD_TENSOR_TABLE => {
+            c"tensor table is malformed (count, place, overlap) or the model needs one"
+        }
+        SLUICE_STATUS_BAD_TENSOR_LEN => {
+            c"a tensor's length differs from its size at the request's batch"
+        }
         _ => c"unknown status code",
     };
     s.as_ptr()
@@ -1070,6 +1603,8 @@ mod tests {
             Error::BadSpan,
             Error::Timeout,
             Error::InvalidArgument,
+            Error::BadTensor,
+            Error::RequestFailed(9),
         ];
         crate::set_last_error(String::new());
         for (i, e) in all.into_iter().enumerate() {
@@ -1084,13 +1619,13 @@ mod tests {
             strerror(SLUICE_PENDING),
             "the request has not completed yet"
         );
-        assert_eq!(strerror(-13), "unknown sluice error code");
+        assert_eq!(strerror(-15), "unknown sluice error code");
         assert_eq!(strerror(c_int::MIN), "unknown sluice error code");
     }
 
     #[test]
     fn status_strings_match_shm_proto() {
-        for code in 0..=12u32 {
+        for code in 0..=13u32 {
             // SAFETY: sluice_status_str returns a static NUL-terminated string.
             let s = unsafe { CStr::from_ptr(sluice_status_str(code)) };
             assert_eq!(s.to_str().unwrap(), status::describe(code), "status {code}");
@@ -1245,6 +1780,10 @@ mod tests {
                 sluice_read_arena(null_mut(), 0, null_mut(), 0),
                 ticket_error("sluice_wait_timeout", Error::Timeout, 0x1_0000_0002, 5),
                 arena_error("sluice_read_arena", Error::BadSpan, 1 << 40, 8, 1 << 20),
+                sluice_submit_typed(null_mut(), null(), &mut t),
+                sluice_model_io(null(), 0, null_mut()),
+                sluice_model_tensor(null(), 0, SLUICE_INPUT, 0, null_mut()),
+                not_looked_up("sluice_submit_typed", 7),
                 fast_error("sluice_submit", Error::RingFull),
             ]
         };

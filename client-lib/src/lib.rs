@@ -69,6 +69,7 @@ use std::time::Duration;
 use shm_proto::layout::{RegionHeader, STATE_CLOSED};
 use shm_proto::region::{self, ClientRings, Mapping};
 use shm_proto::ring::{Consumer, Producer, PushError};
+use shm_proto::tensor::Detail;
 use shm_proto::{Geometry, control::Msg, futex};
 
 /// `CLOCK_MONOTONIC` in nanoseconds: the clock of every timestamp and
@@ -108,6 +109,17 @@ pub enum Error {
     Timeout,
     /// An argument was invalid (null pointer, bad priority). C: -12.
     InvalidArgument,
+    /// A typed request does not fit the model: a tensor's length, its
+    /// place, the tensor count or the batch; [`last_error_message`] names
+    /// the tensor with the size expected and the size given. Found by this
+    /// library before submitting, or reported by the daemon. C:
+    /// `SLUICE_EBADTENSOR` (-13).
+    BadTensor,
+    /// The daemon completed the request with this error status (a
+    /// `status` code other than a tensor refusal); [`last_error_message`]
+    /// says which. Only [`Client::infer`] returns it. C: `SLUICE_EFAILED`
+    /// (-14).
+    RequestFailed(u32),
 }
 
 impl Error {
@@ -126,6 +138,8 @@ impl Error {
             Self::BadSpan => -10,
             Self::Timeout => -11,
             Self::InvalidArgument => -12,
+            Self::BadTensor => -13,
+            Self::RequestFailed(_) => -14,
         }
     }
 }
@@ -147,11 +161,23 @@ impl std::fmt::Display for Error {
             Self::BadSpan => f.write_str("span lies outside the client's arena"),
             Self::Timeout => f.write_str("timed out waiting for the completion"),
             Self::InvalidArgument => f.write_str("invalid argument"),
+            Self::BadTensor => f.write_str("the request's tensors do not fit the model"),
+            Self::RequestFailed(code) => write!(
+                f,
+                "the daemon failed the request (status {code}: {})",
+                status::describe(code)
+            ),
         }?;
-        // Only the control-path errors leave a detailed message behind.
+        // Only the control-path errors and the typed-request errors leave a
+        // detailed message behind.
         if !matches!(
             self,
-            Self::DaemonUnreachable | Self::Refused(_) | Self::Protocol | Self::ModelNotFound
+            Self::DaemonUnreachable
+                | Self::Refused(_)
+                | Self::Protocol
+                | Self::ModelNotFound
+                | Self::BadTensor
+                | Self::RequestFailed(_)
         ) {
             return Ok(());
         }
@@ -227,18 +253,401 @@ pub struct Submit {
 }
 
 /// A model as the daemon describes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModelInfo {
     /// Id for [`Submit::model_id`].
     pub id: u32,
-    /// Exact input length.
+    /// Exact input length of an untyped request ([`Client::submit`]).
     pub input_bytes: u64,
-    /// Output length.
+    /// Output length of an untyped request.
     pub output_bytes: u64,
     /// Standalone execution time on the daemon's device, ns.
     pub standalone_ns: u64,
     /// Kernels per inference.
     pub kernels: u32,
+    /// The model's name.
+    pub name: String,
+    /// Largest batch a typed request may carry.
+    pub max_batch: u32,
+    /// Inputs, in the order of a typed request's tensor table.
+    pub inputs: Vec<TensorInfo>,
+    /// Outputs, in order.
+    pub outputs: Vec<TensorInfo>,
+}
+
+/// One input or output of a model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    /// The model's name for it.
+    pub name: String,
+    /// Element type code (`shm_proto::tensor::ELEM_*`).
+    pub elem: u32,
+    /// Dims at batch 1; when [`TensorInfo::batched`], dim 0 is the batch.
+    pub dims: Vec<u64>,
+    /// Whether dim 0 grows with the batch.
+    pub batched: bool,
+}
+
+impl TensorInfo {
+    /// Bytes at `batch`; `None` on overflow.
+    pub fn bytes(&self, batch: u32) -> Option<u64> {
+        shm_proto::tensor::tensor_bytes(self.elem, &self.dims, self.batched, batch)
+    }
+    /// The element type's name (`"f32"`, ...).
+    pub fn elem_name(&self) -> &'static str {
+        shm_proto::tensor::elem_name(self.elem).unwrap_or("?")
+    }
+    /// The shape with the batch dimension as `N`, e.g. `i64[N,128]`.
+    pub fn describe(&self) -> Shape<'_> {
+        Shape(self)
+    }
+}
+
+/// [`TensorInfo::describe`]: formats without allocating.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape<'a>(&'a TensorInfo);
+
+impl std::fmt::Display for Shape<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}[", self.0.elem_name())?;
+        for (i, d) in self.0.dims.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            if i == 0 && self.0.batched {
+                f.write_str("N")?;
+            } else {
+                write!(f, "{d}")?;
+            }
+        }
+        f.write_str("]")
+    }
+}
+
+/// A typed request: a batch and one span per model input and output
+/// ([`Client::submit_typed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TypedSubmit<'a> {
+    /// Real-time or best-effort.
+    pub priority: Priority,
+    /// Absolute `CLOCK_MONOTONIC` deadline, 0 = none.
+    pub deadline_ns: u64,
+    /// Batch size, 1 up to [`ModelInfo::max_batch`].
+    pub batch: u32,
+    /// Where in the arena the library writes the tensor table: 16 bytes
+    /// per input and output; it must not overlap an output.
+    pub table_off: u64,
+    /// One span per model input, in the model's order.
+    pub inputs: &'a [Span],
+    /// One span per model output, in the model's order.
+    pub outputs: &'a [Span],
+}
+
+/// What is wrong with a request: the completion's status and detail (see
+/// `shm_proto::tensor`), found by the daemon or by this library before
+/// submitting. [`ModelInfo::explain`] renders it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    /// A `status` code.
+    pub status: u32,
+    /// `Completion::detail`.
+    pub detail: [u64; 2],
+}
+
+impl Fault {
+    fn new(status: u32, what: Detail, given: Detail) -> Self {
+        Self {
+            status,
+            detail: [what.pack(), given.pack()],
+        }
+    }
+}
+
+/// A fault explained against a model's metadata ([`ModelInfo::explain`]);
+/// formats without allocating.
+#[derive(Debug, Clone, Copy)]
+pub struct Explain<'a> {
+    model: &'a ModelInfo,
+    batch: u32,
+    fault: Fault,
+}
+
+impl ModelInfo {
+    /// Explains a refusal of a request at `batch` to this model: names the
+    /// tensor with its shape, the size expected and the size given, e.g.
+    /// `input "ids" (i64[N,128]) takes 1024 bytes at batch 1; the request
+    /// gave 512`. For a completion, pass `Fault { status, detail }`.
+    pub fn explain(&self, batch: u32, fault: Fault) -> Explain<'_> {
+        Explain {
+            model: self,
+            batch,
+            fault,
+        }
+    }
+
+    /// Checks a typed request against this model and the arena (`arena`
+    /// bytes) by the daemon's rules (`shm_proto::tensor`), so that a bad
+    /// request fails here with the same fault the daemon would give.
+    pub fn check_typed(&self, arena: u64, s: &TypedSubmit<'_>) -> Result<(), Fault> {
+        use shm_proto::tensor::*;
+        let g = Geometry {
+            sq_entries: 2,
+            cq_entries: 2,
+            arena_size: arena,
+        };
+        let batch_detail = |v: u64| Detail::new(ROLE_BATCH, 0, v);
+        if s.batch == 0 || s.batch > self.max_batch || s.batch > u32::from(u16::MAX) {
+            return Err(Fault::new(
+                status::BAD_BATCH,
+                batch_detail(u64::from(self.max_batch)),
+                batch_detail(u64::from(s.batch)),
+            ));
+        }
+        let n = self.inputs.len() + self.outputs.len();
+        let want = (n * TABLE_ENTRY_BYTES) as u64;
+        let given = ((s.inputs.len() + s.outputs.len()) * TABLE_ENTRY_BYTES) as u64;
+        if s.inputs.len() != self.inputs.len() || s.outputs.len() != self.outputs.len() {
+            return Err(Fault::new(
+                status::BAD_TENSOR_TABLE,
+                Detail::new(ROLE_TABLE, TABLE_LEN, want),
+                Detail::new(ROLE_TABLE, TABLE_LEN, given),
+            ));
+        }
+        if !g.span_in_arena(s.table_off, want) {
+            return Err(Fault::new(
+                status::BAD_TENSOR_TABLE,
+                Detail::new(ROLE_TABLE, TABLE_OUTSIDE, arena),
+                Detail::new(ROLE_TABLE, TABLE_OUTSIDE, s.table_off.saturating_add(want)),
+            ));
+        }
+        for (role, specs, spans, bad_span) in [
+            (ROLE_INPUT, &self.inputs, s.inputs, status::BAD_INPUT_SPAN),
+            (
+                ROLE_OUTPUT,
+                &self.outputs,
+                s.outputs,
+                status::BAD_OUTPUT_SPAN,
+            ),
+        ] {
+            for (i, (spec, span)) in specs.iter().zip(spans).enumerate() {
+                let index = i as u8;
+                if !g.span_in_arena(span.off, span.len) {
+                    return Err(Fault::new(
+                        bad_span,
+                        Detail::new(role, index, arena),
+                        Detail::new(role, index, span.off.saturating_add(span.len)),
+                    ));
+                }
+                let want = spec.bytes(s.batch).unwrap_or(u64::MAX);
+                if span.len != want {
+                    return Err(Fault::new(
+                        status::BAD_TENSOR_LEN,
+                        Detail::new(role, index, want),
+                        Detail::new(role, index, span.len),
+                    ));
+                }
+            }
+        }
+        let overlap = |a: Span, b: Span| {
+            a.len > 0 && b.len > 0 && a.off < b.off + b.len && b.off < a.off + a.len
+        };
+        for (o, &out) in s.outputs.iter().enumerate() {
+            let others = s
+                .outputs
+                .iter()
+                .enumerate()
+                .filter(|&(k, _)| k != o)
+                .map(|(k, &sp)| (ROLE_OUTPUT, k, sp))
+                .chain(
+                    s.inputs
+                        .iter()
+                        .enumerate()
+                        .map(|(k, &sp)| (ROLE_INPUT, k, sp)),
+                );
+            for (role, k, other) in others {
+                if overlap(out, other) {
+                    return Err(Fault::new(
+                        status::BAD_TENSOR_TABLE,
+                        Detail::new(ROLE_OUTPUT, o as u8, out.off),
+                        Detail::new(role, k as u8, other.off),
+                    ));
+                }
+            }
+            // The table is written before the request is pushed: an output
+            // under it would be the daemon's to write while we write it.
+            if overlap(
+                out,
+                Span {
+                    off: s.table_off,
+                    len: want,
+                },
+            ) {
+                return Err(Fault::new(
+                    status::BAD_TENSOR_TABLE,
+                    Detail::new(ROLE_OUTPUT, o as u8, out.off),
+                    Detail::new(ROLE_TABLE, TABLE_OUTSIDE, s.table_off),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn tensor(&self, role: u8, index: u8) -> Option<&TensorInfo> {
+        match role {
+            shm_proto::tensor::ROLE_INPUT => self.inputs.get(usize::from(index)),
+            shm_proto::tensor::ROLE_OUTPUT => self.outputs.get(usize::from(index)),
+            _ => None,
+        }
+    }
+}
+
+/// Writes `value`, or `at least value` when it was saturated.
+struct Value(Detail);
+
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.0.saturated() {
+            write!(f, "at least {}", self.0.value)
+        } else {
+            write!(f, "{}", self.0.value)
+        }
+    }
+}
+
+/// Names a tensor: `input "ids" (i64[N,128])`, or `input #3` when the
+/// model has no such tensor.
+struct Named<'a>(&'a ModelInfo, Detail);
+
+impl std::fmt::Display for Named<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dir = if self.1.role == shm_proto::tensor::ROLE_INPUT {
+            "input"
+        } else {
+            "output"
+        };
+        match self.0.tensor(self.1.role, self.1.index) {
+            Some(t) => write!(f, "{dir} {:?} ({})", t.name, t.describe()),
+            None => write!(f, "{dir} #{}", self.1.index),
+        }
+    }
+}
+
+impl std::fmt::Display for Explain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        use shm_proto::tensor::*;
+        let m = self.model;
+        let what = Detail::unpack(self.fault.detail[0]);
+        let given = Detail::unpack(self.fault.detail[1]);
+        match (self.fault.status, what.role) {
+            (status::BAD_BATCH, _) => write!(
+                f,
+                "batch {} is outside 1..={} for model {:?}{}",
+                Value(given),
+                what.value,
+                m.name,
+                if what.value == 1 {
+                    "; an untyped request is at batch 1 (0 or 1 in `batch`)"
+                } else {
+                    "; split the work into requests of at most max_batch"
+                }
+            ),
+            (status::BAD_TENSOR_LEN, ROLE_INPUT | ROLE_OUTPUT) => write!(
+                f,
+                "{} takes {} bytes at batch {}; the request gave {}",
+                Named(m, what),
+                Value(what),
+                self.batch,
+                Value(given)
+            ),
+            (status::BAD_INPUT_SPAN | status::BAD_OUTPUT_SPAN, ROLE_INPUT | ROLE_OUTPUT) => {
+                write!(
+                    f,
+                    "{} ends at byte {}, outside the arena of {} bytes; place it inside the arena",
+                    Named(m, what),
+                    Value(given),
+                    what.value
+                )
+            }
+            (status::BAD_TENSOR_TABLE, ROLE_OUTPUT) if given.role == ROLE_TABLE => write!(
+                f,
+                "{} at offset {} overlaps the tensor table at offset {}; put the table elsewhere",
+                Named(m, what),
+                Value(what),
+                Value(given)
+            ),
+            (status::BAD_TENSOR_TABLE, ROLE_OUTPUT) => write!(
+                f,
+                "{} at offset {} overlaps {} at offset {}; give every output bytes of its own",
+                Named(m, what),
+                Value(what),
+                Named(m, given),
+                Value(given)
+            ),
+            (status::BAD_TENSOR_TABLE, ROLE_TABLE) => match what.index {
+                TABLE_LEN => write!(
+                    f,
+                    "model {:?} takes a tensor table of {} bytes ({} inputs and {} outputs, \
+                     {TABLE_ENTRY_BYTES} bytes each); the request gave {}",
+                    m.name,
+                    what.value,
+                    m.inputs.len(),
+                    m.outputs.len(),
+                    Value(given)
+                ),
+                TABLE_OUTSIDE => write!(
+                    f,
+                    "the tensor table ends at byte {}, outside the arena of {} bytes",
+                    Value(given),
+                    what.value
+                ),
+                TABLE_OUTPUT_FIELDS => write!(
+                    f,
+                    "a typed request's output_off and output_len must be 0 (the tensor table \
+                     locates the outputs); the request gave {}",
+                    Value(given)
+                ),
+                TABLE_REQUIRED => write!(
+                    f,
+                    "model {:?} has {} inputs and {} outputs; an untyped request carries one \
+                     of each: submit a typed request (tensor table)",
+                    m.name, what.value, given.value
+                ),
+                r => write!(f, "tensor table fault {r}"),
+            },
+            (code, _) => write!(f, "{}", status::describe(code)),
+        }
+    }
+}
+
+/// The outputs the daemon's simulated GPU writes for a typed request of
+/// `model` at `batch` with `inputs` (in the model's order), one per output,
+/// each the output's size at the batch (`shm_proto::sim`, "Typed
+/// requests"), for checking results.
+pub fn expected_typed_outputs(model: &ModelInfo, batch: u32, inputs: &[&[u8]]) -> Vec<Vec<u8>> {
+    (0u32..)
+        .zip(&model.outputs)
+        .map(|(k, t)| {
+            let mut out = vec![0u8; t.bytes(batch).unwrap_or(0) as usize];
+            shm_proto::sim::expected_typed_output(model.id, batch, inputs, k, &mut out);
+            out
+        })
+        .collect()
+}
+
+/// One call's worth of a typed request by name ([`Client::infer`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Infer<'a> {
+    /// Real-time or best-effort.
+    pub priority: Priority,
+    /// Absolute `CLOCK_MONOTONIC` deadline, 0 = none.
+    pub deadline_ns: u64,
+    /// Batch size.
+    pub batch: u32,
+    /// Where in the arena the call may lay out the table and the tensors
+    /// (it uses the bytes from here on, each part 64-byte aligned).
+    pub arena_off: u64,
+    /// Every model input by name, each once.
+    pub inputs: &'a [(&'a str, &'a [u8])],
 }
 
 /// Names one request in flight. Redeem it with [`Client::wait`] or
@@ -255,7 +664,19 @@ const SLOT_DONE: u8 = 2;
 struct TicketSlot {
     generation: u32,
     state: u8,
+    /// The request's model and batch, to explain a refusal.
+    model_id: u32,
+    batch: u32,
     completion: Completion,
+}
+
+/// The last completion taken: which request, model and batch, for
+/// [`Client::explain`].
+#[derive(Debug, Clone, Copy, Default)]
+struct LastDone {
+    request_id: u64,
+    model_id: u32,
+    batch: u32,
 }
 
 /// A `MAP_SHARED` mapping of the region, unmapped on drop. The ring ends
@@ -353,6 +774,10 @@ pub struct Client {
     sock: UnixStream,
     wake: OwnedFd,
     scratch: Vec<u8>,
+    /// Every model looked up on this session, for typed requests and
+    /// explanations.
+    models: Vec<ModelInfo>,
+    last_done: LastDone,
     _region_fd: OwnedFd,
 }
 
@@ -432,6 +857,8 @@ impl Client {
             sock: s.sock,
             wake: s.wake,
             scratch: Vec::with_capacity(512),
+            models: Vec::new(),
+            last_done: LastDone::default(),
             _region_fd: s.region,
         })
     }
@@ -518,27 +945,87 @@ impl Client {
         conn::send(&mut self.sock, &Msg::LookupModel { name })?;
         let mut fds = Vec::new();
         conn::recv(&mut self.sock, &mut self.scratch, &mut fds)?;
-        match Msg::decode(&self.scratch).map_err(|_| Error::Protocol)? {
-            Msg::ModelInfo {
+        let info = match Msg::decode(&self.scratch) {
+            Ok(Msg::ModelInfo {
                 id,
                 input_bytes,
                 output_bytes,
                 standalone_ns,
                 kernels,
-                ..
-            } => Ok(ModelInfo {
-                id,
-                input_bytes,
-                output_bytes,
-                standalone_ns,
-                kernels,
-            }),
-            Msg::ModelNotFound { .. } => {
-                set_last_error(format!("sluiced has no model named {name:?}"));
-                Err(Error::ModelNotFound)
+                name,
+                max_batch,
+                inputs,
+                outputs,
+            }) => {
+                let list = |t: shm_proto::control::Tensors<'_>| {
+                    t.iter()
+                        .map(|m| TensorInfo {
+                            name: m.name.to_owned(),
+                            elem: m.elem,
+                            dims: m.dims().to_vec(),
+                            batched: m.batched,
+                        })
+                        .collect()
+                };
+                ModelInfo {
+                    id,
+                    input_bytes,
+                    output_bytes,
+                    standalone_ns,
+                    kernels,
+                    name: name.to_owned(),
+                    max_batch,
+                    inputs: list(inputs),
+                    outputs: list(outputs),
+                }
             }
-            _ => Err(Error::Protocol),
+            Ok(Msg::ModelNotFound { .. }) => {
+                set_last_error(format!("sluiced has no model named {name:?}"));
+                return Err(Error::ModelNotFound);
+            }
+            Ok(_) => return Err(Error::Protocol),
+            Err(e) => {
+                set_last_error(format!("cannot decode the daemon's model information: {e}"));
+                return Err(Error::Protocol);
+            }
+        };
+        match self.models.iter_mut().find(|m| m.id == info.id) {
+            Some(m) => *m = info.clone(),
+            None => self.models.push(info.clone()),
         }
+        Ok(info)
+    }
+
+    /// A model looked up on this session, by id.
+    pub fn model(&self, id: u32) -> Option<&ModelInfo> {
+        self.models.iter().find(|m| m.id == id)
+    }
+
+    /// Explains `c` when it is the completion last taken (by
+    /// [`Client::wait`] or [`Client::try_poll`]) and carries an error
+    /// status: against its model's metadata when the model was looked up on
+    /// this session (naming the tensor, the size expected and the size
+    /// given), else the status's description. `None` for an OK completion
+    /// or another one.
+    pub fn explain(&self, c: &Completion) -> Option<String> {
+        if c.status == status::OK || c.request_id != self.last_done.request_id {
+            return None;
+        }
+        let fault = Fault {
+            status: c.status,
+            detail: c.detail,
+        };
+        Some(match self.model(self.last_done.model_id) {
+            Some(m) => m.explain(self.last_done.batch, fault).to_string(),
+            None => status::describe(c.status).to_owned(),
+        })
+    }
+
+    /// The model and batch of the completion last taken (for the C ABI's
+    /// explanations).
+    pub(crate) fn last_done(&self) -> (u64, u32, u32) {
+        let d = self.last_done;
+        (d.request_id, d.model_id, d.batch)
     }
 
     /// Arena size in bytes.
@@ -623,8 +1110,168 @@ impl Client {
             output_off: s.output.off,
             output_len: s.output.len,
             flags: 0,
+            batch: 0,
             seq: 0,
         })
+    }
+
+    /// Submits a typed request of `model` without blocking: checks it
+    /// against the model's metadata ([`ModelInfo::check_typed`]), writes
+    /// the tensor table at `s.table_off`, and pushes the request. Errors:
+    /// [`Error::BadTensor`] (nothing was submitted; [`last_error_message`]
+    /// names the tensor, the size expected and the size given), and those
+    /// of [`Client::submit`]. Allocates only to report a bad tensor.
+    pub fn submit_typed(
+        &mut self,
+        model: &ModelInfo,
+        s: &TypedSubmit<'_>,
+    ) -> Result<Ticket, Error> {
+        if let Err(f) = model.check_typed(self.geometry.arena_size, s) {
+            set_last_error(model.explain(s.batch, f).to_string());
+            return Err(Error::BadTensor);
+        }
+        self.submit_typed_checked(model.id, s)
+    }
+
+    /// [`Client::submit_typed`] after [`ModelInfo::check_typed`] passed
+    /// (the C ABI reports the fault itself, without allocating).
+    pub(crate) fn submit_typed_checked(
+        &mut self,
+        model_id: u32,
+        s: &TypedSubmit<'_>,
+    ) -> Result<Ticket, Error> {
+        let mut entry = [0u8; shm_proto::tensor::TABLE_ENTRY_BYTES];
+        let mut at = s.table_off;
+        for span in s.inputs.iter().chain(s.outputs) {
+            shm_proto::tensor::write_entry(&mut entry, span.off, span.len);
+            self.write_arena(at, &entry)?;
+            at += entry.len() as u64;
+        }
+        let len = at - s.table_off;
+        self.submit_request(Request {
+            request_id: 0,
+            model_id,
+            priority: s.priority as u32,
+            deadline_ns: s.deadline_ns,
+            input_off: s.table_off,
+            input_len: len,
+            output_off: 0,
+            output_len: 0,
+            flags: shm_proto::tensor::FLAG_TENSOR_TABLE,
+            batch: u16::try_from(s.batch).map_err(|_| Error::BadTensor)?,
+            seq: 0,
+        })
+    }
+
+    /// Runs a typed request of `model` by name and waits for it: lays out
+    /// the tensor table, every input (copied from `req.inputs`) and every
+    /// output in the arena from `req.arena_off`, submits, waits, and
+    /// returns each output by name, in the model's order.
+    ///
+    /// Errors: [`Error::BadTensor`] for a missing, unknown or wrongly sized
+    /// input (found before submitting) or a tensor refusal from the daemon,
+    /// [`Error::RequestFailed`] for another error status, [`Error::BadSpan`]
+    /// when the layout does not fit the arena; [`last_error_message`] says
+    /// which, naming the tensor.
+    pub fn infer(
+        &mut self,
+        model: &ModelInfo,
+        req: &Infer<'_>,
+    ) -> Result<Vec<(String, Vec<u8>)>, Error> {
+        for (name, _) in req.inputs {
+            if !model.inputs.iter().any(|t| t.name == *name) {
+                let known: Vec<&str> = model.inputs.iter().map(|t| t.name.as_str()).collect();
+                set_last_error(format!(
+                    "model {:?} has no input named {name:?}; its inputs are {known:?}",
+                    model.name
+                ));
+                return Err(Error::BadTensor);
+            }
+        }
+        let mut data = Vec::with_capacity(model.inputs.len());
+        for t in &model.inputs {
+            let mut given = req.inputs.iter().filter(|(n, _)| *n == t.name);
+            match (given.next(), given.next()) {
+                (Some((_, bytes)), None) => data.push(*bytes),
+                (None, _) => {
+                    set_last_error(format!(
+                        "input {:?} ({}) of model {:?} is missing; give every input once",
+                        t.name,
+                        t.describe(),
+                        model.name
+                    ));
+                    return Err(Error::BadTensor);
+                }
+                (Some(_), Some(_)) => {
+                    set_last_error(format!("input {:?} is given twice; give it once", t.name));
+                    return Err(Error::BadTensor);
+                }
+            }
+        }
+        let align = |x: u64| x.next_multiple_of(64);
+        let table_off = align(req.arena_off);
+        let table_len = ((model.inputs.len() + model.outputs.len())
+            * shm_proto::tensor::TABLE_ENTRY_BYTES) as u64;
+        let mut at = align(table_off + table_len);
+        let mut place = |len: u64| {
+            let s = Span { off: at, len };
+            at = align(at.saturating_add(len));
+            s
+        };
+        let inputs: Vec<Span> = data.iter().map(|d| place(d.len() as u64)).collect();
+        let outputs: Vec<Span> = model
+            .outputs
+            .iter()
+            .map(|t| place(t.bytes(req.batch).unwrap_or(u64::MAX)))
+            .collect();
+        let s = TypedSubmit {
+            priority: req.priority,
+            deadline_ns: req.deadline_ns,
+            batch: req.batch,
+            table_off,
+            inputs: &inputs,
+            outputs: &outputs,
+        };
+        // Sizes first, so that a wrong input names itself rather than the
+        // arena.
+        if let Err(f) = model.check_typed(u64::MAX, &s) {
+            set_last_error(model.explain(req.batch, f).to_string());
+            return Err(Error::BadTensor);
+        }
+        if at > self.geometry.arena_size {
+            set_last_error(format!(
+                "model {:?} at batch {} needs {at} bytes of arena from offset {}; the arena has {}",
+                model.name, req.batch, req.arena_off, self.geometry.arena_size
+            ));
+            return Err(Error::BadSpan);
+        }
+        for (span, d) in inputs.iter().zip(&data) {
+            self.write_arena(span.off, d)?;
+        }
+        let t = self.submit_typed(model, &s)?;
+        let done = self.wait(t)?;
+        if done.status != status::OK {
+            let fault = Fault {
+                status: done.status,
+                detail: done.detail,
+            };
+            set_last_error(model.explain(req.batch, fault).to_string());
+            return Err(match done.status {
+                status::BAD_BATCH
+                | status::BAD_TENSOR_TABLE
+                | status::BAD_TENSOR_LEN
+                | status::BAD_INPUT_SPAN
+                | status::BAD_OUTPUT_SPAN => Error::BadTensor,
+                code => Error::RequestFailed(code),
+            });
+        }
+        let mut out = Vec::with_capacity(outputs.len());
+        for (t, span) in model.outputs.iter().zip(&outputs) {
+            let mut bytes = vec![0u8; span.len as usize];
+            self.read_arena(span.off, &mut bytes)?;
+            out.push((t.name.clone(), bytes));
+        }
+        Ok(out)
     }
 
     /// Submits a raw record unchecked (its `request_id` is replaced by the
@@ -656,6 +1303,8 @@ impl Client {
         }
         slot.generation = generation;
         slot.state = SLOT_IN_FLIGHT;
+        slot.model_id = req.model_id;
+        slot.batch = u32::from(req.batch.max(1));
         if self.sq.needs_wake() {
             // The daemon is parked in epoll on our eventfd: ring it.
             let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
@@ -711,6 +1360,11 @@ impl Client {
         }
         s.state = SLOT_FREE;
         let c = s.completion;
+        self.last_done = LastDone {
+            request_id: c.request_id,
+            model_id: s.model_id,
+            batch: s.batch,
+        };
         self.free.push(idx as u32);
         Some(c)
     }
@@ -896,5 +1550,167 @@ fn status_query(path: &Path, request: &Msg<'_>) -> Result<String, Error> {
             Err(Error::Refused(code))
         }
         _ => Err(Error::Protocol),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shm_proto::tensor::{ELEM_F32, ELEM_I64};
+
+    fn pair() -> ModelInfo {
+        let t = |name: &str, elem, dims: &[u64], batched| TensorInfo {
+            name: name.into(),
+            elem,
+            dims: dims.to_vec(),
+            batched,
+        };
+        ModelInfo {
+            id: 3,
+            input_bytes: 1088,
+            output_bytes: 168,
+            standalone_ns: 0,
+            kernels: 1,
+            name: "pair".into(),
+            max_batch: 8,
+            inputs: vec![
+                t("ids", ELEM_I64, &[1, 128], true),
+                t("mask", ELEM_F32, &[16], false),
+            ],
+            outputs: vec![
+                t("logits", ELEM_F32, &[1, 10], true),
+                t("pooled", ELEM_F32, &[1, 32], true),
+            ],
+        }
+    }
+
+    fn submit<'a>(batch: u32, inputs: &'a [Span], outputs: &'a [Span]) -> TypedSubmit<'a> {
+        TypedSubmit {
+            priority: Priority::RealTime,
+            deadline_ns: 0,
+            batch,
+            table_off: 0,
+            inputs,
+            outputs,
+        }
+    }
+
+    const ARENA: u64 = 1 << 16;
+
+    fn span(off: u64, len: u64) -> Span {
+        Span { off, len }
+    }
+
+    #[test]
+    fn a_good_request_passes_at_each_batch() {
+        let m = pair();
+        for batch in [1u64, 4, 8] {
+            let ins = [span(4096, 1024 * batch), span(16384, 64)];
+            let outs = [span(20480, 40 * batch), span(24576, 128 * batch)];
+            assert_eq!(
+                m.check_typed(ARENA, &submit(batch as u32, &ins, &outs)),
+                Ok(())
+            );
+        }
+        assert_eq!(m.inputs[0].describe().to_string(), "i64[N,128]");
+        assert_eq!(m.inputs[1].describe().to_string(), "f32[16]");
+    }
+
+    #[test]
+    fn each_fault_is_explained_naming_the_tensor() {
+        let m = pair();
+        let text = |batch: u32, ins: &[Span], outs: &[Span]| {
+            let f = m.check_typed(ARENA, &submit(batch, ins, outs)).unwrap_err();
+            (f.status, m.explain(batch, f).to_string())
+        };
+        let ins = [span(4096, 1024), span(16384, 64)];
+        let outs = [span(20480, 40), span(24576, 128)];
+        assert_eq!(
+            text(1, &[span(4096, 512), ins[1]], &outs),
+            (
+                status::BAD_TENSOR_LEN,
+                "input \"ids\" (i64[N,128]) takes 1024 bytes at batch 1; the request gave 512"
+                    .to_owned()
+            )
+        );
+        assert_eq!(
+            text(
+                2,
+                &[span(4096, 2048), ins[1]],
+                &[span(20480, 80), span(24576, 128)]
+            )
+            .1,
+            "output \"pooled\" (f32[N,32]) takes 256 bytes at batch 2; the request gave 128"
+        );
+        let (code, t) = text(9, &ins, &outs);
+        assert_eq!(code, status::BAD_BATCH);
+        assert!(
+            t.starts_with("batch 9 is outside 1..=8 for model \"pair\""),
+            "{t}"
+        );
+        assert_eq!(text(0, &ins, &outs).0, status::BAD_BATCH);
+        let (code, t) = text(1, &ins[..1], &outs);
+        assert_eq!(code, status::BAD_TENSOR_TABLE);
+        assert!(
+            t.contains("64 bytes (2 inputs and 2 outputs") && t.contains("gave 48"),
+            "{t}"
+        );
+        let (code, t) = text(1, &ins, &[outs[0], span(ARENA - 64, 128)]);
+        assert_eq!(code, status::BAD_OUTPUT_SPAN);
+        assert_eq!(
+            t,
+            format!(
+                "output \"pooled\" (f32[N,32]) ends at byte {}, outside the arena of {ARENA} \
+                 bytes; place it inside the arena",
+                ARENA + 64
+            )
+        );
+        let (code, t) = text(1, &ins, &[outs[0], span(20480 + 8, 128)]);
+        assert_eq!(code, status::BAD_TENSOR_TABLE);
+        assert!(t.contains("overlaps output \"pooled\""), "{t}");
+        let (_, t) = text(1, &ins, &[span(4096 + 8, 40), outs[1]]);
+        assert!(
+            t.contains("output \"logits\"") && t.contains("overlaps input \"ids\""),
+            "{t}"
+        );
+        let (_, t) = text(1, &ins, &[span(0, 40), outs[1]]);
+        assert!(t.contains("overlaps the tensor table"), "{t}");
+        // A saturated value reads as a bound, not a wrong number.
+        let f = Fault {
+            status: status::BAD_TENSOR_LEN,
+            detail: [
+                Detail::new(shm_proto::tensor::ROLE_INPUT, 0, 1024).pack(),
+                Detail::new(shm_proto::tensor::ROLE_INPUT, 0, u64::MAX).pack(),
+            ],
+        };
+        assert!(
+            m.explain(1, f)
+                .to_string()
+                .ends_with("gave at least 281474976710655"),
+            "{}",
+            m.explain(1, f)
+        );
+        // An index the model does not have is shown by number.
+        let f = Fault {
+            status: status::BAD_TENSOR_LEN,
+            detail: [Detail::new(shm_proto::tensor::ROLE_OUTPUT, 7, 4).pack(), 0],
+        };
+        assert!(
+            m.explain(1, f)
+                .to_string()
+                .starts_with("output #7 takes 4 bytes")
+        );
+    }
+
+    #[test]
+    fn typed_reference_outputs_follow_shm_proto() {
+        let m = pair();
+        let a = vec![1u8; 1024];
+        let b = vec![2u8; 64];
+        let outs = expected_typed_outputs(&m, 1, &[&a, &b]);
+        assert_eq!(outs.iter().map(Vec::len).collect::<Vec<_>>(), [40, 128]);
+        let mut want = vec![0u8; 128];
+        shm_proto::sim::expected_typed_output(3, 1, &[&a, &b], 1, &mut want);
+        assert_eq!(outs[1], want);
     }
 }

@@ -30,6 +30,28 @@
 //! every client asks `StatusPage { from_id: next_client_id }` until no
 //! `next_client_id` comes back; clients that connect or leave between
 //! pages may be missed or seen, never seen twice.
+//!
+//! # A model's tensors
+//!
+//! [`Msg::ModelInfo`] ends with the model's largest batch and its inputs
+//! and outputs, in the model's order (the order of a typed request's tensor
+//! table, [`crate::tensor`]):
+//!
+//! ```text
+//! u32 LE  max_batch
+//! u16 LE  inputs  (<= tensor::MAX_TENSORS)
+//! u16 LE  outputs (<= tensor::MAX_TENSORS)
+//! then inputs + outputs times:
+//!   u16 LE + UTF-8  name (<= tensor::MAX_TENSOR_NAME bytes)
+//!   u32 LE          element type code (tensor::ELEM_*)
+//!   u8              batched: 1 when dim 0 is the batch, else 0
+//!   u8              rank (<= tensor::MAX_DIMS)
+//!   rank x u64 LE   dims at batch 1
+//! ```
+//!
+//! The decoder refuses any count, rank, name length, element code or
+//! batched byte outside these bounds ([`DecodeError::BadTensor`]), so the
+//! largest `ModelInfo` ([`MAX_MODEL_INFO`]) fits in a frame.
 
 /// Largest frame body accepted, in bytes.
 pub const MAX_FRAME: usize = 256 * 1024;
@@ -43,6 +65,194 @@ pub const MAX_HANDSHAKE_FRAME: usize = 1024;
 /// Most bytes of JSON a daemon puts in one status reply (leaves room for
 /// the frame header and length field under [`MAX_FRAME`]).
 pub const STATUS_PAGE_BUDGET: usize = 192 * 1024;
+
+/// Bytes of the largest `ModelInfo` body a peer can send: the fixed
+/// fields, a model name of `u16::MAX` bytes, and [`crate::tensor::MAX_TENSORS`]
+/// inputs and outputs with the longest names and the most dims.
+pub const MAX_MODEL_INFO: usize = 4
+    + 4
+    + 8
+    + 8
+    + 8
+    + 4
+    + 2
+    + u16::MAX as usize
+    + 4
+    + 2
+    + 2
+    + 2 * crate::tensor::MAX_TENSORS * TENSOR_META_MAX;
+/// Bytes of one tensor's metadata at most.
+const TENSOR_META_MAX: usize =
+    2 + crate::tensor::MAX_TENSOR_NAME + 4 + 1 + 1 + 8 * crate::tensor::MAX_DIMS;
+const _: () = assert!(MAX_MODEL_INFO <= MAX_FRAME);
+
+/// One input or output of a model, as [`Msg::ModelInfo`] carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TensorMeta<'a> {
+    /// The model's name for it (at most [`crate::tensor::MAX_TENSOR_NAME`] bytes).
+    pub name: &'a str,
+    /// Element type code ([`crate::tensor`]'s `ELEM_*`).
+    pub elem: u32,
+    /// Whether dim 0 is the batch dimension.
+    pub batched: bool,
+    /// Dims in use (at most [`crate::tensor::MAX_DIMS`]).
+    pub rank: u8,
+    /// Dims at batch 1; entries past `rank` are 0.
+    pub dims: [u64; crate::tensor::MAX_DIMS],
+}
+
+impl<'a> TensorMeta<'a> {
+    /// A tensor's metadata; `None` when it exceeds the protocol's bounds
+    /// (name length, rank) or names an unknown element type.
+    pub fn new(name: &'a str, elem: u32, batched: bool, dims: &[u64]) -> Option<Self> {
+        if name.len() > crate::tensor::MAX_TENSOR_NAME
+            || dims.len() > crate::tensor::MAX_DIMS
+            || crate::tensor::elem_size(elem).is_none()
+        {
+            return None;
+        }
+        let mut d = [0u64; crate::tensor::MAX_DIMS];
+        d[..dims.len()].copy_from_slice(dims);
+        Some(Self {
+            name,
+            elem,
+            batched,
+            rank: dims.len() as u8,
+            dims: d,
+        })
+    }
+    /// The dims at batch 1.
+    pub fn dims(&self) -> &[u64] {
+        &self.dims[..usize::from(self.rank).min(crate::tensor::MAX_DIMS)]
+    }
+}
+
+/// A model's inputs or outputs in a [`Msg::ModelInfo`]: a slice to encode,
+/// or the checked bytes of a decoded frame.
+#[derive(Clone, Copy)]
+pub enum Tensors<'a> {
+    /// Tensors to encode.
+    List(&'a [TensorMeta<'a>]),
+    /// `count` tensors decoded from `bytes`, already checked.
+    Wire {
+        /// How many.
+        count: u16,
+        /// Their encoding.
+        bytes: &'a [u8],
+    },
+}
+
+impl<'a> Tensors<'a> {
+    /// How many tensors.
+    pub fn len(&self) -> usize {
+        match *self {
+            Self::List(l) => l.len(),
+            Self::Wire { count, .. } => usize::from(count),
+        }
+    }
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The tensors in order.
+    pub fn iter(&self) -> TensorIter<'a> {
+        match *self {
+            Self::List(l) => TensorIter {
+                list: l,
+                wire: Reader { buf: &[], pos: 0 },
+                left: l.len(),
+            },
+            Self::Wire { count, bytes } => TensorIter {
+                list: &[],
+                wire: Reader { buf: bytes, pos: 0 },
+                left: usize::from(count),
+            },
+        }
+    }
+}
+
+impl PartialEq for Tensors<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+impl Eq for Tensors<'_> {}
+
+impl core::fmt::Debug for Tensors<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// Iterator over [`Tensors`].
+#[derive(Debug, Clone)]
+pub struct TensorIter<'a> {
+    list: &'a [TensorMeta<'a>],
+    wire: Reader<'a>,
+    left: usize,
+}
+
+impl<'a> Iterator for TensorIter<'a> {
+    type Item = TensorMeta<'a>;
+    fn next(&mut self) -> Option<TensorMeta<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        if let Some((first, rest)) = self.list.split_first() {
+            self.list = rest;
+            return Some(*first);
+        }
+        // Checked when the frame was decoded; an error ends the list.
+        read_tensor(&mut self.wire).ok()
+    }
+}
+
+fn read_tensor<'b>(r: &mut Reader<'b>) -> Result<TensorMeta<'b>, DecodeError> {
+    let name = r.str()?;
+    if name.len() > crate::tensor::MAX_TENSOR_NAME {
+        return Err(DecodeError::BadTensor);
+    }
+    let elem = r.u32()?;
+    if crate::tensor::elem_size(elem).is_none() {
+        return Err(DecodeError::BadTensor);
+    }
+    let batched = match r.u8()? {
+        0 => false,
+        1 => true,
+        _ => return Err(DecodeError::BadTensor),
+    };
+    let rank = r.u8()?;
+    if usize::from(rank) > crate::tensor::MAX_DIMS {
+        return Err(DecodeError::BadTensor);
+    }
+    let mut dims = [0u64; crate::tensor::MAX_DIMS];
+    for d in dims.iter_mut().take(usize::from(rank)) {
+        *d = r.u64()?;
+    }
+    Ok(TensorMeta {
+        name,
+        elem,
+        batched,
+        rank,
+        dims,
+    })
+}
+
+/// Reads `count` tensors, checking each; returns their bytes.
+fn read_tensors<'b>(r: &mut Reader<'b>, count: u16) -> Result<Tensors<'b>, DecodeError> {
+    if usize::from(count) > crate::tensor::MAX_TENSORS {
+        return Err(DecodeError::BadTensor);
+    }
+    let start = r.pos;
+    for _ in 0..count {
+        read_tensor(r)?;
+    }
+    Ok(Tensors::Wire {
+        count,
+        bytes: r.buf.get(start..r.pos).ok_or(DecodeError::Truncated)?,
+    })
+}
 
 /// `Hello` kind.
 pub const KIND_HELLO: u16 = 1;
@@ -126,9 +336,12 @@ pub enum Msg<'a> {
     ModelInfo {
         /// Id to put in [`crate::Request::model_id`].
         id: u32,
-        /// Exact input length the model takes.
+        /// Exact input length an untyped request carries: the model's
+        /// inputs at batch 1 (see [`crate::tensor`] for when a typed model
+        /// takes an untyped request).
         input_bytes: u64,
-        /// Output length the model writes.
+        /// Output length an untyped request gets: the model's outputs at
+        /// batch 1.
         output_bytes: u64,
         /// Standalone execution time on the daemon's device, ns.
         standalone_ns: u64,
@@ -136,6 +349,12 @@ pub enum Msg<'a> {
         kernels: u32,
         /// The model's name.
         name: &'a str,
+        /// Largest batch a typed request may carry (at least 1).
+        max_batch: u32,
+        /// Its inputs, in order.
+        inputs: Tensors<'a>,
+        /// Its outputs, in order.
+        outputs: Tensors<'a>,
     },
     /// Daemon → client: no model of that name.
     ModelNotFound {
@@ -170,6 +389,9 @@ pub enum DecodeError {
     BadString,
     /// Bytes left over after the payload.
     TrailingBytes,
+    /// Tensor metadata outside the protocol's bounds (count, rank, name
+    /// length, element code, batched byte).
+    BadTensor,
 }
 
 impl core::fmt::Display for DecodeError {
@@ -180,6 +402,14 @@ impl core::fmt::Display for DecodeError {
             Self::UnknownKind(k) => write!(f, "unknown control message kind {k}"),
             Self::BadString => f.write_str("control message string is not valid UTF-8"),
             Self::TrailingBytes => f.write_str("control frame has trailing bytes"),
+            Self::BadTensor => write!(
+                f,
+                "model tensor metadata out of bounds (at most {} tensors each way, {} dims, \
+                 {}-byte names, known element types)",
+                crate::tensor::MAX_TENSORS,
+                crate::tensor::MAX_DIMS,
+                crate::tensor::MAX_TENSOR_NAME
+            ),
         }
     }
 }
@@ -207,8 +437,21 @@ impl Writer<'_> {
         }
         self.pos = end;
     }
+    fn u8(&mut self, v: u8) {
+        self.bytes(&[v]);
+    }
     fn u16(&mut self, v: u16) {
         self.bytes(&v.to_le_bytes());
+    }
+    fn tensor(&mut self, t: &TensorMeta<'_>) {
+        self.str(t.name);
+        self.u32(t.elem);
+        self.u8(u8::from(t.batched));
+        let dims = t.dims();
+        self.u8(dims.len() as u8);
+        for &d in dims {
+            self.u64(d);
+        }
     }
     fn u32(&mut self, v: u32) {
         self.bytes(&v.to_le_bytes());
@@ -223,6 +466,7 @@ impl Writer<'_> {
     }
 }
 
+#[derive(Debug, Clone)]
 struct Reader<'b> {
     buf: &'b [u8],
     pos: usize,
@@ -234,6 +478,9 @@ impl<'b> Reader<'b> {
         let s = self.buf.get(self.pos..end).ok_or(DecodeError::Truncated)?;
         self.pos = end;
         Ok(s)
+    }
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.take(1)?[0])
     }
     fn u16(&mut self) -> Result<u16, DecodeError> {
         let b = self.take(2)?;
@@ -271,6 +518,9 @@ impl<'a> Msg<'a> {
     }
 
     /// Writes the whole frame (header included) into `buf`; returns its length.
+    /// A `ModelInfo` whose tensors exceed the decoder's bounds (count, name
+    /// length, element code) is not encoded: `BufferTooSmall { needed:
+    /// usize::MAX }`.
     pub fn encode(&self, buf: &mut [u8]) -> Result<usize, BufferTooSmall> {
         let mut w = Writer {
             buf,
@@ -318,6 +568,9 @@ impl<'a> Msg<'a> {
                 standalone_ns,
                 kernels,
                 name,
+                max_batch,
+                inputs,
+                outputs,
             } => {
                 w.u32(id);
                 w.u64(input_bytes);
@@ -325,6 +578,24 @@ impl<'a> Msg<'a> {
                 w.u64(standalone_ns);
                 w.u32(kernels);
                 w.str(name);
+                w.u32(max_batch);
+                // Over the bounds the decoder enforces: refuse to encode
+                // what a peer would refuse to decode.
+                let in_bounds = |t: TensorMeta<'_>| {
+                    t.name.len() <= crate::tensor::MAX_TENSOR_NAME
+                        && crate::tensor::elem_size(t.elem).is_some()
+                };
+                if inputs.len() > crate::tensor::MAX_TENSORS
+                    || outputs.len() > crate::tensor::MAX_TENSORS
+                    || !inputs.iter().chain(outputs.iter()).all(in_bounds)
+                {
+                    return Err(BufferTooSmall { needed: usize::MAX });
+                }
+                w.u16(inputs.len() as u16);
+                w.u16(outputs.len() as u16);
+                for t in inputs.iter().chain(outputs.iter()) {
+                    w.tensor(&t);
+                }
             }
             Self::StatusRequest => {}
             Self::StatusPage { from_id } => w.u32(from_id),
@@ -391,14 +662,30 @@ impl<'a> Msg<'a> {
                 message: r.str()?,
             },
             KIND_LOOKUP_MODEL => Self::LookupModel { name: r.str()? },
-            KIND_MODEL_INFO => Self::ModelInfo {
-                id: r.u32()?,
-                input_bytes: r.u64()?,
-                output_bytes: r.u64()?,
-                standalone_ns: r.u64()?,
-                kernels: r.u32()?,
-                name: r.str()?,
-            },
+            KIND_MODEL_INFO => {
+                let id = r.u32()?;
+                let input_bytes = r.u64()?;
+                let output_bytes = r.u64()?;
+                let standalone_ns = r.u64()?;
+                let kernels = r.u32()?;
+                let name = r.str()?;
+                let max_batch = r.u32()?;
+                let n_in = r.u16()?;
+                let n_out = r.u16()?;
+                let inputs = read_tensors(&mut r, n_in)?;
+                let outputs = read_tensors(&mut r, n_out)?;
+                Self::ModelInfo {
+                    id,
+                    input_bytes,
+                    output_bytes,
+                    standalone_ns,
+                    kernels,
+                    name,
+                    max_batch,
+                    inputs,
+                    outputs,
+                }
+            }
             KIND_MODEL_NOT_FOUND => Self::ModelNotFound { name: r.str()? },
             KIND_STATUS_REQUEST => Self::StatusRequest,
             KIND_STATUS_PAGE => Self::StatusPage { from_id: r.u32()? },
@@ -468,6 +755,25 @@ mod tests {
             standalone_ns: 3_700_000,
             kernels: 71,
             name: "vgg19",
+            max_batch: 1,
+            inputs: Tensors::List(&[]),
+            outputs: Tensors::List(&[]),
+        });
+        let ins = [
+            TensorMeta::new("ids", crate::tensor::ELEM_I64, true, &[1, 128]).unwrap(),
+            TensorMeta::new("mask", crate::tensor::ELEM_BOOL, true, &[1, 128]).unwrap(),
+        ];
+        let outs = [TensorMeta::new("logits", crate::tensor::ELEM_F32, false, &[2]).unwrap()];
+        roundtrip(Msg::ModelInfo {
+            id: 1,
+            input_bytes: 1152,
+            output_bytes: 8,
+            standalone_ns: 1,
+            kernels: 2,
+            name: "bert",
+            max_batch: 8,
+            inputs: Tensors::List(&ins),
+            outputs: Tensors::List(&outs),
         });
         roundtrip(Msg::ModelNotFound { name: "nope" });
         roundtrip(Msg::StatusRequest);
@@ -548,6 +854,169 @@ mod tests {
             Msg::decode(&buf[4..n]),
             Ok(Msg::ModelNotFound { name: &name })
         );
+    }
+
+    fn model_info_frame(ins: &[TensorMeta<'_>], outs: &[TensorMeta<'_>]) -> Vec<u8> {
+        let mut buf = vec![0u8; MAX_FRAME + 4];
+        let n = Msg::ModelInfo {
+            id: 1,
+            input_bytes: 0,
+            output_bytes: 0,
+            standalone_ns: 0,
+            kernels: 0,
+            name: "m",
+            max_batch: 4,
+            inputs: Tensors::List(ins),
+            outputs: Tensors::List(outs),
+        }
+        .encode(&mut buf)
+        .unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn decoded_tensors_read_back_in_order() {
+        let ins = [
+            TensorMeta::new("a", crate::tensor::ELEM_F32, true, &[1, 3, 4, 4]).unwrap(),
+            TensorMeta::new("b", crate::tensor::ELEM_I32, false, &[]).unwrap(),
+        ];
+        let outs = [TensorMeta::new("y", crate::tensor::ELEM_F16, true, &[1, 10]).unwrap()];
+        let f = model_info_frame(&ins, &outs);
+        let Ok(Msg::ModelInfo {
+            inputs, outputs, ..
+        }) = Msg::decode(&f[4..])
+        else {
+            panic!("{:?}", Msg::decode(&f[4..]));
+        };
+        let got: Vec<_> = inputs.iter().collect();
+        assert_eq!(got, ins);
+        assert_eq!(got[0].dims(), &[1, 3, 4, 4]);
+        assert_eq!(got[1].dims(), &[] as &[u64]);
+        assert_eq!(outputs.iter().next().unwrap().name, "y");
+        assert_eq!(outputs.len(), 1);
+    }
+
+    #[test]
+    fn the_largest_model_info_fits_a_frame() {
+        let name = "n".repeat(crate::tensor::MAX_TENSOR_NAME);
+        let t = TensorMeta::new(
+            &name,
+            crate::tensor::ELEM_F32,
+            true,
+            &[7; crate::tensor::MAX_DIMS],
+        )
+        .unwrap();
+        let all = [t; crate::tensor::MAX_TENSORS];
+        let model = "m".repeat(usize::from(u16::MAX));
+        let mut buf = vec![0u8; MAX_FRAME + 4];
+        let n = Msg::ModelInfo {
+            id: 1,
+            input_bytes: 0,
+            output_bytes: 0,
+            standalone_ns: 0,
+            kernels: 0,
+            name: &model,
+            max_batch: 4,
+            inputs: Tensors::List(&all),
+            outputs: Tensors::List(&all),
+        }
+        .encode(&mut buf)
+        .unwrap();
+        assert_eq!(n - 4, MAX_MODEL_INFO);
+        assert!(Msg::decode(&buf[4..n]).is_ok());
+        // One tensor more is refused at encode, not sent.
+        let more = [t; crate::tensor::MAX_TENSORS + 1];
+        let e = Msg::ModelInfo {
+            id: 1,
+            input_bytes: 0,
+            output_bytes: 0,
+            standalone_ns: 0,
+            kernels: 0,
+            name: "m",
+            max_batch: 4,
+            inputs: Tensors::List(&more),
+            outputs: Tensors::List(&[]),
+        }
+        .encode(&mut buf);
+        assert!(e.is_err());
+    }
+
+    #[test]
+    fn out_of_bounds_tensor_metadata_is_refused() {
+        let ok = TensorMeta::new("x", crate::tensor::ELEM_U8, false, &[4]).unwrap();
+        assert!(TensorMeta::new("x", 99, false, &[4]).is_none());
+        assert!(TensorMeta::new("x", 0, false, &[1; crate::tensor::MAX_DIMS + 1]).is_none());
+        let long = "x".repeat(crate::tensor::MAX_TENSOR_NAME + 1);
+        assert!(TensorMeta::new(&long, 0, false, &[1]).is_none());
+        let f = model_info_frame(&[ok], &[ok]);
+        // Offsets into the body: kind+reserved 4, fixed fields 32, name 2+1,
+        // max_batch 4, counts 2+2; then the first tensor: name 2+1, elem 4,
+        // batched 1, rank 1.
+        let counts = 4 + 32 + 3 + 4;
+        let first = counts + 4;
+        let body = &f[4..];
+        let patch = |at: usize, bytes: &[u8]| {
+            let mut b = body.to_vec();
+            b[at..at + bytes.len()].copy_from_slice(bytes);
+            Msg::decode(&b).map(|_| ())
+        };
+        assert_eq!(
+            patch(counts, &65u16.to_le_bytes()),
+            Err(DecodeError::BadTensor)
+        );
+        assert_eq!(
+            patch(first + 3, &7u32.to_le_bytes()),
+            Err(DecodeError::BadTensor)
+        );
+        assert_eq!(patch(first + 7, &[2]), Err(DecodeError::BadTensor));
+        assert_eq!(patch(first + 8, &[9]), Err(DecodeError::BadTensor));
+        assert_eq!(
+            patch(first, &200u16.to_le_bytes()),
+            Err(DecodeError::Truncated)
+        );
+        assert!(patch(first + 7, &[1]).is_ok());
+    }
+
+    proptest::proptest! {
+        /// Random bytes never make the decoder panic; what it accepts
+        /// re-encodes to the same bytes.
+        #[test]
+        fn decoding_random_bytes_never_panics(
+            kind in 0u16..12,
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+        ) {
+            let mut b = kind.to_le_bytes().to_vec();
+            b.extend_from_slice(&[0, 0]);
+            b.extend_from_slice(&body);
+            if let Ok(m) = Msg::decode(&b) {
+                let mut out = vec![0u8; b.len() + 16];
+                let n = m.encode(&mut out).unwrap();
+                proptest::prop_assert_eq!(&out[4..n], &b[..]);
+            }
+        }
+
+        /// A valid ModelInfo with random corruption decodes or errors.
+        #[test]
+        fn corrupted_model_info_never_panics(
+            at in 0usize..200, byte in proptest::prelude::any::<u8>(), cut in 0usize..200,
+        ) {
+            let ins = [
+                TensorMeta::new("ids", crate::tensor::ELEM_I64, true, &[1, 128]).unwrap(),
+                TensorMeta::new("m", crate::tensor::ELEM_BOOL, false, &[3]).unwrap(),
+            ];
+            let f = model_info_frame(&ins, &ins[..1]);
+            let mut b = f[4..].to_vec();
+            let at = at % b.len();
+            b[at] = byte;
+            let _ = Msg::decode(&b);
+            let _ = Msg::decode(&b[..cut.min(b.len())]);
+            if let Ok(Msg::ModelInfo { inputs, outputs, .. }) = Msg::decode(&b) {
+                proptest::prop_assert!(inputs.len() <= crate::tensor::MAX_TENSORS);
+                proptest::prop_assert_eq!(inputs.iter().count(), inputs.len());
+                proptest::prop_assert_eq!(outputs.iter().count(), outputs.len());
+            }
+        }
     }
 
     #[test]

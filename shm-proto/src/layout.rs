@@ -26,7 +26,14 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"SLUICE\0\x01");
 /// 2: ring slots carry their own ready stamp ([`Request::seq`],
 /// [`Completion::seq`]; see [`crate::ring`]), so a record crosses in one
 /// cache line; `Request::reserved` became `seq`.
-pub const PROTOCOL_VERSION: u32 = 2;
+///
+/// 3: typed tensors. `Request::flags` shrank to 16 bits beside a 16-bit
+/// [`Request::batch`]; [`crate::tensor::FLAG_TENSOR_TABLE`] makes
+/// `input_off`/`input_len` locate a table of per-tensor spans; a refusal
+/// carries its detail in [`Completion::detail`]; the control path's
+/// `ModelInfo` lists every input and output (name, element type, batched
+/// flag, dims) and the model's largest batch.
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Page size the region's arena is aligned to.
 pub const PAGE: u64 = 4096;
@@ -90,16 +97,25 @@ pub struct Request {
     pub priority: u32,
     /// Absolute `CLOCK_MONOTONIC` deadline in ns; 0 = none.
     pub deadline_ns: u64,
-    /// Input tensor: byte offset in the arena.
+    /// Untyped request: the input tensor's byte offset in the arena. With
+    /// [`crate::tensor::FLAG_TENSOR_TABLE`]: the tensor table's offset.
     pub input_off: u64,
-    /// Input tensor: length in bytes.
+    /// Untyped request: the input's length in bytes. With
+    /// [`crate::tensor::FLAG_TENSOR_TABLE`]: the table's length, 16 bytes
+    /// per input and output of the model.
     pub input_len: u64,
-    /// Output tensor: byte offset in the arena.
+    /// Untyped request: the output tensor's byte offset in the arena; 0
+    /// with [`crate::tensor::FLAG_TENSOR_TABLE`].
     pub output_off: u64,
-    /// Output tensor: room in bytes.
+    /// Untyped request: room for the output in bytes; 0 with
+    /// [`crate::tensor::FLAG_TENSOR_TABLE`].
     pub output_len: u64,
-    /// No flag is defined yet: must be 0.
-    pub flags: u32,
+    /// [`crate::tensor::FLAG_TENSOR_TABLE`] or 0; any other bit is refused
+    /// with `BAD_FLAGS`.
+    pub flags: u16,
+    /// Batch size: 1 up to the model's `max_batch` with
+    /// [`crate::tensor::FLAG_TENSOR_TABLE`]; 0 or 1 (both batch 1) without.
+    pub batch: u16,
     /// The ring's ready stamp ([`crate::ring`]): written by
     /// [`crate::ring::Producer::push`] whatever the record carries, and 0
     /// in a record [`crate::ring::Consumer::pop`] returns.
@@ -124,8 +140,9 @@ pub struct Completion {
     pub started_ns: u64,
     /// When the device finished it.
     pub finished_ns: u64,
-    /// Zero.
-    pub reserved2: [u64; 2],
+    /// Zero, except in a refusal that names a tensor or a value: see
+    /// [`crate::tensor::Detail`] (what each status puts there).
+    pub detail: [u64; 2],
 }
 
 /// Control words of one single-producer/single-consumer ring; the slots
@@ -246,6 +263,7 @@ const _: () = {
     assert!(offset_of!(Request, output_off) == 40);
     assert!(offset_of!(Request, output_len) == 48);
     assert!(offset_of!(Request, flags) == 56);
+    assert!(offset_of!(Request, batch) == 58);
     assert!(offset_of!(Request, seq) == 60);
 
     assert!(size_of::<Completion>() == 64);
@@ -257,7 +275,7 @@ const _: () = {
     assert!(offset_of!(Completion, received_ns) == 24);
     assert!(offset_of!(Completion, started_ns) == 32);
     assert!(offset_of!(Completion, finished_ns) == 40);
-    assert!(offset_of!(Completion, reserved2) == 48);
+    assert!(offset_of!(Completion, detail) == 48);
 
     assert!(size_of::<RingHeader>() == 384);
     assert!(align_of::<RingHeader>() == 128);
@@ -275,7 +293,7 @@ const _: () = {
 /// FNV-1a over the layout's numbers: every size, alignment and offset
 /// asserted above, plus the version. Any layout change changes it.
 pub const LAYOUT_HASH: u64 = {
-    let parts: [u64; 36] = [
+    let parts: [u64; 39] = [
         PROTOCOL_VERSION as u64,
         MAGIC,
         size_of::<RegionHeader>() as u64,
@@ -300,6 +318,7 @@ pub const LAYOUT_HASH: u64 = {
         offset_of!(Request, output_off) as u64,
         offset_of!(Request, output_len) as u64,
         offset_of!(Request, flags) as u64,
+        offset_of!(Request, batch) as u64,
         offset_of!(Request, seq) as u64,
         size_of::<Completion>() as u64,
         offset_of!(Completion, seq) as u64,
@@ -308,6 +327,8 @@ pub const LAYOUT_HASH: u64 = {
         offset_of!(Completion, received_ns) as u64,
         offset_of!(Completion, started_ns) as u64,
         offset_of!(Completion, finished_ns) as u64,
+        offset_of!(Completion, detail) as u64,
+        crate::tensor::TABLE_ENTRY_BYTES as u64,
         size_of::<RingHeader>() as u64,
         offset_of!(RingHeader, head) as u64,
         offset_of!(RingHeader, parked) as u64,

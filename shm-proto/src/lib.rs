@@ -19,6 +19,9 @@
 //!   to and from shared memory with the race they accept.
 //! - [`wake`]: the hybrid notify/poll protocol ("waiter parked" words).
 //! - [`control`]: the versioned handshake spoken on the daemon's Unix socket.
+//! - [`tensor`]: typed tensors: element-type codes, the tensor table of a
+//!   typed request, the bounds on what a peer may declare, and the detail of
+//!   a refusal.
 //! - [`sim`]: the reference function the simulated GPU computes, so clients
 //!   can check their outputs.
 //! - [`clock`]: [`now_ns`], the `CLOCK_MONOTONIC` clock of every timestamp.
@@ -41,6 +44,7 @@ pub mod region;
 pub mod ring;
 pub mod sim;
 pub mod sync;
+pub mod tensor;
 pub mod wake;
 
 #[cfg(all(feature = "futex", not(loom)))]
@@ -108,6 +112,18 @@ pub mod status {
     pub const DEVICE_ERROR: u32 = 9;
     /// The daemon is shutting down and dropped the request.
     pub const SHUTTING_DOWN: u32 = 10;
+    /// The batch size is 0 or over the model's `max_batch` (typed), or not
+    /// 0 or 1 (untyped). `Completion::detail`: the maximum, the batch given.
+    pub const BAD_BATCH: u32 = 11;
+    /// The tensor table is malformed: its length does not match the
+    /// model's tensor count, it lies outside the arena, the typed request's
+    /// output fields are not 0, an output overlaps another tensor, or an
+    /// untyped request went to a model of several tensors. See
+    /// [`crate::tensor`] for the detail of each.
+    pub const BAD_TENSOR_TABLE: u32 = 12;
+    /// A tensor's length is not its size at the request's batch; the
+    /// detail names the tensor, the size expected and the length given.
+    pub const BAD_TENSOR_LEN: u32 = 13;
 
     /// A short description of a status code, for error messages.
     pub const fn describe(code: u32) -> &'static str {
@@ -123,6 +139,11 @@ pub mod status {
             DEADLINE_MISSED => "deadline passed before the request started",
             DEVICE_ERROR => "the device failed while running the request",
             SHUTTING_DOWN => "the daemon is shutting down",
+            BAD_BATCH => "batch size is 0 or over the model's max_batch",
+            BAD_TENSOR_TABLE => {
+                "tensor table is malformed (count, place, overlap) or the model needs one"
+            }
+            BAD_TENSOR_LEN => "a tensor's length differs from its size at the request's batch",
             _ => "unknown status code",
         }
     }

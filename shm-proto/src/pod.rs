@@ -87,8 +87,8 @@ impl<T: Pod, const N: usize> sealed::Sealed for [T; N] {}
 unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
 
 impl sealed::Sealed for Request {}
-// SAFETY: `#[repr(C)]`, fields `u64`/`u32` only; the asserts below (and the
-// offset asserts in `layout`) show there is no padding.
+// SAFETY: `#[repr(C)]`, fields `u64`/`u32`/`u16` only; the asserts below
+// (and the offset asserts in `layout`) show there is no padding.
 unsafe impl Pod for Request {}
 
 impl sealed::Sealed for Completion {}
@@ -99,7 +99,9 @@ unsafe impl Pod for Completion {}
 const _: () = {
     use core::mem::size_of;
     // No padding: the size is the sum of the fields' sizes.
-    assert!(size_of::<Request>() == 6 * size_of::<u64>() + 4 * size_of::<u32>());
+    assert!(
+        size_of::<Request>() == 6 * size_of::<u64>() + 3 * size_of::<u32>() + 2 * size_of::<u16>()
+    );
     assert!(size_of::<Completion>() == 5 * size_of::<u64>() + 2 * size_of::<u32>() + 16);
 };
 

@@ -29,6 +29,26 @@
 //!
 //! Both steps are streamable ([`Digest`], [`fill_output`]) so the daemon can
 //! work through a large tensor in chunks without a copy of the whole input.
+//!
+//! # Typed requests
+//!
+//! A typed request ([`crate::tensor`]) has several inputs and outputs and a
+//! batch size. Output `k` (0-based, in the model's order) gets the same
+//! counter-mode bytes as above from its own seed:
+//!
+//! `seed_k` = FNV-1a-64 (as in step 1) over the 4 bytes of `model_id`, the
+//! 4 bytes of `batch` (`u32` LE), every byte of input 0, then input 1, ...
+//! (the inputs concatenated in the model's order), then the 4 bytes of `k`
+//! (`u32` LE).
+//!
+//! Each output span is filled whole (its length is exactly the output's
+//! size at the batch), from byte 0 of the counter stream. Outputs therefore
+//! differ from each other, from the same inputs at another batch, and from
+//! the untyped function; a client that mixes up two outputs sees it.
+//! [`expected_typed_output`] computes one output; an untyped request keeps
+//! the function above. Known answer (unit test `typed_known_answer`): model
+//! 7, batch 2, inputs `b"ab"` and `b"c"`, output 1 of 8 bytes: `seed_1 =
+//! 0xbd4d31d844e9afb1`.
 
 /// Streaming FNV-1a-64 over the model id and the input bytes.
 #[derive(Debug, Clone, Copy)]
@@ -86,6 +106,42 @@ pub fn expected_output(model_id: u32, input: &[u8], out: &mut [u8]) {
     fill_output(d.finish(), 0, out);
 }
 
+/// The seed of output `index` of a typed request (see the module docs).
+pub fn typed_seed(model_id: u32, batch: u32, inputs: &[&[u8]], index: u32) -> u64 {
+    let mut d = typed_digest(model_id, batch);
+    for i in inputs {
+        d.update(i);
+    }
+    typed_finish(d, index)
+}
+
+/// Starts the digest of a typed request's inputs: the model id and the
+/// batch; feed the inputs in order with [`Digest::update`], then take each
+/// output's seed with [`typed_finish`].
+pub fn typed_digest(model_id: u32, batch: u32) -> Digest {
+    let mut d = Digest::new(model_id);
+    d.update(&batch.to_le_bytes());
+    d
+}
+
+/// The seed of output `index` from the digest of every input.
+pub fn typed_finish(mut inputs_digest: Digest, index: u32) -> u64 {
+    inputs_digest.update(&index.to_le_bytes());
+    inputs_digest.finish()
+}
+
+/// Computes output `index` of a typed request whole, into `out` (its
+/// length is the output's size at `batch`).
+pub fn expected_typed_output(
+    model_id: u32,
+    batch: u32,
+    inputs: &[&[u8]],
+    index: u32,
+    out: &mut [u8],
+) {
+    fill_output(typed_seed(model_id, batch, inputs, index), 0, out);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -139,6 +195,25 @@ mod tests {
         assert_eq!(long[..5], short);
         // Zero output bytes: nothing written, nothing to panic about.
         expected_output(7, b"abc", &mut []);
+    }
+
+    #[test]
+    fn typed_known_answer() {
+        let seed = typed_seed(7, 2, &[b"ab", b"c"], 1);
+        // The definition spelled out: FNV-1a over the bytes in order.
+        let mut d = Digest::new(7);
+        d.update(&[2, 0, 0, 0, b'a', b'b', b'c', 1, 0, 0, 0]);
+        assert_eq!(seed, d.finish());
+        assert_eq!(seed, 0xbd4d_31d8_44e9_afb1);
+        let mut out = [0u8; 8];
+        expected_typed_output(7, 2, &[b"ab", b"c"], 1, &mut out);
+        assert_eq!(out, splitmix64(seed).to_le_bytes());
+        // Outputs differ by index and by batch, and from the untyped function.
+        assert_ne!(seed, typed_seed(7, 2, &[b"ab", b"c"], 0));
+        assert_ne!(seed, typed_seed(7, 1, &[b"ab", b"c"], 1));
+        let mut untyped = [0u8; 8];
+        expected_output(7, b"abc", &mut untyped);
+        assert_ne!(out, untyped);
     }
 
     #[test]

@@ -144,11 +144,31 @@ fn garbage_requests_get_specific_errors() {
             with(&|r| r.priority = u32::MAX),
             status::BAD_PRIORITY,
         ),
-        ("flags bit 0", with(&|r| r.flags = 1), status::BAD_FLAGS),
+        ("flags bit 1", with(&|r| r.flags = 2), status::BAD_FLAGS),
         (
             "flags high bit",
-            with(&|r| r.flags = 1 << 31),
+            with(&|r| r.flags = 1 << 15),
             status::BAD_FLAGS,
+        ),
+        (
+            "tensor-table flag at batch 0",
+            with(&|r| r.flags = shm_proto::tensor::FLAG_TENSOR_TABLE),
+            status::BAD_BATCH,
+        ),
+        (
+            "tensor-table flag over an input, not a table",
+            with(&|r| {
+                r.flags = shm_proto::tensor::FLAG_TENSOR_TABLE;
+                r.batch = 1;
+                r.output_off = 0;
+                r.output_len = 0;
+            }),
+            status::BAD_TENSOR_TABLE,
+        ),
+        (
+            "untyped at batch 2",
+            with(&|r| r.batch = 2),
+            status::BAD_BATCH,
         ),
         (
             "input at arena end",

@@ -58,11 +58,13 @@ pub struct Job {
     pub priority: Priority,
     /// Absolute deadline in `CLOCK_MONOTONIC` ns, 0 for none.
     pub deadline_ns: u64,
-    /// Input span in the client's arena (validated).
+    /// Input span in the client's arena (validated); for a typed request,
+    /// its first input's (the whole list is in [`Job::tensors`]).
     pub input_off: u64,
     /// Input length in bytes (validated).
     pub input_len: u64,
-    /// Output span in the client's arena (validated).
+    /// Output span in the client's arena (validated); for a typed request,
+    /// its first output's.
     pub output_off: u64,
     /// Output length in bytes (validated).
     pub output_len: u64,
@@ -161,8 +163,9 @@ pub trait Backend: Send {
         None
     }
     /// Whether the device is simulated: its outputs are the reference
-    /// digest of the input ([`shm_proto::sim::expected_output`]), which
-    /// clients can check. A real GPU computes the model instead.
+    /// digest of the input ([`shm_proto::sim::expected_output`]; for a
+    /// typed request [`shm_proto::sim::expected_typed_output`] per output),
+    /// which clients can check. A real GPU computes the model instead.
     fn simulated(&self) -> bool {
         true
     }

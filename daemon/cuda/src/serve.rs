@@ -741,6 +741,22 @@ impl CudaServer {
                 self.ready.push(f);
                 continue;
             }
+            // The kernel library runs one input and one output at batch 1;
+            // such a typed request's spans are the job's own (see `Job`).
+            if job
+                .tensors
+                .as_ref()
+                .is_some_and(|t| t.batch != 1 || t.inputs.len() != 1 || t.outputs.len() != 1)
+            {
+                tracing::warn!(
+                    ?job,
+                    "CUDA: typed requests of several tensors or batch over 1 are not served \
+                     by the CUDA backend yet; use one input and one output at batch 1"
+                );
+                let f = self.error_completion(&job, status::DEVICE_ERROR);
+                self.ready.push(f);
+                continue;
+            }
             let dm = &pool.instances[inst];
             let n = dm.input_bytes();
             let input = &mut self.buf[..n];

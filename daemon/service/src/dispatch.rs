@@ -56,14 +56,15 @@ use rustix::event::epoll;
 use shm_proto::now_ns;
 use shm_proto::region::DaemonRings;
 use shm_proto::ring::{Consumer, Producer, PushError};
+use shm_proto::tensor::{self, Detail};
 use shm_proto::{Completion, Priority, Request, status};
 
 use crate::backend::fair::{Done, FairShare};
 use crate::config::ClientsConfig;
 use crate::region::Region;
 use crate::slots::SlotTable;
-use sluice_backend::{Backend, Job};
-use sluice_model::ModelRegistry;
+use sluice_backend::{Backend, Job, Span, TensorMemory, TensorSpans};
+use sluice_model::{ModelIo, ModelRegistry, TensorSpec};
 
 /// Adds one to a counter that only the dispatcher thread writes: a relaxed
 /// load and store (plain moves), not a locked read-modify-write. Readers
@@ -174,30 +175,245 @@ const MAX_PARK_NS: u64 = 250_000_000;
 /// credit (it has not read its completions).
 const CREDIT_POLL_NS: u64 = 1_000_000;
 
-/// Validates a request copied out of a client's ring.
+/// A request that passed [`validate`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Valid {
+    /// Its priority class.
+    pub priority: Priority,
+    /// The untyped request's input span; a typed request's first input
+    /// (empty when the model has none).
+    pub input: Span,
+    /// The untyped request's output span; a typed request's first output.
+    pub output: Span,
+    /// A typed request's spans and batch; `None` for an untyped request.
+    pub tensors: Option<Arc<TensorSpans>>,
+}
+
+/// Why a request was refused: the completion's status and detail
+/// (`shm_proto::tensor` says what each status puts in the detail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal {
+    /// A `shm_proto::status` code.
+    pub status: u32,
+    /// [`Completion::detail`].
+    pub detail: [u64; 2],
+}
+
+impl Refusal {
+    fn plain(status: u32) -> Self {
+        Self {
+            status,
+            detail: [0; 2],
+        }
+    }
+    fn detail(status: u32, what: Detail, given: Detail) -> Self {
+        Self {
+            status,
+            detail: [what.pack(), given.pack()],
+        }
+    }
+}
+
+/// Validates a request copied out of a client's ring. A typed request's
+/// tensor table is copied out of `arena` once, and that copy is what is
+/// checked and used.
 pub fn validate(
     req: &Request,
     registry: &ModelRegistry,
     geometry: shm_proto::Geometry,
-) -> Result<Priority, u32> {
-    let priority = Priority::from_raw(req.priority).ok_or(status::BAD_PRIORITY)?;
-    if req.flags != 0 {
-        return Err(status::BAD_FLAGS);
+    arena: &dyn TensorMemory,
+) -> Result<Valid, Refusal> {
+    let priority = Priority::from_raw(req.priority).ok_or(Refusal::plain(status::BAD_PRIORITY))?;
+    if req.flags & !tensor::KNOWN_FLAGS != 0 {
+        return Err(Refusal::plain(status::BAD_FLAGS));
     }
-    let model = registry.get(req.model_id).ok_or(status::UNKNOWN_MODEL)?;
+    let model = registry
+        .get(req.model_id)
+        .ok_or(Refusal::plain(status::UNKNOWN_MODEL))?;
+    if req.flags & tensor::FLAG_TENSOR_TABLE != 0 {
+        return validate_typed(req, &model.io, geometry, arena).map(|spans| Valid {
+            priority,
+            input: spans.inputs.first().copied().unwrap_or_default(),
+            output: spans.outputs.first().copied().unwrap_or_default(),
+            tensors: Some(Arc::new(spans)),
+        });
+    }
+    if req.batch > 1 {
+        return Err(Refusal::detail(
+            status::BAD_BATCH,
+            Detail::new(tensor::ROLE_BATCH, 0, 1),
+            Detail::new(tensor::ROLE_BATCH, 0, u64::from(req.batch)),
+        ));
+    }
     if !geometry.span_in_arena(req.input_off, req.input_len) {
-        return Err(status::BAD_INPUT_SPAN);
+        return Err(Refusal::plain(status::BAD_INPUT_SPAN));
     }
     if !geometry.span_in_arena(req.output_off, req.output_len) {
-        return Err(status::BAD_OUTPUT_SPAN);
+        return Err(Refusal::plain(status::BAD_OUTPUT_SPAN));
     }
-    if req.input_len != model.input_bytes {
-        return Err(status::BAD_INPUT_LEN);
+    let io = &model.io;
+    if io.is_untyped() {
+        // A model known by its manifest: protocol 2's rules, unchanged.
+        if req.input_len != model.input_bytes {
+            return Err(Refusal::plain(status::BAD_INPUT_LEN));
+        }
+        if req.output_len < model.output_bytes {
+            return Err(Refusal::plain(status::OUTPUT_TOO_SMALL));
+        }
+    } else if let ([input], [output]) = (io.inputs.as_slice(), io.outputs.as_slice()) {
+        // A typed model of one tensor each way: batch 1, exact sizes.
+        for (role, spec, given) in [
+            (tensor::ROLE_INPUT, input, req.input_len),
+            (tensor::ROLE_OUTPUT, output, req.output_len),
+        ] {
+            let want = spec.bytes(1).unwrap_or(u64::MAX);
+            if given != want {
+                return Err(Refusal::detail(
+                    status::BAD_TENSOR_LEN,
+                    Detail::new(role, 0, want),
+                    Detail::new(role, 0, given),
+                ));
+            }
+        }
+    } else {
+        return Err(Refusal::detail(
+            status::BAD_TENSOR_TABLE,
+            Detail::new(
+                tensor::ROLE_TABLE,
+                tensor::TABLE_REQUIRED,
+                io.inputs.len() as u64,
+            ),
+            Detail::new(
+                tensor::ROLE_TABLE,
+                tensor::TABLE_REQUIRED,
+                io.outputs.len() as u64,
+            ),
+        ));
     }
-    if req.output_len < model.output_bytes {
-        return Err(status::OUTPUT_TOO_SMALL);
+    Ok(Valid {
+        priority,
+        input: Span {
+            off: req.input_off,
+            len: req.input_len,
+        },
+        output: Span {
+            off: req.output_off,
+            len: req.output_len,
+        },
+        tensors: None,
+    })
+}
+
+/// The typed half of [`validate`]: batch, table, then every tensor.
+fn validate_typed(
+    req: &Request,
+    io: &ModelIo,
+    geometry: shm_proto::Geometry,
+    arena: &dyn TensorMemory,
+) -> Result<TensorSpans, Refusal> {
+    let batch = u32::from(req.batch);
+    if batch == 0 || batch > io.max_batch {
+        return Err(Refusal::detail(
+            status::BAD_BATCH,
+            Detail::new(tensor::ROLE_BATCH, 0, u64::from(io.max_batch)),
+            Detail::new(tensor::ROLE_BATCH, 0, u64::from(batch)),
+        ));
     }
-    Ok(priority)
+    let table_fault = |reason, want: u64, given: u64| {
+        Refusal::detail(
+            status::BAD_TENSOR_TABLE,
+            Detail::new(tensor::ROLE_TABLE, reason, want),
+            Detail::new(tensor::ROLE_TABLE, reason, given),
+        )
+    };
+    if req.output_off != 0 || req.output_len != 0 {
+        return Err(table_fault(
+            tensor::TABLE_OUTPUT_FIELDS,
+            0,
+            req.output_len.max(req.output_off),
+        ));
+    }
+    let (n_in, n_out) = (io.inputs.len(), io.outputs.len());
+    let want_len = ((n_in + n_out) * tensor::TABLE_ENTRY_BYTES) as u64;
+    if req.input_len != want_len || want_len > tensor::MAX_TABLE_BYTES as u64 {
+        return Err(table_fault(tensor::TABLE_LEN, want_len, req.input_len));
+    }
+    let outside = || {
+        table_fault(
+            tensor::TABLE_OUTSIDE,
+            geometry.arena_size,
+            req.input_off.saturating_add(req.input_len),
+        )
+    };
+    if !geometry.span_in_arena(req.input_off, req.input_len) {
+        return Err(outside());
+    }
+    // The one copy out of client memory; everything below reads `table`.
+    let mut buf = [0u8; tensor::MAX_TABLE_BYTES];
+    let table = &mut buf[..want_len as usize];
+    if !arena.read(req.input_off, table) {
+        return Err(outside());
+    }
+    let spans = |role: u8, specs: &[TensorSpec], first: usize| {
+        let bad_span = if role == tensor::ROLE_INPUT {
+            status::BAD_INPUT_SPAN
+        } else {
+            status::BAD_OUTPUT_SPAN
+        };
+        let mut out = Vec::with_capacity(specs.len());
+        for (i, spec) in specs.iter().enumerate() {
+            let (off, len) = tensor::read_entry(table, first + i).unwrap_or((u64::MAX, u64::MAX));
+            let index = i as u8;
+            if !geometry.span_in_arena(off, len) {
+                return Err(Refusal::detail(
+                    bad_span,
+                    Detail::new(role, index, geometry.arena_size),
+                    Detail::new(role, index, off.saturating_add(len)),
+                ));
+            }
+            let want = spec.bytes(batch).unwrap_or(u64::MAX);
+            if len != want {
+                return Err(Refusal::detail(
+                    status::BAD_TENSOR_LEN,
+                    Detail::new(role, index, want),
+                    Detail::new(role, index, len),
+                ));
+            }
+            out.push(Span { off, len });
+        }
+        Ok(out)
+    };
+    let inputs = spans(tensor::ROLE_INPUT, &io.inputs, 0)?;
+    let outputs = spans(tensor::ROLE_OUTPUT, &io.outputs, n_in)?;
+    let overlap =
+        |a: Span, b: Span| a.len > 0 && b.len > 0 && a.off < b.off + b.len && b.off < a.off + a.len;
+    for (o, &out) in outputs.iter().enumerate() {
+        let others = outputs
+            .iter()
+            .enumerate()
+            .filter(|&(k, _)| k != o)
+            .map(|(k, &s)| (tensor::ROLE_OUTPUT, k, s))
+            .chain(
+                inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &s)| (tensor::ROLE_INPUT, k, s)),
+            );
+        for (role, k, other) in others {
+            if overlap(out, other) {
+                return Err(Refusal::detail(
+                    status::BAD_TENSOR_TABLE,
+                    Detail::new(tensor::ROLE_OUTPUT, o as u8, out.off),
+                    Detail::new(role, k as u8, other.off),
+                ));
+            }
+        }
+    }
+    Ok(TensorSpans {
+        batch,
+        inputs,
+        outputs,
+    })
 }
 
 /// Daemon-wide counters. Every one but `refused` (the control plane's) is
@@ -531,8 +747,8 @@ impl<H: Host> Dispatcher<H> {
             taken = Some(now);
             bump(&c.stats.submitted);
             bump(&counters.submitted);
-            match validate(&req, registry, c.region.geometry()) {
-                Ok(priority) => {
+            match validate(&req, registry, c.region.geometry(), c.region.as_ref()) {
+                Ok(valid) => {
                     c.set_on_device(c.on_device + 1);
                     self.device_idle = false;
                     self.device.submit(
@@ -541,23 +757,24 @@ impl<H: Host> Dispatcher<H> {
                             client: c.id,
                             request_id: req.request_id,
                             model: req.model_id,
-                            priority,
+                            priority: valid.priority,
                             deadline_ns: req.deadline_ns,
-                            input_off: req.input_off,
-                            input_len: req.input_len,
-                            output_off: req.output_off,
-                            output_len: req.output_len,
+                            input_off: valid.input.off,
+                            input_len: valid.input.len,
+                            output_off: valid.output.off,
+                            output_len: valid.output.len,
                             memory: c.region.clone(),
                             received_ns: now,
-                            tensors: None,
+                            tensors: valid.tensors,
                         },
                         now,
                     );
                 }
-                Err(code) => {
+                Err(refusal) => {
                     let completion = Completion {
                         request_id: req.request_id,
-                        status: code,
+                        status: refusal.status,
+                        detail: refusal.detail,
                         received_ns: now,
                         started_ns: now,
                         finished_ns: now,
@@ -769,6 +986,8 @@ impl<H: Host> Dispatcher<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_backend::testmem::VecMemory;
+    use sluice_model::{ElemType, ModelEntry};
 
     fn req(model: u32, input: (u64, u64), output: (u64, u64)) -> Request {
         Request {
@@ -781,8 +1000,17 @@ mod tests {
             output_off: output.0,
             output_len: output.1,
             flags: 0,
+            batch: 0,
             seq: 0,
         }
+    }
+
+    /// [`validate`] with an empty arena of the geometry's size, as a status.
+    fn check(r: &Request, reg: &ModelRegistry, g: shm_proto::Geometry) -> Result<Priority, u32> {
+        let mem = VecMemory::new(g.arena_size as usize);
+        validate(r, reg, g, mem.as_ref())
+            .map(|v| v.priority)
+            .map_err(|e| e.status)
     }
 
     #[test]
@@ -796,39 +1024,350 @@ mod tests {
         };
         let (i, o) = (m.input_bytes, m.output_bytes);
         assert_eq!(
-            validate(&req(id, (0, i), (i, o)), &reg, g),
+            check(&req(id, (0, i), (i, o)), &reg, g),
             Ok(Priority::RealTime)
         );
         assert_eq!(
-            validate(&req(9999, (0, i), (i, o)), &reg, g),
+            check(&req(9999, (0, i), (i, o)), &reg, g),
             Err(status::UNKNOWN_MODEL)
         );
         assert_eq!(
-            validate(&req(id, (4090, i), (i, o)), &reg, g),
+            check(&req(id, (4090, i), (i, o)), &reg, g),
             Err(status::BAD_INPUT_SPAN)
         );
         assert_eq!(
-            validate(&req(id, (u64::MAX, i), (i, o)), &reg, g),
+            check(&req(id, (u64::MAX, i), (i, o)), &reg, g),
             Err(status::BAD_INPUT_SPAN)
         );
         assert_eq!(
-            validate(&req(id, (0, i), (u64::MAX - 1, o)), &reg, g),
+            check(&req(id, (0, i), (u64::MAX - 1, o)), &reg, g),
             Err(status::BAD_OUTPUT_SPAN)
         );
         assert_eq!(
-            validate(&req(id, (0, i + 1), (i + 8, o)), &reg, g),
+            check(&req(id, (0, i + 1), (i + 8, o)), &reg, g),
             Err(status::BAD_INPUT_LEN)
         );
         assert_eq!(
-            validate(&req(id, (0, i), (i, o - 1)), &reg, g),
+            check(&req(id, (0, i), (i, o - 1)), &reg, g),
             Err(status::OUTPUT_TOO_SMALL)
         );
         let mut r = req(id, (0, i), (i, o));
         r.priority = 7;
-        assert_eq!(validate(&r, &reg, g), Err(status::BAD_PRIORITY));
+        assert_eq!(check(&r, &reg, g), Err(status::BAD_PRIORITY));
         r.priority = 1;
-        r.flags = 1;
-        assert_eq!(validate(&r, &reg, g), Err(status::BAD_FLAGS));
+        r.flags = 2;
+        assert_eq!(check(&r, &reg, g), Err(status::BAD_FLAGS));
+        // An untyped request is at batch 1: `batch` 0 or 1, nothing else.
+        r.flags = 0;
+        r.batch = 1;
+        assert_eq!(check(&r, &reg, g), Ok(Priority::BestEffort));
+        r.batch = 2;
+        assert_eq!(check(&r, &reg, g), Err(status::BAD_BATCH));
+    }
+
+    fn spec(name: &str, elem: ElemType, dims: &[u64], batched: bool) -> TensorSpec {
+        TensorSpec {
+            name: name.into(),
+            elem,
+            dims: dims.to_vec(),
+            batched,
+        }
+    }
+
+    /// The built-in models plus `pair` (two inputs, two outputs, batch up
+    /// to 8) and `one` (one f32 tensor each way, batch up to 4).
+    fn typed_registry() -> ModelRegistry {
+        let builtin = ModelRegistry::builtin();
+        let base = builtin.lookup("echo_small").unwrap().1.clone();
+        let entry = |name: &str, io: ModelIo| {
+            let mut manifest = base.manifest.clone();
+            manifest.name = name.into();
+            ModelEntry {
+                file: format!("test:{name}"),
+                manifest,
+                memory: Vec::new(),
+                io,
+            }
+        };
+        let pair = ModelIo {
+            inputs: vec![
+                spec("ids", ElemType::I64, &[1, 128], true),
+                spec("mask", ElemType::F32, &[16], false),
+            ],
+            outputs: vec![
+                spec("logits", ElemType::F32, &[1, 10], true),
+                spec("pooled", ElemType::F32, &[1, 32], true),
+            ],
+            max_batch: 8,
+        };
+        let one = ModelIo {
+            inputs: vec![spec("x", ElemType::F32, &[1, 16], true)],
+            outputs: vec![spec("y", ElemType::F32, &[1, 4], true)],
+            max_batch: 4,
+        };
+        let all = builtin
+            .iter()
+            .map(|(_, m)| ModelEntry {
+                file: m.file.clone(),
+                manifest: m.manifest.clone(),
+                memory: m.memory.clone(),
+                io: m.io.clone(),
+            })
+            .chain([entry("pair", pair), entry("one", one)]);
+        ModelRegistry::from_entries(all).unwrap()
+    }
+
+    const G: shm_proto::Geometry = shm_proto::Geometry {
+        sq_entries: 8,
+        cq_entries: 8,
+        arena_size: 1 << 16,
+    };
+
+    /// Writes `spans` as a tensor table at `at` and returns the request.
+    fn typed(mem: &VecMemory, model: u32, batch: u16, at: u64, spans: &[(u64, u64)]) -> Request {
+        let mut table = Vec::new();
+        for &(off, len) in spans {
+            let mut e = [0u8; tensor::TABLE_ENTRY_BYTES];
+            tensor::write_entry(&mut e, off, len);
+            table.extend_from_slice(&e);
+        }
+        assert!(mem.write(at, &table));
+        Request {
+            flags: tensor::FLAG_TENSOR_TABLE,
+            batch,
+            ..req(model, (at, table.len() as u64), (0, 0))
+        }
+    }
+
+    /// The spans of `pair` at `batch`, back to back from 4096.
+    fn pair_spans(batch: u64) -> Vec<(u64, u64)> {
+        let lens = [1024 * batch, 64, 40 * batch, 128 * batch];
+        let mut off = 4096;
+        lens.iter()
+            .map(|&len| {
+                let s = (off, len);
+                off += len.next_multiple_of(64);
+                s
+            })
+            .collect()
+    }
+
+    fn unpack(r: Refusal) -> (u32, Detail, Detail) {
+        (
+            r.status,
+            Detail::unpack(r.detail[0]),
+            Detail::unpack(r.detail[1]),
+        )
+    }
+
+    #[test]
+    fn a_typed_request_is_checked_tensor_by_tensor() {
+        let reg = typed_registry();
+        let (pair, _) = reg.lookup("pair").unwrap();
+        let mem = VecMemory::new(G.arena_size as usize);
+        let v = |r: &Request| validate(r, &reg, G, mem.as_ref());
+        // Good at batch 1 and 8.
+        for batch in [1u16, 4, 8] {
+            let spans = pair_spans(u64::from(batch));
+            let ok = v(&typed(&mem, pair, batch, 0, &spans)).unwrap();
+            let t = ok.tensors.unwrap();
+            assert_eq!(t.batch, u32::from(batch));
+            assert_eq!(t.inputs.len(), 2);
+            assert_eq!(
+                t.outputs[1],
+                Span {
+                    off: spans[3].0,
+                    len: spans[3].1
+                }
+            );
+            assert_eq!(ok.input, t.inputs[0]);
+            assert_eq!(ok.output, t.outputs[0]);
+        }
+        let role_batch = |value| Detail::new(tensor::ROLE_BATCH, 0, value);
+        // Batch 0 and over the maximum.
+        for bad in [0u16, 9, u16::MAX] {
+            let r = typed(&mem, pair, bad, 0, &pair_spans(1));
+            assert_eq!(
+                unpack(v(&r).unwrap_err()),
+                (status::BAD_BATCH, role_batch(8), role_batch(u64::from(bad)))
+            );
+        }
+        // Wrong count: three entries for four tensors.
+        let r = typed(&mem, pair, 1, 0, &pair_spans(1)[..3]);
+        assert_eq!(
+            unpack(v(&r).unwrap_err()),
+            (
+                status::BAD_TENSOR_TABLE,
+                Detail::new(tensor::ROLE_TABLE, tensor::TABLE_LEN, 64),
+                Detail::new(tensor::ROLE_TABLE, tensor::TABLE_LEN, 48)
+            )
+        );
+        // The table itself outside the arena.
+        let mut r = typed(&mem, pair, 1, 0, &pair_spans(1));
+        r.input_off = G.arena_size - 32;
+        assert_eq!(
+            unpack(v(&r).unwrap_err()),
+            (
+                status::BAD_TENSOR_TABLE,
+                Detail::new(tensor::ROLE_TABLE, tensor::TABLE_OUTSIDE, G.arena_size),
+                Detail::new(tensor::ROLE_TABLE, tensor::TABLE_OUTSIDE, G.arena_size + 32)
+            )
+        );
+        // Output fields set in a typed request.
+        let mut r = typed(&mem, pair, 1, 0, &pair_spans(1));
+        r.output_len = 40;
+        assert_eq!(v(&r).unwrap_err().status, status::BAD_TENSOR_TABLE);
+        // A span outside the arena: input 1, then output 0.
+        let mut spans = pair_spans(1);
+        spans[1] = (G.arena_size - 8, 64);
+        assert_eq!(
+            unpack(v(&typed(&mem, pair, 1, 0, &spans)).unwrap_err()),
+            (
+                status::BAD_INPUT_SPAN,
+                Detail::new(tensor::ROLE_INPUT, 1, G.arena_size),
+                Detail::new(tensor::ROLE_INPUT, 1, G.arena_size + 56)
+            )
+        );
+        let mut spans = pair_spans(1);
+        spans[2] = (u64::MAX, 40);
+        let (code, what, given) = unpack(v(&typed(&mem, pair, 1, 0, &spans)).unwrap_err());
+        assert_eq!(
+            (code, what.role, what.index),
+            (status::BAD_OUTPUT_SPAN, tensor::ROLE_OUTPUT, 0)
+        );
+        assert!(given.saturated());
+        // Wrong length names the tensor, the size expected and the length given.
+        let mut spans = pair_spans(1);
+        spans[0].1 = 512;
+        assert_eq!(
+            unpack(v(&typed(&mem, pair, 1, 0, &spans)).unwrap_err()),
+            (
+                status::BAD_TENSOR_LEN,
+                Detail::new(tensor::ROLE_INPUT, 0, 1024),
+                Detail::new(tensor::ROLE_INPUT, 0, 512)
+            )
+        );
+        // At batch 4 the batched output takes 4 x 128; the fixed input 64.
+        let mut spans = pair_spans(4);
+        spans[3].1 = 128;
+        assert_eq!(
+            unpack(v(&typed(&mem, pair, 4, 0, &spans)).unwrap_err()),
+            (
+                status::BAD_TENSOR_LEN,
+                Detail::new(tensor::ROLE_OUTPUT, 1, 512),
+                Detail::new(tensor::ROLE_OUTPUT, 1, 128)
+            )
+        );
+        let mut spans = pair_spans(4);
+        spans[1].1 = 256;
+        assert_eq!(
+            unpack(v(&typed(&mem, pair, 4, 0, &spans)).unwrap_err()).1,
+            Detail::new(tensor::ROLE_INPUT, 1, 64)
+        );
+        // Overlapping outputs, and an output over an input.
+        let mut spans = pair_spans(1);
+        spans[3].0 = spans[2].0 + 8;
+        assert_eq!(
+            unpack(v(&typed(&mem, pair, 1, 0, &spans)).unwrap_err()),
+            (
+                status::BAD_TENSOR_TABLE,
+                Detail::new(tensor::ROLE_OUTPUT, 0, spans[2].0),
+                Detail::new(tensor::ROLE_OUTPUT, 1, spans[3].0)
+            )
+        );
+        let mut spans = pair_spans(1);
+        spans[2].0 = spans[0].0 + 1000;
+        assert_eq!(
+            unpack(v(&typed(&mem, pair, 1, 0, &spans)).unwrap_err()),
+            (
+                status::BAD_TENSOR_TABLE,
+                Detail::new(tensor::ROLE_OUTPUT, 0, spans[2].0),
+                Detail::new(tensor::ROLE_INPUT, 0, spans[0].0)
+            )
+        );
+        // Inputs may share bytes (the daemon only reads them); adjacent
+        // outputs do not overlap.
+        let mut spans = pair_spans(1);
+        spans[1].0 = spans[0].0;
+        spans[3].0 = spans[2].0 + 40;
+        assert!(v(&typed(&mem, pair, 1, 0, &spans)).is_ok());
+    }
+
+    #[test]
+    fn the_table_is_read_once_from_the_arena() {
+        // What validation returns is the copy it checked: rewriting the
+        // arena's table afterwards changes nothing in the spans.
+        let reg = typed_registry();
+        let (pair, _) = reg.lookup("pair").unwrap();
+        let mem = VecMemory::new(G.arena_size as usize);
+        let r = typed(&mem, pair, 1, 128, &pair_spans(1));
+        let ok = validate(&r, &reg, G, mem.as_ref()).unwrap();
+        assert!(mem.write(128, &[0xff; 64]));
+        assert_eq!(
+            ok.tensors.unwrap().inputs[0],
+            Span {
+                off: 4096,
+                len: 1024
+            }
+        );
+    }
+
+    #[test]
+    fn untyped_requests_to_typed_models() {
+        let reg = typed_registry();
+        let mem = VecMemory::new(G.arena_size as usize);
+        let v = |r: &Request| validate(r, &reg, G, mem.as_ref());
+        // One tensor each way: batch 1, exact sizes.
+        let (one, _) = reg.lookup("one").unwrap();
+        let ok = v(&req(one, (0, 64), (64, 16))).unwrap();
+        assert_eq!(ok.tensors, None);
+        assert_eq!(ok.output, Span { off: 64, len: 16 });
+        assert_eq!(
+            unpack(v(&req(one, (0, 60), (64, 16))).unwrap_err()),
+            (
+                status::BAD_TENSOR_LEN,
+                Detail::new(tensor::ROLE_INPUT, 0, 64),
+                Detail::new(tensor::ROLE_INPUT, 0, 60)
+            )
+        );
+        assert_eq!(
+            unpack(v(&req(one, (0, 64), (64, 32))).unwrap_err()).1,
+            Detail::new(tensor::ROLE_OUTPUT, 0, 16)
+        );
+        // Several tensors: refused, naming the counts.
+        let (pair, _) = reg.lookup("pair").unwrap();
+        assert_eq!(
+            unpack(v(&req(pair, (0, 1088), (2048, 168))).unwrap_err()),
+            (
+                status::BAD_TENSOR_TABLE,
+                Detail::new(tensor::ROLE_TABLE, tensor::TABLE_REQUIRED, 2),
+                Detail::new(tensor::ROLE_TABLE, tensor::TABLE_REQUIRED, 2)
+            )
+        );
+        // A typed request to a model known by its manifest: one u8 tensor
+        // each way, batch 1.
+        let (echo, m) = reg.lookup("echo_small").unwrap();
+        let (i, o) = (m.input_bytes, m.output_bytes);
+        let ok = v(&typed(&mem, echo, 1, 0, &[(4096, i), (8192, o)])).unwrap();
+        assert_eq!(
+            ok.tensors.unwrap().outputs,
+            vec![Span { off: 8192, len: o }]
+        );
+        assert_eq!(
+            v(&typed(&mem, echo, 2, 0, &[(4096, i), (8192, o)]))
+                .unwrap_err()
+                .status,
+            status::BAD_BATCH
+        );
+    }
+
+    #[test]
+    fn wire_element_codes_are_the_models() {
+        for t in ElemType::ALL {
+            assert_eq!(tensor::elem_size(t.code()), Some(t.size()), "{t}");
+            assert_eq!(tensor::elem_name(t.code()), Some(t.name()), "{t}");
+        }
+        assert_eq!(tensor::elem_size(ElemType::ALL.len() as u32), None);
     }
 
     proptest::proptest! {
@@ -836,10 +1375,10 @@ mod tests {
         /// names a registered model and spans that lie inside the arena.
         #[test]
         fn arbitrary_requests_are_refused_or_in_bounds(
-            model in 0u32..12, priority in 0u32..3, flags in 0u32..2, reserved in 0u32..2,
+            model in 0u32..12, priority in 0u32..3, flags in 0u16..2, reserved in 0u32..2,
             input_off in proptest::prelude::any::<u64>(), input_len in proptest::prelude::any::<u64>(),
             output_off in proptest::prelude::any::<u64>(), output_len in proptest::prelude::any::<u64>(),
-            small in proptest::prelude::any::<bool>(),
+            small in proptest::prelude::any::<bool>(), batch in 0u16..3,
         ) {
             let reg = ModelRegistry::builtin();
             let g = shm_proto::Geometry { sq_entries: 8, cq_entries: 8, arena_size: 1 << 20 };
@@ -850,14 +1389,58 @@ mod tests {
             };
             let r = Request {
                 request_id: 1, model_id: model, priority, deadline_ns: 0,
-                input_off, input_len, output_off, output_len, flags, seq: reserved,
+                input_off, input_len, output_off, output_len, flags, batch, seq: reserved,
             };
-            if validate(&r, &reg, g).is_ok() {
+            let mem = VecMemory::new(g.arena_size as usize);
+            if let Ok(ok) = validate(&r, &reg, g, mem.as_ref()) {
                 let m = reg.get(model).unwrap();
-                proptest::prop_assert!(input_off + input_len <= g.arena_size);
-                proptest::prop_assert!(output_off + output_len <= g.arena_size);
-                proptest::prop_assert_eq!(input_len, m.input_bytes);
-                proptest::prop_assert!(output_len >= m.output_bytes);
+                proptest::prop_assert!(ok.input.off + ok.input.len <= g.arena_size);
+                proptest::prop_assert!(ok.output.off + ok.output.len <= g.arena_size);
+                if ok.tensors.is_none() {
+                    proptest::prop_assert_eq!(input_len, m.input_bytes);
+                    proptest::prop_assert!(output_len >= m.output_bytes);
+                }
+            }
+        }
+
+        /// Any tensor table in the arena is refused or yields spans inside
+        /// the arena, of exactly the model's sizes, no output overlapping.
+        #[test]
+        fn arbitrary_tables_are_refused_or_sound(
+            entries in proptest::collection::vec((0u64..70_000, 0u64..5000), 0..6),
+            batch in 0u16..10, at in 0u64..70_000,
+        ) {
+            let reg = typed_registry();
+            let (pair, m) = reg.lookup("pair").unwrap();
+            let mem = VecMemory::new(G.arena_size as usize);
+            let mut table = Vec::new();
+            for &(off, len) in &entries {
+                let mut e = [0u8; tensor::TABLE_ENTRY_BYTES];
+                tensor::write_entry(&mut e, off, len);
+                table.extend_from_slice(&e);
+            }
+            let _ = mem.write(at, &table);
+            let r = Request {
+                flags: tensor::FLAG_TENSOR_TABLE,
+                batch,
+                ..req(pair, (at, table.len() as u64), (0, 0))
+            };
+            if let Ok(ok) = validate(&r, &reg, G, mem.as_ref()) {
+                let t = ok.tensors.unwrap();
+                let specs = m.io.inputs.iter().chain(&m.io.outputs);
+                for (s, spec) in t.inputs.iter().chain(&t.outputs).zip(specs) {
+                    proptest::prop_assert!(s.off + s.len <= G.arena_size);
+                    proptest::prop_assert_eq!(Some(s.len), spec.bytes(t.batch));
+                }
+                for (i, a) in t.outputs.iter().enumerate() {
+                    for (j, b) in t.outputs.iter().enumerate().chain(
+                        t.inputs.iter().enumerate().map(|(j, b)| (j + 100, b)),
+                    ) {
+                        if i != j {
+                            proptest::prop_assert!(a.off + a.len <= b.off || b.off + b.len <= a.off);
+                        }
+                    }
+                }
             }
         }
     }

@@ -20,6 +20,9 @@
 //!   [`shm_proto::sim`] over the model id and the input span, reading the
 //!   input and writing the model's `output_bytes` through
 //!   [`Job::memory`](sluice_backend::Job) in 64 KiB chunks on one reusable buffer.
+//!   A typed request (`Job::tensors`) gets the typed reference instead:
+//!   every input read once, in order, and each output span filled whole
+//!   from its own seed (`shm_proto::sim`, "Typed requests").
 //! - A job whose deadline has passed when it would start (`start >
 //!   deadline_ns`) is not run: it completes at once with `DEADLINE_MISSED`.
 //! - [`Backend::cancel_client`] drops a client's queued jobs and its running
@@ -33,10 +36,10 @@
 use std::sync::Arc;
 
 use shm_proto::Priority;
-use shm_proto::sim::{Digest, fill_output};
+use shm_proto::sim::{Digest, fill_output, typed_digest, typed_finish};
 use shm_proto::status;
 
-use sluice_backend::{Backend, Finished, Job};
+use sluice_backend::{Backend, Finished, Job, Span, TensorSpans};
 use sluice_model::ModelRegistry;
 use sluice_sched::queue::EdfQueue;
 
@@ -203,14 +206,25 @@ pub(crate) fn deadline_of(job: &Job) -> Option<u64> {
     (job.deadline_ns != 0).then_some(job.deadline_ns)
 }
 
-/// Computes the reference output of `job` into its output span. Returns the
-/// status and the number of bytes written.
+/// Computes the reference output of `job` into its output span (every
+/// output span of a typed job). Returns the status and the number of bytes
+/// written.
 pub(crate) fn compute_output(models: &ModelRegistry, buf: &mut [u8], job: &Job) -> (u32, u64) {
     let Some(model) = models.get(job.model) else {
         tracing::warn!(?job, "sim: job names no model in the registry");
         return (status::DEVICE_ERROR, 0);
     };
-    let out_len = model.output_bytes;
+    if let Some(t) = &job.tensors {
+        return compute_typed(buf, job, t);
+    }
+    // A model known by its manifest writes its `output_bytes` at the start
+    // of the span; a typed model of one tensor each way (validated to exact
+    // sizes) fills the span.
+    let out_len = if model.io.is_untyped() {
+        model.output_bytes
+    } else {
+        job.output_len
+    };
     if out_len > job.output_len {
         tracing::warn!(
             ?job,
@@ -220,38 +234,86 @@ pub(crate) fn compute_output(models: &ModelRegistry, buf: &mut [u8], job: &Job) 
         return (status::DEVICE_ERROR, 0);
     }
     let mut digest = Digest::new(job.model);
+    let input = Span {
+        off: job.input_off,
+        len: job.input_len,
+    };
+    if !read_into(buf, job, input, &mut digest) {
+        return (status::DEVICE_ERROR, 0);
+    }
+    let output = Span {
+        off: job.output_off,
+        len: out_len,
+    };
+    if !fill_span(buf, job, output, digest.finish()) {
+        return (status::DEVICE_ERROR, 0);
+    }
+    (status::OK, out_len)
+}
+
+/// The typed reference: one digest over the batch and every input, then
+/// each output from its own seed.
+fn compute_typed(buf: &mut [u8], job: &Job, t: &TensorSpans) -> (u32, u64) {
+    let mut digest = typed_digest(job.model, t.batch);
+    for &input in &t.inputs {
+        if !read_into(buf, job, input, &mut digest) {
+            return (status::DEVICE_ERROR, 0);
+        }
+    }
+    let mut written = 0u64;
+    for (k, &output) in (0u32..).zip(&t.outputs) {
+        if !fill_span(buf, job, output, typed_finish(digest, k)) {
+            return (status::DEVICE_ERROR, 0);
+        }
+        written = written.saturating_add(output.len);
+    }
+    (status::OK, written)
+}
+
+/// Feeds the bytes of `span` to `digest`, in chunks of `buf`.
+fn read_into(buf: &mut [u8], job: &Job, span: Span, digest: &mut Digest) -> bool {
+    if buf.is_empty() {
+        return span.len == 0;
+    }
     let mut done = 0u64;
-    while done < job.input_len {
-        let n = (job.input_len - done).min(CHUNK as u64) as usize;
+    while done < span.len {
+        let n = (span.len - done).min(buf.len() as u64) as usize;
         let chunk = &mut buf[..n];
-        let ok = job
-            .input_off
+        let ok = span
+            .off
             .checked_add(done)
             .is_some_and(|off| job.memory.read(off, chunk));
         if !ok {
             tracing::warn!(?job, offset = done, "sim: input read outside the arena");
-            return (status::DEVICE_ERROR, 0);
+            return false;
         }
         digest.update(chunk);
         done += n as u64;
     }
-    let seed = digest.finish();
+    true
+}
+
+/// Writes the counter-mode bytes of `seed` over `span`, in chunks of `buf`.
+fn fill_span(buf: &mut [u8], job: &Job, span: Span, seed: u64) -> bool {
+    if buf.is_empty() {
+        return span.len == 0;
+    }
     let mut done = 0u64;
-    while done < out_len {
-        let n = (out_len - done).min(CHUNK as u64) as usize;
+    while done < span.len {
+        let n = (span.len - done).min(buf.len() as u64) as usize;
         let chunk = &mut buf[..n];
         fill_output(seed, done, chunk);
-        let ok = job
-            .output_off
+        let ok = span
+            .off
             .checked_add(done)
             .is_some_and(|off| job.memory.write(off, chunk));
         if !ok {
             tracing::warn!(?job, offset = done, "sim: output write outside the arena");
-            return (status::DEVICE_ERROR, 0);
+            return false;
         }
         done += n as u64;
     }
-    (status::OK, out_len)
+    true
 }
 
 impl Backend for FifoBackend {
@@ -514,6 +576,44 @@ mod tests {
         // Input and output both span several 64 KiB chunks.
         check_output("yolov3");
         check_output("bert_base");
+    }
+
+    #[test]
+    fn a_typed_job_gets_each_output_from_its_own_seed() {
+        let mut gpu = gpu();
+        let mut j = rt(1, 1, 0);
+        let mem = VecMemory::new(1 << 18);
+        // Two inputs (the second over a 64 KiB chunk), three outputs.
+        let a: Vec<u8> = (0..100u32).map(|i| i as u8).collect();
+        let b: Vec<u8> = (0..70_000u32).map(|i| (i * 7) as u8).collect();
+        assert!(mem.write(0, &a) && mem.write(4096, &b));
+        let outs = [(80_000, 24), (90_000, 70_000), (170_000, 0)];
+        j.memory = mem.clone();
+        j.tensors = Some(Arc::new(TensorSpans {
+            batch: 3,
+            inputs: vec![
+                Span { off: 0, len: 100 },
+                Span {
+                    off: 4096,
+                    len: 70_000,
+                },
+            ],
+            outputs: outs.iter().map(|&(off, len)| Span { off, len }).collect(),
+        }));
+        gpu.submit(j, 0);
+        let done = poll(&mut gpu, ECHO_NS);
+        assert_eq!((done[0].status, done[0].output_len), (status::OK, 70_024));
+        for (k, &(off, len)) in outs.iter().enumerate() {
+            let mut want = vec![0u8; len as usize];
+            shm_proto::sim::expected_typed_output(
+                id("echo_small"),
+                3,
+                &[&a, &b],
+                k as u32,
+                &mut want,
+            );
+            assert_eq!(mem.bytes(off as usize, len as usize), want, "output {k}");
+        }
     }
 
     #[test]

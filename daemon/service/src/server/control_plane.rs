@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use rustix::event::{EventfdFlags, epoll, eventfd};
 use rustix::io::Errno;
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags};
-use shm_proto::control::{MAX_FRAME, MAX_HANDSHAKE_FRAME, Msg, refused};
+use shm_proto::control::{MAX_FRAME, MAX_HANDSHAKE_FRAME, Msg, TensorMeta, Tensors, refused};
 use shm_proto::region::DaemonRings;
 
 use super::{ClientInfo, Shared};
@@ -973,16 +973,29 @@ impl ControlPlane {
         let shared = self.shared.clone();
         match Msg::decode(body) {
             Ok(Msg::LookupModel { name }) => {
-                let reply = match shared.registry.lookup(name) {
-                    Some((mid, m)) => Msg::ModelInfo {
+                let found = shared.registry.lookup(name);
+                let metas = found.map(|(_, m)| (tensor_metas(m, true), tensor_metas(m, false)));
+                let reply = match (found, &metas) {
+                    (Some((mid, m)), Some((Ok(inputs), Ok(outputs)))) => Msg::ModelInfo {
                         id: mid,
-                        input_bytes: m.input_bytes,
-                        output_bytes: m.output_bytes,
+                        input_bytes: untyped_bytes(m, true),
+                        output_bytes: untyped_bytes(m, false),
                         standalone_ns: m.total_time_ns,
                         kernels: m.manifest.kernels.len() as u32,
                         name: m.name(),
+                        max_batch: m.io.max_batch,
+                        inputs: Tensors::List(inputs),
+                        outputs: Tensors::List(outputs),
                     },
-                    None => Msg::ModelNotFound { name },
+                    (Some(_), Some((Err(why), _) | (_, Err(why)))) => {
+                        tracing::error!(
+                            client = id,
+                            model = name,
+                            "model cannot be described on the wire: {why}; answering not found"
+                        );
+                        Msg::ModelNotFound { name }
+                    }
+                    _ => Msg::ModelNotFound { name },
                 };
                 self.queue(token, &reply, false);
             }
@@ -1003,4 +1016,44 @@ impl ControlPlane {
             }
         }
     }
+}
+
+/// What an untyped request to `m` carries (`input`) or gets: a model known
+/// by its manifest, its manifest's sizes; a typed one, its tensors' total
+/// at batch 1.
+fn untyped_bytes(m: &sluice_model::Model, input: bool) -> u64 {
+    match (m.io.is_untyped(), input) {
+        (true, true) => m.input_bytes,
+        (true, false) => m.output_bytes,
+        (false, true) => m.io.input_bytes(1).unwrap_or(u64::MAX),
+        (false, false) => m.io.output_bytes(1).unwrap_or(u64::MAX),
+    }
+}
+
+/// `m`'s inputs (or outputs) as `ModelInfo` carries them, or which one
+/// exceeds the protocol's bounds.
+fn tensor_metas(m: &sluice_model::Model, inputs: bool) -> Result<Vec<TensorMeta<'_>>, String> {
+    let specs = if inputs { &m.io.inputs } else { &m.io.outputs };
+    if specs.len() > shm_proto::tensor::MAX_TENSORS {
+        return Err(format!(
+            "{} {} over the protocol's {}",
+            specs.len(),
+            if inputs { "inputs" } else { "outputs" },
+            shm_proto::tensor::MAX_TENSORS
+        ));
+    }
+    specs
+        .iter()
+        .map(|t| {
+            TensorMeta::new(&t.name, t.elem.code(), t.batched, &t.dims).ok_or_else(|| {
+                format!(
+                    "tensor {:?} ({}) has a name over {} bytes or over {} dims",
+                    t.name,
+                    t.describe(),
+                    shm_proto::tensor::MAX_TENSOR_NAME,
+                    shm_proto::tensor::MAX_DIMS
+                )
+            })
+        })
+        .collect()
 }
