@@ -108,6 +108,10 @@ pub mod status {
     pub const DEVICE_ERROR: u32 = 9;
     /// The daemon is shutting down and dropped the request.
     pub const SHUTTING_DOWN: u32 = 10;
+    /// The model was unloaded (`sluice models unload`, or its file removed
+    /// and the repository re-scanned) before the request reached the
+    /// device; look the model up again.
+    pub const MODEL_UNLOADED: u32 = 14;
 
     /// A short description of a status code, for error messages.
     pub const fn describe(code: u32) -> &'static str {
@@ -123,6 +127,7 @@ pub mod status {
             DEADLINE_MISSED => "deadline passed before the request started",
             DEVICE_ERROR => "the device failed while running the request",
             SHUTTING_DOWN => "the daemon is shutting down",
+            MODEL_UNLOADED => "the model was unloaded before the request reached the device",
             _ => "unknown status code",
         }
     }
