@@ -531,3 +531,274 @@ pub fn encode(elem: ElemType, t: &Tensor) -> Vec<u8> {
         _ => Vec::new(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repo::{ModelRepo, Target};
+    use sluice_backend::{TensorMemory, TensorSpans};
+    use sluice_backend::testmem::VecMemory;
+    use sluice_onnx::test_models::{gemm, gemm_reference};
+
+    struct TempDir(std::path::PathBuf);
+    impl TempDir {
+        fn new(tag: &str) -> Self {
+            let p = std::env::temp_dir().join(format!("sluice-cpu-{tag}-{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&p);
+            std::fs::create_dir_all(&p).unwrap();
+            Self(p)
+        }
+    }
+    impl Drop for TempDir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    const K: usize = 4;
+    const M: usize = 3;
+
+    fn weights(seed: f32) -> (Vec<f32>, Vec<f32>) {
+        let w = (0..K * M).map(|i| seed * (i as f32 - 5.0) / 7.0).collect();
+        let b = (0..M).map(|i| seed - i as f32).collect();
+        (w, b)
+    }
+
+    /// A repository with `fc` (batch up to 4) of weights `weights(seed)`.
+    fn repo(tag: &str, seed: f32) -> (TempDir, ModelRepo) {
+        let dir = TempDir::new(tag);
+        let (w, b) = weights(seed);
+        std::fs::write(dir.0.join("fc.onnx"), gemm(K, M, &w, &b, true)).unwrap();
+        std::fs::write(dir.0.join("fc.toml"), "max_batch = 4\n").unwrap();
+        let repo = ModelRepo::open(&dir.0, Target::Cpu).unwrap();
+        (dir, repo)
+    }
+
+    fn f32s(v: &[f32]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    fn from_bytes(b: &[u8]) -> Vec<f32> {
+        b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    /// An untyped job: input at 0, output at 256.
+    fn job(
+        mem: &Arc<VecMemory>,
+        client: u32,
+        id: u64,
+        priority: Priority,
+        deadline_ns: u64,
+    ) -> Job {
+        Job {
+            client,
+            request_id: id,
+            model: 0,
+            priority,
+            deadline_ns,
+            input_off: 0,
+            input_len: (K * 4) as u64,
+            output_off: 256,
+            output_len: 64,
+            memory: mem.clone(),
+            received_ns: shm_proto::now_ns(),
+            tensors: None,
+        }
+    }
+
+    /// Polls until `n` jobs have finished (a watchdog, not a time bound).
+    fn wait(b: &mut CpuBackend, n: usize) -> Vec<Finished> {
+        let mut done = Vec::new();
+        let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while done.len() < n {
+            assert!(std::time::Instant::now() < give_up, "jobs never finished: {done:?}");
+            b.poll(shm_proto::now_ns(), &mut done);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        done
+    }
+
+    #[test]
+    fn an_untyped_job_computes_the_model_into_the_arena() {
+        let (_dir, repo) = repo("untyped", 1.0);
+        let mut b = CpuBackend::new(repo.live().clone(), 1).unwrap();
+        assert!(!b.simulated());
+        assert!(b.wake_fd().is_some());
+        let mem = VecMemory::new(512);
+        let x = [0.5f32, -1.0, 2.0, 0.25];
+        mem.write(0, &f32s(&x));
+        b.submit(job(&mem, 1, 7, Priority::RealTime, 0), shm_proto::now_ns());
+        let done = wait(&mut b, 1);
+        assert_eq!(done[0].status, status::OK);
+        assert_eq!(done[0].request_id, 7);
+        assert_eq!(done[0].output_len, (M * 4) as u64);
+        let (w, bias) = weights(1.0);
+        let want = gemm_reference(K, M, &w, &bias, &x);
+        let got = from_bytes(&mem.bytes(256, M * 4));
+        for (g, r) in got.iter().zip(&want) {
+            assert!((g - r).abs() <= 1e-5, "{got:?} vs {want:?}");
+        }
+        // The bytes after the model's output are untouched.
+        assert_eq!(mem.bytes(256 + M * 4, 4), [0; 4]);
+        assert_eq!(b.queued(), 0);
+    }
+
+    #[test]
+    fn a_typed_job_runs_at_its_batch() {
+        let (_dir, repo) = repo("typed", 2.0);
+        let mut b = CpuBackend::new(repo.live().clone(), 2).unwrap();
+        let mem = VecMemory::new(1024);
+        let x: Vec<f32> = (0..3 * K).map(|i| i as f32 * 0.1 - 0.4).collect();
+        mem.write(64, &f32s(&x));
+        let mut j = job(&mem, 1, 9, Priority::BestEffort, 0);
+        j.tensors = Some(Arc::new(TensorSpans {
+            batch: 3,
+            inputs: vec![Span {
+                off: 64,
+                len: (3 * K * 4) as u64,
+            }],
+            outputs: vec![Span {
+                off: 512,
+                len: (3 * M * 4) as u64,
+            }],
+        }));
+        b.submit(j.clone(), shm_proto::now_ns());
+        let done = wait(&mut b, 1);
+        assert_eq!(done[0].status, status::OK);
+        assert_eq!(done[0].output_len, (3 * M * 4) as u64);
+        let (w, bias) = weights(2.0);
+        let want = gemm_reference(K, M, &w, &bias, &x);
+        let got = from_bytes(&mem.bytes(512, 3 * M * 4));
+        for (g, r) in got.iter().zip(&want) {
+            assert!((g - r).abs() <= 1e-5, "{got:?} vs {want:?}");
+        }
+        // A batch over max_batch, or a span of the wrong size, fits no
+        // version: MODEL_UNLOADED rather than a wrong read.
+        let mut bad = j.clone();
+        bad.tensors = Some(Arc::new(TensorSpans {
+            batch: 5,
+            inputs: vec![Span { off: 0, len: (5 * K * 4) as u64 }],
+            outputs: vec![Span { off: 512, len: (5 * M * 4) as u64 }],
+        }));
+        b.submit(bad, shm_proto::now_ns());
+        let done = wait(&mut b, 1);
+        assert_eq!(done[0].status, status::MODEL_UNLOADED);
+    }
+
+    #[test]
+    fn real_time_runs_before_best_effort_and_earlier_deadlines_first() {
+        let (_dir, repo) = repo("order", 1.0);
+        let mut b = CpuBackend::new(repo.live().clone(), 1).unwrap();
+        let mem = VecMemory::new(512);
+        b.set_paused(true);
+        let far = shm_proto::now_ns() + 3_600_000_000_000;
+        let now = shm_proto::now_ns();
+        b.submit(job(&mem, 1, 1, Priority::BestEffort, 0), now);
+        b.submit(job(&mem, 1, 2, Priority::RealTime, far + 2), now);
+        b.submit(job(&mem, 1, 3, Priority::RealTime, far + 1), now);
+        b.submit(job(&mem, 1, 4, Priority::RealTime, 0), now);
+        b.submit(job(&mem, 1, 5, Priority::BestEffort, far), now);
+        b.submit(job(&mem, 1, 6, Priority::RealTime, far + 1), now);
+        assert_eq!(b.queued(), 6);
+        b.set_paused(false);
+        let done = wait(&mut b, 6);
+        let order: Vec<u64> = done.iter().map(|f| f.request_id).collect();
+        assert_eq!(order, [3, 6, 2, 4, 5, 1]);
+        assert!(done.iter().all(|f| f.status == status::OK));
+    }
+
+    #[test]
+    fn a_job_past_its_deadline_is_not_run() {
+        let (_dir, repo) = repo("late", 1.0);
+        let mut b = CpuBackend::new(repo.live().clone(), 1).unwrap();
+        let mem = VecMemory::new(512);
+        b.set_paused(true);
+        let now = shm_proto::now_ns();
+        let other = VecMemory::new(512);
+        b.submit(job(&mem, 1, 1, Priority::RealTime, now + 1_000_000), now);
+        b.submit(job(&other, 1, 2, Priority::RealTime, 0), now);
+        // Past the first one's deadline before any worker may start it.
+        while shm_proto::now_ns() <= now + 1_000_000 {
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        b.set_paused(false);
+        let mut done = wait(&mut b, 2);
+        done.sort_by_key(|f| f.request_id);
+        assert_eq!(done[0].status, status::DEADLINE_MISSED);
+        assert_eq!(done[0].output_len, 0);
+        assert_eq!(mem.bytes(256, 4), [0; 4], "a missed job writes nothing");
+        assert_eq!(done[1].status, status::OK);
+        assert_ne!(other.bytes(256, 4), [0; 4]);
+    }
+
+    #[test]
+    fn a_departed_clients_queued_jobs_are_dropped() {
+        let (_dir, repo) = repo("cancel", 1.0);
+        let mut b = CpuBackend::new(repo.live().clone(), 1).unwrap();
+        let mem = VecMemory::new(512);
+        b.set_paused(true);
+        let now = shm_proto::now_ns();
+        for id in 0..3 {
+            b.submit(job(&mem, 7, id, Priority::RealTime, 0), now);
+        }
+        b.submit(job(&mem, 8, 99, Priority::BestEffort, 0), now);
+        assert_eq!(b.cancel_client(7), 3);
+        assert_eq!(b.cancel_client(7), 0);
+        assert_eq!(b.queued(), 1);
+        b.set_paused(false);
+        let done = wait(&mut b, 1);
+        assert_eq!(done.len(), 1);
+        assert_eq!((done[0].client, done[0].request_id), (8, 99));
+        // Nothing more comes.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let mut more = Vec::new();
+        b.poll(shm_proto::now_ns(), &mut more);
+        assert!(more.is_empty(), "{more:?}");
+        assert_eq!(b.queued(), 0);
+    }
+
+    #[test]
+    fn a_job_runs_on_the_version_in_force_at_submit() {
+        let (dir, mut repo) = repo("versions", 1.0);
+        let mut b = CpuBackend::new(repo.live().clone(), 1).unwrap();
+        let mem = VecMemory::new(512);
+        let x = [1.0f32, 2.0, 3.0, 4.0];
+        mem.write(0, &f32s(&x));
+        b.set_paused(true);
+        b.submit(job(&mem, 1, 1, Priority::RealTime, 0), shm_proto::now_ns());
+        // Replace the file and reload while job 1 waits: it keeps version 1.
+        let (w2, b2) = weights(-3.0);
+        std::fs::write(dir.0.join("fc.onnx"), gemm(K, M, &w2, &b2, true)).unwrap();
+        assert_eq!(repo.load("fc").reloaded, ["fc"]);
+        let mem2 = VecMemory::new(512);
+        mem2.write(0, &f32s(&x));
+        b.submit(job(&mem2, 1, 2, Priority::RealTime, 0), shm_proto::now_ns());
+        b.set_paused(false);
+        let done = wait(&mut b, 2);
+        assert!(done.iter().all(|f| f.status == status::OK), "{done:?}");
+        let (w1, b1) = weights(1.0);
+        let close = |got: Vec<f32>, want: Vec<f32>| {
+            got.iter().zip(&want).all(|(g, r)| (g - r).abs() <= 1e-5)
+        };
+        assert!(close(
+            from_bytes(&mem.bytes(256, M * 4)),
+            gemm_reference(K, M, &w1, &b1, &x)
+        ));
+        assert!(close(
+            from_bytes(&mem2.bytes(256, M * 4)),
+            gemm_reference(K, M, &w2, &b2, &x)
+        ));
+        // Unloaded: a job handed on after the unload still finds the
+        // version it was validated against (the previous one) ...
+        repo.unload("fc");
+        b.submit(job(&mem, 1, 3, Priority::RealTime, 0), shm_proto::now_ns());
+        assert_eq!(wait(&mut b, 1)[0].status, status::OK);
+        // ... and one for an id that never was gets MODEL_UNLOADED.
+        let mut j = job(&mem, 1, 4, Priority::RealTime, 0);
+        j.model = 42;
+        b.submit(j, shm_proto::now_ns());
+        assert_eq!(wait(&mut b, 1)[0].status, status::MODEL_UNLOADED);
+    }
+}
