@@ -104,6 +104,32 @@ pub fn query_all(socket: &Path) -> Result<Status, StatusError> {
     Ok(status)
 }
 
+/// Each model's id, version and source (`  fc v3 (id 0): /models/fc.onnx`),
+/// whether reloads are supported, and the last reload's errors; nothing
+/// from a daemon that predates them.
+pub fn versions_lines(s: &Status) -> String {
+    let mut out = String::new();
+    for m in &s.model_versions {
+        out.push_str(&format!(
+            "  {} v{} (id {}): {}\n",
+            m.name, m.version, m.id, m.source
+        ));
+    }
+    if s.model_versions.len() < s.models.len() && !s.model_versions.is_empty() {
+        out.push_str(&format!(
+            "  ... {} more: `sluice models list`\n",
+            s.models.len() - s.model_versions.len()
+        ));
+    }
+    if !s.models_reload.is_empty() {
+        out.push_str(&format!("model reloads: {}\n", s.models_reload));
+    }
+    for e in &s.models_errors {
+        out.push_str(&format!("last reload failed: {e}\n"));
+    }
+    out
+}
+
 /// `sluice status`'s table: the daemon, its counters, the `[cluster]`
 /// part when it serves one ([`cluster_table`]), every client, and the
 /// control socket's counters.
@@ -112,7 +138,7 @@ pub fn table(s: &Status) -> String {
         "sluiced pid {} v{} (protocol {}), up {:.0} s, socket {}\n\
          device: {}   dispatcher: {}\n{}\
          kill mechanism: {}\n\
-         models: {}\n\
+         models: {}\n{}\
          requests: {} submitted, {} completed, {} errors; {} on the device\n\
          {}\
          sessions refused: {}, clients dropped for corrupting their region: {}\n\
@@ -131,6 +157,7 @@ pub fn table(s: &Status) -> String {
         },
         s.kill_mechanism,
         s.models.join(", "),
+        versions_lines(s),
         s.submitted,
         s.completed,
         s.errors,

@@ -2210,12 +2210,29 @@ mod tests {
         let e = invalid("[device]\nbackend = \"rocm\"");
         assert_eq!(
             e.to_string(),
-            "device.backend = \"rocm\" is not a supported backend; use one of: \"sim\", \"cuda\""
+            "device.backend = \"rocm\" is not a supported backend; use one of: \"sim\", \"cuda\", \
+             \"cpu\""
         );
         assert_eq!(
             invalid("[device]\nbackend = \"CUDA\"").key,
             "device.backend"
         );
+    }
+
+    #[test]
+    fn cpu_backend_and_its_threads_are_read_and_checked() {
+        let c = load("[device]\nbackend = \"cpu\"\ncpu_threads = 3").unwrap();
+        assert_eq!(c.device.backend, BackendKind::Cpu);
+        assert_eq!(c.device.cpu_threads, 3);
+        assert_eq!(Config::default().device.cpu_threads, 1);
+        for bad in [0, 65, -1] {
+            let e = invalid(&format!("[device]\ncpu_threads = {bad}"));
+            assert_eq!(e.key, "device.cpu_threads");
+            assert!(e.to_string().contains("use 1 to 64"), "{e}");
+        }
+        let again = Config::from_toml_str(&c.summary(), Path::new("summary.toml")).unwrap();
+        assert_eq!(again.device.cpu_threads, 3);
+        assert_eq!(again.device.backend, BackendKind::Cpu);
     }
 
     #[test]

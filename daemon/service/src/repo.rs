@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use shm_proto::Priority;
+use crate::error_chain;
 use sluice_model::{ElemType, ModelEntry, ModelError, ModelIo, ModelRegistry, TensorSpec};
 
 /// Most ids a daemon hands out in its lifetime (names ever loaded); the
@@ -771,17 +772,6 @@ pub struct ReloadReport {
     pub models: Vec<ModelVersion>,
 }
 
-/// The error and its causes on one line.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(inner) = cur {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        cur = inner.source();
-    }
-    s
-}
 
 /// `[models] dir` and the ids and versions of what it served: the state
 /// reloads work on. Owned by one thread at a time (the repository's).

@@ -15,6 +15,7 @@ pub mod client;
 pub mod demo;
 pub mod inspect;
 pub mod kernels;
+pub mod models;
 pub mod parse;
 pub mod profile;
 pub mod run;
