@@ -95,7 +95,9 @@ fn client(
                         });
                         match which {
                             Some(v) => t.ok[v] += 1,
-                            None => t.problems.push(format!("output of neither version: {got:?}")),
+                            None => t
+                                .problems
+                                .push(format!("output of neither version: {got:?}")),
                         }
                     }
                     status::UNKNOWN_MODEL if unloading.load(Ordering::SeqCst) => {
@@ -106,10 +108,9 @@ fn client(
                         t.unloaded += 1;
                         finished = true;
                     }
-                    s => t.problems.push(format!(
-                        "status {s} ({})",
-                        status::describe(s)
-                    )),
+                    s => t
+                        .problems
+                        .push(format!("status {s} ({})", status::describe(s))),
                 }
             }
             if finished || stop.load(Ordering::SeqCst) {
@@ -190,10 +191,7 @@ fn requests_survive_ten_reloads_and_an_unload() {
             })
             .collect();
         assert!(
-            wait_for(
-                || ready.load(Ordering::SeqCst) == CLIENTS as u64,
-                secs(60)
-            ),
+            wait_for(|| ready.load(Ordering::SeqCst) == CLIENTS as u64, secs(60)),
             "the clients never looked the model up"
         );
         handles
@@ -222,7 +220,9 @@ fn requests_survive_ten_reloads_and_an_unload() {
         wait_for(
             || {
                 let st = sluice_tests::query_status(&socket).unwrap();
-                st.model_versions.first().is_some_and(|m| m.version == 2 + RELOADS)
+                st.model_versions
+                    .first()
+                    .is_some_and(|m| m.version == 2 + RELOADS)
             },
             secs(60)
         ),
@@ -240,12 +240,22 @@ fn requests_survive_ten_reloads_and_an_unload() {
         total.ok[0] += t.ok[0];
         total.ok[1] += t.ok[1];
     }
-    assert!(total.ok[0] > 0 && total.ok[1] > 0, "both versions served: {total:?}");
+    assert!(
+        total.ok[0] > 0 && total.ok[1] > 0,
+        "both versions served: {total:?}"
+    );
     let st = sluice_tests::query_status(&socket).unwrap();
     assert_eq!(st.submitted, total.submitted, "{st:?}");
-    assert_eq!(st.completed, total.submitted, "every request completed once");
+    assert_eq!(
+        st.completed, total.submitted,
+        "every request completed once"
+    );
     assert_eq!(st.errors, 0, "{st:?}");
-    assert!(st.models_reload.starts_with("supported"), "{}", st.models_reload);
+    assert!(
+        st.models_reload.starts_with("supported"),
+        "{}",
+        st.models_reload
+    );
     eprintln!(
         "reloads: {} requests, {} on version A, {} on version B",
         total.submitted, total.ok[0], total.ok[1]
@@ -298,7 +308,10 @@ fn requests_survive_ten_reloads_and_an_unload() {
     let (ok, report) = command(&socket, &Op::Load("fc".into())).unwrap();
     assert!(ok, "{report:?}");
     assert_eq!(report.loaded, ["fc"]);
-    assert_eq!((report.models[0].id, report.models[0].version), (0, 3 + RELOADS));
+    assert_eq!(
+        (report.models[0].id, report.models[0].version),
+        (0, 3 + RELOADS)
+    );
     assert_eq!(probe.lookup_model("fc").unwrap().id, 0);
     // A broken file at reload keeps the version in force.
     std::fs::write(models.join("fc.onnx"), b"not onnx").unwrap();
@@ -307,7 +320,11 @@ fn requests_survive_ten_reloads_and_an_unload() {
     assert!(report.errors[0].contains("fc.onnx"), "{report:?}");
     assert_eq!(report.models[0].version, 3 + RELOADS);
     let st = sluice_tests::query_status(&socket).unwrap();
-    assert!(st.models_errors[0].contains("fc.onnx"), "{:?}", st.models_errors);
+    assert!(
+        st.models_errors[0].contains("fc.onnx"),
+        "{:?}",
+        st.models_errors
+    );
     drop(probe);
     drop(daemon);
 }

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use command::{
-    bench, bench_client, check, client, demo, inspect, kernels, models, profile, run, split, status,
-    train,
+    bench, bench_client, check, client, demo, inspect, kernels, models, profile, run, split,
+    status, train,
 };
 
 /// sluice: share a GPU between real-time and best-effort DNN inference

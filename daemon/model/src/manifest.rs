@@ -1233,7 +1233,11 @@ impl ModelRegistry {
 
     /// The registry of `all`, sorted by name, each with its id.
     fn assemble(all: Vec<(ModelEntry, u32)>) -> Self {
-        let bound = all.iter().map(|(_, id)| *id as usize + 1).max().unwrap_or(0);
+        let bound = all
+            .iter()
+            .map(|(_, id)| *id as usize + 1)
+            .max()
+            .unwrap_or(0);
         let mut by_id = vec![NO_MODEL; bound];
         let models = all
             .into_iter()

@@ -61,8 +61,8 @@ use shm_proto::{Completion, Priority, Request, status};
 use crate::backend::fair::{Done, FairShare};
 use crate::config::ClientsConfig;
 use crate::region::Region;
-use crate::slots::SlotTable;
 use crate::repo::{LiveModels, Served};
+use crate::slots::SlotTable;
 use sluice_backend::{Backend, Job};
 use sluice_model::ModelRegistry;
 

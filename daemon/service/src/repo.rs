@@ -46,9 +46,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::error_chain;
 use serde::{Deserialize, Serialize};
 use shm_proto::Priority;
-use crate::error_chain;
 use sluice_model::{ElemType, ModelEntry, ModelError, ModelIo, ModelRegistry, TensorSpec};
 
 /// Most ids a daemon hands out in its lifetime (names ever loaded); the
@@ -708,9 +708,7 @@ fn load_onnx(path: &Path, name: &str, target: Target) -> Result<Loaded, RepoErro
         let (dtype, shape) = one.info(o.id).unwrap_or((sluice_graph::DType::F32, &[]));
         let batched = two.as_ref().is_some_and(|t| {
             let s2 = t.info(o.id).map(|(_, s)| s.to_vec()).unwrap_or_default();
-            shape.first() == Some(&1)
-                && s2.first() == Some(&2)
-                && s2.get(1..) == shape.get(1..)
+            shape.first() == Some(&1) && s2.first() == Some(&2) && s2.get(1..) == shape.get(1..)
         });
         if settings.max_batch > 1 && !batched {
             return Err(RepoError::Settings {
@@ -734,11 +732,12 @@ fn load_onnx(path: &Path, name: &str, target: Target) -> Result<Loaded, RepoErro
     } else {
         path.display().to_string()
     };
-    let m = sluice_nn::graph_manifest::manifest(&one, name, &path.display().to_string())
-        .map_err(|e| RepoError::Manifest {
+    let m = sluice_nn::graph_manifest::manifest(&one, name, &path.display().to_string()).map_err(
+        |e| RepoError::Manifest {
             file: path.to_owned(),
             source: Box::new(e),
-        })?;
+        },
+    )?;
     let io = ModelIo {
         inputs,
         outputs,
@@ -757,6 +756,10 @@ fn load_onnx(path: &Path, name: &str, target: Target) -> Result<Loaded, RepoErro
     })
 }
 
+/// One model's change in a reload: its new version (and the file it came
+/// from), or `None` to unload it.
+type Change = (String, Option<(Found, Loaded)>);
+
 /// What a reload did.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ReloadReport {
@@ -771,7 +774,6 @@ pub struct ReloadReport {
     /// What is served now.
     pub models: Vec<ModelVersion>,
 }
-
 
 /// `[models] dir` and the ids and versions of what it served: the state
 /// reloads work on. Owned by one thread at a time (the repository's).
@@ -848,7 +850,7 @@ impl ModelRepo {
                 return self.finish(report, None);
             }
         };
-        let mut changes: Vec<(String, Option<(Found, Loaded)>)> = Vec::new();
+        let mut changes: Vec<Change> = Vec::new();
         for (name, f) in &found {
             if self.files.get(name) == Some(f) {
                 continue;
@@ -896,10 +898,7 @@ impl ModelRepo {
             }));
             return self.finish(report, None);
         }
-        self.finish(
-            ReloadReport::default(),
-            Some(vec![(name.to_owned(), None)]),
-        )
+        self.finish(ReloadReport::default(), Some(vec![(name.to_owned(), None)]))
     }
 
     /// What is served now.
@@ -912,7 +911,7 @@ impl ModelRepo {
     fn finish(
         &mut self,
         mut report: ReloadReport,
-        changes: Option<Vec<(String, Option<(Found, Loaded)>)>>,
+        changes: Option<Vec<Change>>,
     ) -> ReloadReport {
         let old = self.live.current();
         let Some(changes) = changes.filter(|c| !c.is_empty()) else {
@@ -1106,7 +1105,10 @@ mod tests {
     fn onnx_models_enter_with_their_tensors_settings_and_an_estimated_manifest() {
         let dir = TempDir::new("scan");
         dir.write("fc.onnx", fc(1.0, true));
-        dir.write("fc.toml", "max_batch = 4\nslo_ms = 5.0\npriority = \"best-effort\"\n");
+        dir.write(
+            "fc.toml",
+            "max_batch = 4\nslo_ms = 5.0\npriority = \"best-effort\"\n",
+        );
         dir.write("fixed.onnx", fc(2.0, false));
         dir.write("notes.txt", "not a model");
         let repo = ModelRepo::open(&dir.0, Target::Cpu).unwrap();

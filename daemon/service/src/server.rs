@@ -722,10 +722,10 @@ impl Daemon {
             control_wake.clone(),
             replies_rx,
         )
-                .map_err(|e| StartError::Os {
-                    what: "control-plane epoll",
-                    source: e,
-                })?;
+        .map_err(|e| StartError::Os {
+            what: "control-plane epoll",
+            source: e,
+        })?;
         let acceptor = std::thread::Builder::new()
             .name("sluice-control".into())
             .spawn(move || plane.run())
@@ -748,7 +748,10 @@ impl Daemon {
     /// at once; the work is done on the repository's thread. `Err` with
     /// the reason when this daemon's backend does not reload.
     pub fn rescan_models(&self) -> Result<(), String> {
-        if self.shared.repo_command(models_op::RESCAN, String::new(), None) {
+        if self
+            .shared
+            .repo_command(models_op::RESCAN, String::new(), None)
+        {
             return Ok(());
         }
         Err(match self.shared.models.reload() {

@@ -18,11 +18,11 @@ use std::time::Duration;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::fifo::{FifoBackend, OpError};
-use crate::repo::{LiveModels, ModelRepo, RepoError, Target};
 use crate::backend::modeled::{ModeledBackend, ModeledError};
 #[cfg(feature = "cuda")]
 use crate::config::Fallback;
 use crate::config::{BackendKind, Config, ConfigError, DaemonConfig, DeviceConfig, Scheduler};
+use crate::repo::{LiveModels, ModelRepo, RepoError, Target};
 use crate::server::StartError;
 use crate::sys::DispatcherSetup;
 use sluice_backend::Backend;
@@ -173,12 +173,20 @@ fn load_all_models(config: &Config) -> Result<ModelRegistry, LoadModelsError> {
     let dir = config.models.dir.as_ref();
     match config.device.backend {
         BackendKind::Sim => match dir {
-            Some(dir) => Ok(open_repository(dir, Target::Sim)?.live().current().registry.clone()),
+            Some(dir) => Ok(open_repository(dir, Target::Sim)?
+                .live()
+                .current()
+                .registry
+                .clone()),
             None => Ok(ModelRegistry::builtin()),
         },
         BackendKind::Cpu => {
             let dir = dir.ok_or(LoadModelsError::CpuWithoutDir)?;
-            Ok(open_repository(dir, Target::Cpu)?.live().current().registry.clone())
+            Ok(open_repository(dir, Target::Cpu)?
+                .live()
+                .current()
+                .registry
+                .clone())
         }
         BackendKind::Cuda => {
             let scale = config.device.model_scale;

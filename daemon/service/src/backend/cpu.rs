@@ -110,6 +110,9 @@ impl std::fmt::Debug for CpuBackend {
     }
 }
 
+/// A job's version, batch, input spans and output spans.
+type Resolved = (Arc<LoadedModel>, u32, Vec<Span>, Vec<Span>);
+
 /// Whether `spans` (lengths) are exactly `specs` at `batch`.
 fn fits(specs: &[TensorSpec], spans: &[Span], batch: u32, exact: bool) -> bool {
     specs.len() == spans.len()
@@ -190,7 +193,7 @@ impl CpuBackend {
     }
 
     /// The version `job` runs on, and its spans.
-    fn resolve(&mut self, job: &Job) -> Option<(Arc<LoadedModel>, u32, Vec<Span>, Vec<Span>)> {
+    fn resolve(&mut self, job: &Job) -> Option<Resolved> {
         let g = self.live.generation();
         if g != self.generation {
             self.served = self.live.current();
@@ -308,7 +311,11 @@ impl Backend for CpuBackend {
 
     fn queued(&self) -> usize {
         let q = self.state.lock();
-        q.real_time.len() + q.best_effort.len() + q.running.len() + q.done.len() + self.refused.len()
+        q.real_time.len()
+            + q.best_effort.len()
+            + q.running.len()
+            + q.done.len()
+            + self.refused.len()
     }
 
     fn simulated(&self) -> bool {
@@ -345,7 +352,10 @@ fn worker(state: &State, live: &LiveModels) {
             // Keep only versions still served (current or previous).
             let served = live.current();
             cache.retain(|(id, version, _), _| {
-                served.current.get(id).is_some_and(|m| m.version == *version)
+                served
+                    .current
+                    .get(id)
+                    .is_some_and(|m| m.version == *version)
                     || served
                         .previous
                         .get(id)
@@ -426,13 +436,12 @@ fn run(task: &Task, cache: &mut HashMap<CacheKey, Arc<Static>>) -> Result<u64, S
         }
         tensors.push(decode(spec, task.batch, &bytes)?);
     }
-    let named: Vec<(&str, &Tensor)> = m
-        .io
-        .inputs
-        .iter()
-        .map(|t| t.name.as_str())
-        .zip(tensors.iter())
-        .collect();
+    let named: Vec<(&str, &Tensor)> =
+        m.io.inputs
+            .iter()
+            .map(|t| t.name.as_str())
+            .zip(tensors.iter())
+            .collect();
     let outs = s.run(&named).map_err(|e| e.to_string())?;
     let mut written = 0;
     for ((spec, span), (name, t)) in m.io.outputs.iter().zip(&task.outputs).zip(&outs) {
@@ -507,8 +516,7 @@ pub fn decode(spec: &TensorSpec, batch: u32, bytes: &[u8]) -> Result<Tensor, Str
         ElemType::Bool => Data::I64(bytes.iter().map(|&b| i64::from(b != 0)).collect()),
         ElemType::U8 => return Err("an untyped tensor cannot be run".to_owned()),
     };
-    Tensor::new(dtype(spec.elem)?, shape, data)
-        .map_err(|e| format!("input {:?}: {e}", spec.name))
+    Tensor::new(dtype(spec.elem)?, shape, data).map_err(|e| format!("input {:?}: {e}", spec.name))
 }
 
 /// `t`'s values as little-endian bytes of `elem`.
@@ -525,7 +533,9 @@ pub fn encode(elem: ElemType, t: &Tensor) -> Vec<u8> {
             .collect(),
         (ElemType::I64, Data::I64(v)) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
         (ElemType::I32, Data::I64(v)) => v.iter().flat_map(|x| (*x as i32).to_le_bytes()).collect(),
-        (ElemType::Bool | ElemType::U8, Data::I64(v)) => v.iter().map(|x| u8::from(*x != 0)).collect(),
+        (ElemType::Bool | ElemType::U8, Data::I64(v)) => {
+            v.iter().map(|x| u8::from(*x != 0)).collect()
+        }
         // A type the graph did not declare: no bytes, which the caller
         // reports as a size mismatch.
         _ => Vec::new(),
@@ -536,8 +546,8 @@ pub fn encode(elem: ElemType, t: &Tensor) -> Vec<u8> {
 mod tests {
     use super::*;
     use crate::repo::{ModelRepo, Target};
-    use sluice_backend::{TensorMemory, TensorSpans};
     use sluice_backend::testmem::VecMemory;
+    use sluice_backend::{TensorMemory, TensorSpans};
     use sluice_onnx::test_models::{gemm, gemm_reference};
 
     struct TempDir(std::path::PathBuf);
@@ -613,7 +623,10 @@ mod tests {
         let mut done = Vec::new();
         let give_up = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while done.len() < n {
-            assert!(std::time::Instant::now() < give_up, "jobs never finished: {done:?}");
+            assert!(
+                std::time::Instant::now() < give_up,
+                "jobs never finished: {done:?}"
+            );
             b.poll(shm_proto::now_ns(), &mut done);
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
@@ -679,8 +692,14 @@ mod tests {
         let mut bad = j.clone();
         bad.tensors = Some(Arc::new(TensorSpans {
             batch: 5,
-            inputs: vec![Span { off: 0, len: (5 * K * 4) as u64 }],
-            outputs: vec![Span { off: 512, len: (5 * M * 4) as u64 }],
+            inputs: vec![Span {
+                off: 0,
+                len: (5 * K * 4) as u64,
+            }],
+            outputs: vec![Span {
+                off: 512,
+                len: (5 * M * 4) as u64,
+            }],
         }));
         b.submit(bad, shm_proto::now_ns());
         let done = wait(&mut b, 1);
