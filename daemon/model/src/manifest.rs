@@ -1368,6 +1368,43 @@ mod tests {
         s
     }
 
+    #[test]
+    fn explicit_ids_may_leave_gaps_and_must_be_unique() {
+        let entry = |name: &str| {
+            let mut m = echo();
+            m.name = name.to_owned();
+            ModelEntry {
+                file: format!("{name}.json"),
+                io: crate::ModelIo::untyped(m.input_bytes, m.output_bytes),
+                manifest: m,
+                memory: Vec::new(),
+            }
+        };
+        let reg = ModelRegistry::from_entries_with_ids([
+            (5, entry("b")),
+            (0, entry("a")),
+            (9, entry("c")),
+        ])
+        .unwrap();
+        assert_eq!(reg.len(), 3);
+        assert_eq!(reg.id_bound(), 10);
+        assert_eq!(reg.lookup("b").map(|(id, _)| id), Some(5));
+        assert_eq!(reg.get(9).map(Model::name), Some("c"));
+        assert!(reg.get(1).is_none() && reg.get(10).is_none() && reg.get(u32::MAX).is_none());
+        let names: Vec<(u32, &str)> = reg.iter().map(|(id, m)| (id, m.name())).collect();
+        assert_eq!(names, [(0, "a"), (5, "b"), (9, "c")]);
+        let e =
+            ModelRegistry::from_entries_with_ids([(1, entry("a")), (1, entry("b"))]).unwrap_err();
+        assert!(matches!(e, ModelError::DuplicateId { id: 1 }), "{e}");
+        let e =
+            ModelRegistry::from_entries_with_ids([(1, entry("a")), (2, entry("a"))]).unwrap_err();
+        assert!(matches!(e, ModelError::Duplicate { .. }), "{e}");
+        // from_entries numbers by name from 0, as before.
+        let reg = ModelRegistry::from_entries([entry("z"), entry("y")]).unwrap();
+        assert_eq!(reg.lookup("y").map(|(id, _)| id), Some(0));
+        assert_eq!(reg.id_bound(), 2);
+    }
+
     fn echo() -> Manifest {
         Manifest::parse(
             "echo_small.json",

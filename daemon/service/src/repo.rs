@@ -908,11 +908,7 @@ impl ModelRepo {
 
     /// Applies `changes` (a name with its new version, or `None` to
     /// unload it) as one new snapshot, and fills in the report.
-    fn finish(
-        &mut self,
-        mut report: ReloadReport,
-        changes: Option<Vec<Change>>,
-    ) -> ReloadReport {
+    fn finish(&mut self, mut report: ReloadReport, changes: Option<Vec<Change>>) -> ReloadReport {
         let old = self.live.current();
         let Some(changes) = changes.filter(|c| !c.is_empty()) else {
             if !report.errors.is_empty() {

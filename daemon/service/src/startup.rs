@@ -888,7 +888,7 @@ mod tests {
         let e = load_models(&c).unwrap_err();
         assert!(
             e.to_string().starts_with(
-                "cannot load the model manifests of models.dir = \"/nonexistent/sluice-models\""
+                "cannot load the models of models.dir = \"/nonexistent/sluice-models\""
             ),
             "{e}"
         );
@@ -899,6 +899,55 @@ mod tests {
             load_models(&c).unwrap_err(),
             LoadModelsError::Overrides { .. }
         ));
+    }
+
+    #[test]
+    fn the_cpu_backend_needs_a_model_directory_and_no_cluster() {
+        let mut c = Config::default();
+        c.device.backend = BackendKind::Cpu;
+        let e = load_models(&c).unwrap_err();
+        assert!(matches!(e, LoadModelsError::CpuWithoutDir), "{e}");
+        assert!(e.to_string().contains("set models.dir"), "{e}");
+        assert!(matches!(
+            load_live_models(&c),
+            Err(LoadModelsError::CpuWithoutDir)
+        ));
+        let dir = std::env::temp_dir().join(format!("sluice-cpu-start-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("fc.onnx"),
+            sluice_onnx::test_models::gemm(2, 2, &[1.0; 4], &[0.0; 2], true),
+        )
+        .unwrap();
+        c.models.dir = Some(dir.clone());
+        let (live, repo) = load_live_models(&c).unwrap();
+        assert!(repo.is_some());
+        assert_eq!(live.reload(), &crate::repo::Reload::Supported);
+        let checked = check(&c).unwrap();
+        assert_eq!((checked.models, checked.device), (1, DeviceChoice::Cpu));
+        assert!(matches!(
+            make_device(&c, Arc::new(ModelRegistry::builtin())),
+            Err(DeviceError::CpuNeedsGraphs)
+        ));
+        // The simulated GPU serves the same file on its estimated manifest,
+        // and refuses reloads.
+        c.device.backend = BackendKind::Sim;
+        let (live, repo) = load_live_models(&c).unwrap();
+        assert!(repo.is_none());
+        assert!(
+            matches!(live.reload(), crate::repo::Reload::Refused(why) if why.contains("device.backend = \"sim\"")),
+            "{:?}",
+            live.reload()
+        );
+        assert_eq!(live.current().registry.len(), 1);
+        c.device.backend = BackendKind::Cpu;
+        c.cluster.gpus = vec!["mi50".into()];
+        let e = match serve(c) {
+            Err(e) => e,
+            Ok(_) => panic!("served a cluster on the cpu backend"),
+        };
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(e.to_string().contains("[cluster]"), "{e}");
     }
 
     #[test]
