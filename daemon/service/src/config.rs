@@ -67,7 +67,7 @@ pub const MAX_PER_CLIENT: u32 = MAX_ENTRIES;
 /// Largest `device.instances`.
 pub const MAX_INSTANCES: usize = 16;
 /// Largest `device.cpu_threads`.
-pub const MAX_CPU_THREADS: usize = crate::backend::cpu::MAX_CPU_THREADS;
+pub const MAX_CPU_THREADS: usize = 64;
 /// Largest `device.time_scale`.
 pub const MAX_TIME_SCALE: f64 = 1000.0;
 

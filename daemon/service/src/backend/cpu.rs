@@ -37,8 +37,7 @@ use sluice_sched::queue::EdfQueue;
 
 use crate::repo::{LiveModels, LoadedModel, Served};
 
-/// Largest `device.cpu_threads`.
-pub const MAX_CPU_THREADS: usize = 64;
+pub use crate::config::MAX_CPU_THREADS;
 
 /// A job with the version it runs on and where its tensors lie.
 struct Task {
