@@ -251,6 +251,16 @@ impl LiveModels {
         }
     }
 
+    /// Why a daemon on `backend` (a `device.backend` name) refuses
+    /// reloads.
+    pub fn refusal(backend: &str) -> String {
+        format!(
+            "device.backend = \"{backend}\" serves the models it started with; restart the \
+             daemon to change them, or serve ONNX models with device.backend = \"cpu\", which \
+             reloads"
+        )
+    }
+
     /// A registry that never changes: reloads are refused with `why`.
     pub fn fixed(registry: ModelRegistry, why: String) -> Self {
         Self::new(Served::fixed(registry), Reload::Refused(why))

@@ -577,11 +577,7 @@ impl Daemon {
         registry: Arc<ModelRegistry>,
         device: Box<dyn Backend>,
     ) -> Result<Self, StartError> {
-        let why = format!(
-            "device.backend = \"{}\" serves the models it started with; restart the daemon \
-             to change them, or serve ONNX models with device.backend = \"cpu\", which reloads",
-            config.device.backend
-        );
+        let why = LiveModels::refusal(config.device.backend.as_str());
         let live = Arc::new(LiveModels::fixed((*registry).clone(), why));
         Self::start_live(config, live, None, device)
     }

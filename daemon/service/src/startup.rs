@@ -232,11 +232,7 @@ pub fn load_live_models(
         let repo = open_repository(dir, Target::Cpu)?;
         return Ok((repo.live().clone(), Some(repo)));
     }
-    let why = format!(
-        "device.backend = \"{}\" serves the models it started with; restart the daemon to \
-         change them, or serve ONNX models with device.backend = \"cpu\", which reloads",
-        config.device.backend
-    );
+    let why = LiveModels::refusal(config.device.backend.as_str());
     Ok((Arc::new(LiveModels::fixed(load_models(config)?, why)), None))
 }
 
