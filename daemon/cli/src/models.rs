@@ -128,5 +128,12 @@ pub fn table(r: &ReloadReport) -> String {
             m.source
         ));
     }
+    if r.models_omitted > 0 {
+        out.push_str(&format!(
+            "... and {} more (the daemon's reply holds the first {} by name)\n",
+            r.models_omitted,
+            r.models.len()
+        ));
+    }
     out
 }

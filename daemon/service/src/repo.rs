@@ -781,8 +781,29 @@ pub struct ReloadReport {
     pub unloaded: Vec<String>,
     /// Files that failed; their models keep the version they had.
     pub errors: Vec<String>,
-    /// What is served now.
+    /// What is served now (the first of them, by name, when they do not
+    /// all fit one control frame: see `models_omitted`).
     pub models: Vec<ModelVersion>,
+    /// Models served but left out of `models` to keep the reply within a
+    /// control frame.
+    #[serde(default)]
+    pub models_omitted: usize,
+}
+
+impl ReloadReport {
+    /// The report as JSON of at most `budget` bytes: models are left out
+    /// from the end (and counted in `models_omitted`) until it fits.
+    pub fn to_json_within(mut self, budget: usize) -> String {
+        loop {
+            let json = serde_json::to_string(&self).unwrap_or_default();
+            if json.len() <= budget || self.models.is_empty() {
+                return json;
+            }
+            let drop = self.models.len().div_ceil(8);
+            self.models.truncate(self.models.len() - drop);
+            self.models_omitted += drop;
+        }
+    }
 }
 
 /// `[models] dir` and the ids and versions of what it served: the state
@@ -1225,6 +1246,31 @@ mod tests {
         let report = repo.load("fc");
         assert!(report.errors[0].contains("fc.toml"), "{report:?}");
         assert_eq!(repo.live().current().current[&0].version, 2);
+    }
+
+    #[test]
+    fn a_report_too_large_for_a_frame_leaves_models_out_and_says_how_many() {
+        let model = |i: u32| ModelVersion {
+            id: i,
+            name: format!("m{i}"),
+            version: 1,
+            source: "x".repeat(200),
+            inputs: vec![],
+            outputs: vec![],
+            max_batch: 1,
+            runs_on_cpu: true,
+        };
+        let report = ReloadReport {
+            models: (0..100).map(model).collect(),
+            ..ReloadReport::default()
+        };
+        let whole = report.clone().to_json_within(usize::MAX);
+        let cut = report.to_json_within(whole.len() / 2);
+        assert!(cut.len() <= whole.len() / 2);
+        let back: ReloadReport = serde_json::from_str(&cut).unwrap();
+        assert_eq!(back.models.len() + back.models_omitted, 100);
+        assert!(back.models_omitted > 0);
+        assert_eq!(back.models[0].name, "m0");
     }
 
     #[test]

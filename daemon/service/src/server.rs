@@ -80,8 +80,9 @@ fn repo_thread(
             _ => repo.list(),
         };
         if let Some(token) = job.reply {
-            let json = serde_json::to_string(&report).unwrap_or_default();
-            let _ = replies.send((token, report.errors.is_empty(), json));
+            let ok = report.errors.is_empty();
+            let json = report.to_json_within(STATUS_PAGE_BUDGET);
+            let _ = replies.send((token, ok, json));
             let _ = rustix::io::write(wake, &1u64.to_ne_bytes());
         }
     }

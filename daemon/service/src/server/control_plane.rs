@@ -850,7 +850,7 @@ impl ControlPlane {
                 models: plane.shared.models.current().list(),
                 ..Default::default()
             };
-            let json = serde_json::to_string(&report).unwrap_or_default();
+            let json = report.to_json_within(shm_proto::control::STATUS_PAGE_BUDGET);
             plane.queue(
                 token,
                 &Msg::ModelsReply {
