@@ -451,3 +451,39 @@ mod tests {
         assert!(!t.contains("GPUs in use") && !t.contains(" plans ("), "{t}");
     }
 }
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    #[test]
+    fn the_table_shows_each_models_version_and_the_reload_state() {
+        let json = r#"{"pid":1,"version":"0.1.0","protocol":3,"uptime_s":1.0,"socket":"/s",
+            "device":"cpu (1 worker thread)","dispatcher":"d","models":["fc","gx"],
+            "model_versions":[{"id":0,"name":"fc","version":3,"source":"/m/fc.onnx (+ /m/fc.toml)"}],
+            "models_reload":"supported","models_errors":["/m/gx.onnx: cannot import the ONNX model"],
+            "device_queued":0,"submitted":0,"completed":0,"errors":0,"refused":0,
+            "dropped_clients":0,"wakes":0,"parks":0,"clients":[]}"#;
+        let s: Status = serde_json::from_str(json).unwrap();
+        let t = table(&s);
+        assert!(
+            t.contains("  fc v3 (id 0): /m/fc.onnx (+ /m/fc.toml)\n"),
+            "{t}"
+        );
+        assert!(t.contains("  ... 1 more: `sluice models list`\n"), "{t}");
+        assert!(t.contains("model reloads: supported\n"), "{t}");
+        assert!(
+            t.contains("last reload failed: /m/gx.onnx: cannot import the ONNX model\n"),
+            "{t}"
+        );
+        // A daemon that predates versions: no such lines.
+        let old: Status = serde_json::from_str(
+            &json
+                .replace(r#""model_versions":[{"id":0,"name":"fc","version":3,"source":"/m/fc.onnx (+ /m/fc.toml)"}],"#, "")
+                .replace(r#""models_reload":"supported","models_errors":["/m/gx.onnx: cannot import the ONNX model"],"#, ""),
+        )
+        .unwrap();
+        let t = table(&old);
+        assert!(!t.contains("model reloads") && !t.contains(" v3 "), "{t}");
+    }
+}
