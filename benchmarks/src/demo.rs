@@ -184,7 +184,7 @@ pub fn reference_for(s: Scheduler) -> Scheduler {
 pub fn default_be_models(backend: BackendKind) -> Vec<String> {
     let names: &[&str] = match backend {
         BackendKind::Cuda => &["resnet152"],
-        BackendKind::Sim => &crate::disb::DISB_MODELS,
+        BackendKind::Sim | BackendKind::Cpu => &crate::disb::DISB_MODELS,
     };
     names.iter().map(|m| (*m).to_owned()).collect()
 }

@@ -272,6 +272,22 @@ pub const KIND_STATUS_REQUEST: u16 = 7;
 pub const KIND_STATUS_REPLY: u16 = 8;
 /// `StatusPage` kind.
 pub const KIND_STATUS_PAGE: u16 = 9;
+/// `ModelsCommand` kind.
+pub const KIND_MODELS_COMMAND: u16 = 20;
+/// `ModelsReply` kind.
+pub const KIND_MODELS_REPLY: u16 = 21;
+
+/// Operations in [`Msg::ModelsCommand`].
+pub mod models_op {
+    /// List the models served, with their versions and sources.
+    pub const LIST: u32 = 0;
+    /// Load (or reload) one model of the repository by name.
+    pub const LOAD: u32 = 1;
+    /// Unload one model by name.
+    pub const UNLOAD: u32 = 2;
+    /// Re-scan the whole repository (what SIGHUP does).
+    pub const RESCAN: u32 = 3;
+}
 
 /// Reasons in [`Msg::Refused`].
 pub mod refused {
@@ -372,6 +388,22 @@ pub enum Msg<'a> {
     /// Daemon → client: status as a JSON document.
     StatusReply {
         /// JSON text.
+        json: &'a str,
+    },
+    /// Operator → daemon, as the first frame of a one-shot connection:
+    /// list, load, unload or re-scan the model repository.
+    ModelsCommand {
+        /// A [`models_op`] code.
+        op: u32,
+        /// The model's name (empty for `LIST` and `RESCAN`).
+        name: &'a str,
+    },
+    /// Daemon → operator: the outcome, then the socket closes.
+    ModelsReply {
+        /// 1 when the command did what it asked, 0 when it failed.
+        ok: u32,
+        /// A JSON document: the models served, and what changed or why
+        /// nothing did.
         json: &'a str,
     },
 }
@@ -514,6 +546,8 @@ impl<'a> Msg<'a> {
             Self::StatusRequest => KIND_STATUS_REQUEST,
             Self::StatusPage { .. } => KIND_STATUS_PAGE,
             Self::StatusReply { .. } => KIND_STATUS_REPLY,
+            Self::ModelsCommand { .. } => KIND_MODELS_COMMAND,
+            Self::ModelsReply { .. } => KIND_MODELS_REPLY,
         }
     }
 
@@ -602,6 +636,15 @@ impl<'a> Msg<'a> {
             Self::StatusReply { json } => {
                 // Never cut: a cut document is invalid JSON. Too long a
                 // reply is an error (BufferTooSmall with what it needs).
+                w.u32(u32::try_from(json.len()).unwrap_or(u32::MAX));
+                w.bytes(json.as_bytes());
+            }
+            Self::ModelsCommand { op, name } => {
+                w.u32(op);
+                w.str(name);
+            }
+            Self::ModelsReply { ok, json } => {
+                w.u32(ok);
                 w.u32(u32::try_from(json.len()).unwrap_or(u32::MAX));
                 w.bytes(json.as_bytes());
             }
@@ -696,6 +739,19 @@ impl<'a> Msg<'a> {
                     json: core::str::from_utf8(b).map_err(|_| DecodeError::BadString)?,
                 }
             }
+            KIND_MODELS_COMMAND => Self::ModelsCommand {
+                op: r.u32()?,
+                name: r.str()?,
+            },
+            KIND_MODELS_REPLY => {
+                let ok = r.u32()?;
+                let n = r.u32()? as usize;
+                let b = r.take(n)?;
+                Self::ModelsReply {
+                    ok,
+                    json: core::str::from_utf8(b).map_err(|_| DecodeError::BadString)?,
+                }
+            }
             k => return Err(DecodeError::UnknownKind(k)),
         };
         if r.pos != body.len() {
@@ -779,6 +835,14 @@ mod tests {
         roundtrip(Msg::StatusRequest);
         roundtrip(Msg::StatusPage { from_id: 4097 });
         roundtrip(Msg::StatusReply { json: "{\"a\":1}" });
+        roundtrip(Msg::ModelsCommand {
+            op: models_op::LOAD,
+            name: "tiny",
+        });
+        roundtrip(Msg::ModelsReply {
+            ok: 1,
+            json: "{\"models\":[]}",
+        });
     }
 
     #[test]

@@ -124,6 +124,10 @@ pub mod status {
     /// A tensor's length is not its size at the request's batch; the
     /// detail names the tensor, the size expected and the length given.
     pub const BAD_TENSOR_LEN: u32 = 13;
+    /// The model was unloaded (`sluice models unload`, or its file removed
+    /// and the repository re-scanned) before the request reached the
+    /// device; look the model up again.
+    pub const MODEL_UNLOADED: u32 = 14;
 
     /// A short description of a status code, for error messages.
     pub const fn describe(code: u32) -> &'static str {
@@ -144,6 +148,7 @@ pub mod status {
                 "tensor table is malformed (count, place, overlap) or the model needs one"
             }
             BAD_TENSOR_LEN => "a tensor's length differs from its size at the request's batch",
+            MODEL_UNLOADED => "the model was unloaded before the request reached the device",
             _ => "unknown status code",
         }
     }

@@ -1795,6 +1795,13 @@ impl ChildGuard {
         self.exit.is_none() && matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Sends `sig` (unless the child has been reaped).
+    pub fn signal(&mut self, sig: rustix::process::Signal) {
+        if self.exit.is_none() {
+            send_signal(self.child.id(), sig);
+        }
+    }
+
     /// Sends `sig` and waits up to `timeout` for the exit.
     pub fn signal_and_wait(
         &mut self,

@@ -131,6 +131,84 @@ fn binary_serves_clients_and_stops_on_sigterm() {
     );
 }
 
+#[test]
+fn sighup_rescans_the_model_directory_without_a_restart() {
+    let _w = sluice_tests::watchdog("sighup_rescans_the_model_directory", 120);
+    let Some(sluiced) = sluiced_or_skip("sighup_rescans") else {
+        return;
+    };
+    let dir = TestDir::new("sighup");
+    let socket = dir.join("sluiced.sock");
+    let models = dir.join("models");
+    std::fs::create_dir_all(&models).unwrap();
+    let fc = |w: f32| sluice_onnx::test_models::gemm(2, 2, &[w; 4], &[0.0; 2], true);
+    std::fs::write(models.join("a.onnx"), fc(1.0)).unwrap();
+    let config = dir.join("sluiced.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[daemon]\nsocket = {:?}\nrealtime_priority = 0\nlock_memory = false\n\n\
+             [device]\nbackend = \"cpu\"\n\n[models]\ndir = {:?}\n",
+            socket.display().to_string(),
+            models.display().to_string()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("sluiced.log")).unwrap();
+    let mut daemon = ChildGuard::spawn(
+        Command::new(&sluiced)
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log),
+    )
+    .expect("spawn sluiced");
+    let log_text = || std::fs::read_to_string(dir.join("sluiced.log")).unwrap_or_default();
+    assert!(
+        wait_for(|| query_status(&socket).is_ok(), secs(30)),
+        "sluiced never answered; log:\n{}",
+        log_text()
+    );
+    let versions = || {
+        query_status(&socket)
+            .map(|st| {
+                st.model_versions
+                    .iter()
+                    .map(|m| (m.name.clone(), m.id, m.version))
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(versions(), [("a".to_owned(), 0, 1)]);
+    // A new file, a changed file, then SIGHUP: the daemon keeps running.
+    std::fs::write(models.join("b.onnx"), fc(2.0)).unwrap();
+    std::fs::write(models.join("a.onnx"), fc(3.0)).unwrap();
+    daemon.signal(Signal::HUP);
+    let want = [("a".to_owned(), 0, 2), ("b".to_owned(), 1, 1)];
+    assert!(
+        wait_for(|| versions() == want, secs(30)),
+        "{:?}; log:\n{}",
+        versions(),
+        log_text()
+    );
+    // A removed file is unloaded by the next SIGHUP.
+    std::fs::remove_file(models.join("a.onnx")).unwrap();
+    daemon.signal(Signal::HUP);
+    let want = [("b".to_owned(), 1, 1)];
+    assert!(
+        wait_for(|| versions() == want, secs(30)),
+        "{:?}; log:\n{}",
+        versions(),
+        log_text()
+    );
+    assert_eq!(query_status(&socket).unwrap().pid, daemon.pid());
+    let exit = daemon
+        .signal_and_wait(Signal::TERM, secs(30))
+        .unwrap_or_else(|| panic!("sluiced ignored SIGTERM; log:\n{}", log_text()));
+    assert!(exit.success(), "{exit}; log:\n{}", log_text());
+}
+
 /// Runs `sluiced` with `args` to its exit (killed, and the test failed, if
 /// it is still running after 60 s); its exit code, stdout and stderr.
 fn run_sluiced(

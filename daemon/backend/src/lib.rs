@@ -12,6 +12,8 @@
 //!   device, one job at a time in real time;
 //! - `sluice_service::backend::modeled::ModeledBackend`: a scheduling policy
 //!   on the GPU model (`sluice-gpusim`) in real time;
+//! - `sluice_service::backend::cpu::CpuBackend`: the models' graphs on
+//!   sluice's CPU executor, on worker threads;
 //! - `sluice_cuda::serve::CudaServer`: the CUDA job path (the models' real
 //!   layers under a policy on a GPU).
 //!
@@ -168,6 +170,14 @@ pub trait Backend: Send {
     /// which clients can check. A real GPU computes the model instead.
     fn simulated(&self) -> bool {
         true
+    }
+    /// A descriptor that becomes readable when jobs finish on threads of
+    /// the backend's own (an eventfd the backend writes and drains in
+    /// [`Backend::poll`]), so the dispatcher can sleep in `epoll_wait`
+    /// instead of polling. `None` (the default): completions are due at
+    /// [`Backend::next_event_ns`].
+    fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
     }
 }
 

@@ -9,6 +9,8 @@
 //!
 //! - [`status`]: `sluice status`, every page of the daemon's status, and
 //!   its table;
+//! - [`models`]: `sluice models list|load|unload|rescan`, a running
+//!   daemon's model repository;
 //! - [`profile_sim`]: `sluice profile --device <profile>`, a model's
 //!   latency per batch and partition size on the GPU model, written into
 //!   a manifest;
@@ -20,6 +22,7 @@
 //! A library of the workspace never imports this crate.
 
 pub mod model_file;
+pub mod models;
 pub mod profile_sim;
 pub mod split_cmd;
 pub mod status;

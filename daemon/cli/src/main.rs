@@ -9,8 +9,8 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
 use command::{
-    bench, bench_client, check, client, completions, demo, inspect, kernels, profile, run, split,
-    status, train,
+    bench, bench_client, check, client, completions, demo, inspect, kernels, models, profile, run,
+    split, status, train,
 };
 
 /// sluice: share a GPU between real-time and best-effort DNN inference
@@ -34,6 +34,7 @@ enum Cmd {
     Train(train::Train),
     Demo(demo::Args),
     Status(status::Args),
+    Models(models::Args),
     /// Benchmarks.
     #[command(subcommand)]
     Bench(bench::Bench),
@@ -63,6 +64,7 @@ fn main() -> ExitCode {
         Cmd::Train(t) => train::run(t),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Status(a) => status::run(a),
+        Cmd::Models(a) => models::run(a),
         Cmd::Bench(b) => bench::run(b),
         Cmd::Kernels(k) => kernels::run(k),
         Cmd::Check(a) => check::run(a),

@@ -104,6 +104,32 @@ pub fn query_all(socket: &Path) -> Result<Status, StatusError> {
     Ok(status)
 }
 
+/// Each model's id, version and source (`  fc v3 (id 0): /models/fc.onnx`),
+/// whether reloads are supported, and the last reload's errors; nothing
+/// from a daemon that predates them.
+pub fn versions_lines(s: &Status) -> String {
+    let mut out = String::new();
+    for m in &s.model_versions {
+        out.push_str(&format!(
+            "  {} v{} (id {}): {}\n",
+            m.name, m.version, m.id, m.source
+        ));
+    }
+    if s.model_versions.len() < s.models.len() && !s.model_versions.is_empty() {
+        out.push_str(&format!(
+            "  ... {} more: `sluice models list`\n",
+            s.models.len() - s.model_versions.len()
+        ));
+    }
+    if !s.models_reload.is_empty() {
+        out.push_str(&format!("model reloads: {}\n", s.models_reload));
+    }
+    for e in &s.models_errors {
+        out.push_str(&format!("last reload failed: {e}\n"));
+    }
+    out
+}
+
 /// `sluice status`'s table: the daemon, its counters, the `[cluster]`
 /// part when it serves one ([`cluster_table`]), every client, and the
 /// control socket's counters.
@@ -112,7 +138,7 @@ pub fn table(s: &Status) -> String {
         "sluiced pid {} v{} (protocol {}), up {:.0} s, socket {}\n\
          device: {}   dispatcher: {}\n{}\
          kill mechanism: {}\n\
-         models: {}\n\
+         models: {}\n{}\
          requests: {} submitted, {} completed, {} errors; {} on the device\n\
          {}\
          sessions refused: {}, clients dropped for corrupting their region: {}\n\
@@ -131,6 +157,7 @@ pub fn table(s: &Status) -> String {
         },
         s.kill_mechanism,
         s.models.join(", "),
+        versions_lines(s),
         s.submitted,
         s.completed,
         s.errors,
@@ -422,5 +449,41 @@ mod tests {
         let old: Layout = serde_json::from_value(json).unwrap();
         let t = cluster_table(&old);
         assert!(!t.contains("GPUs in use") && !t.contains(" plans ("), "{t}");
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+
+    #[test]
+    fn the_table_shows_each_models_version_and_the_reload_state() {
+        let json = r#"{"pid":1,"version":"0.1.0","protocol":3,"uptime_s":1.0,"socket":"/s",
+            "device":"cpu (1 worker thread)","dispatcher":"d","models":["fc","gx"],
+            "model_versions":[{"id":0,"name":"fc","version":3,"source":"/m/fc.onnx (+ /m/fc.toml)"}],
+            "models_reload":"supported","models_errors":["/m/gx.onnx: cannot import the ONNX model"],
+            "device_queued":0,"submitted":0,"completed":0,"errors":0,"refused":0,
+            "dropped_clients":0,"wakes":0,"parks":0,"clients":[]}"#;
+        let s: Status = serde_json::from_str(json).unwrap();
+        let t = table(&s);
+        assert!(
+            t.contains("  fc v3 (id 0): /m/fc.onnx (+ /m/fc.toml)\n"),
+            "{t}"
+        );
+        assert!(t.contains("  ... 1 more: `sluice models list`\n"), "{t}");
+        assert!(t.contains("model reloads: supported\n"), "{t}");
+        assert!(
+            t.contains("last reload failed: /m/gx.onnx: cannot import the ONNX model\n"),
+            "{t}"
+        );
+        // A daemon that predates versions: no such lines.
+        let old: Status = serde_json::from_str(
+            &json
+                .replace(r#""model_versions":[{"id":0,"name":"fc","version":3,"source":"/m/fc.onnx (+ /m/fc.toml)"}],"#, "")
+                .replace(r#""models_reload":"supported","models_errors":["/m/gx.onnx: cannot import the ONNX model"],"#, ""),
+        )
+        .unwrap();
+        let t = table(&old);
+        assert!(!t.contains("model reloads") && !t.contains(" v3 "), "{t}");
     }
 }

@@ -893,6 +893,12 @@ pub enum ModelError {
         /// The second file.
         second: String,
     },
+    /// Two models were given the same id (a bug in the caller).
+    #[error("model id {id} is given to two models; this is a bug in sluice, please report it")]
+    DuplicateId {
+        /// The id.
+        id: u32,
+    },
     /// The directory holds no `*.json` file.
     #[error(
         "no *.json model manifest in {dir}; add one (see docs/models.md) or use the built-in models"
@@ -919,7 +925,8 @@ pub struct ModelEntry {
 /// A model in the registry.
 #[derive(Debug, Clone)]
 pub struct Model {
-    /// The model's id: its index in name order.
+    /// The model's id: its index in name order, or the id a reloading
+    /// daemon keeps for its name ([`ModelRegistry::from_entries_with_ids`]).
     pub id: u32,
     /// The manifest as loaded.
     pub manifest: Manifest,
@@ -1059,12 +1066,21 @@ const BUILTIN: &[(&str, &str)] = &[
     ("yolov3.json", include_str!("../manifests/yolov3.json")),
 ];
 
-/// Every model the daemon can run, by id and by name. Immutable once built.
+/// Every model the daemon can run, by id and by name. Immutable once built;
+/// a daemon that reloads models builds a new one
+/// ([`ModelRegistry::from_entries_with_ids`], keeping each name's id).
 #[derive(Debug, Clone)]
 pub struct ModelRegistry {
-    /// Sorted by name; a model's id is its index.
+    /// Sorted by name.
     models: Vec<Model>,
+    /// By id: the model's index in `models`, [`NO_MODEL`] for an id
+    /// with no model (one unloaded). The identity for a registry built by
+    /// [`ModelRegistry::from_entries`].
+    by_id: Vec<u32>,
 }
+
+/// [`ModelRegistry::by_id`]'s mark of an id with no model.
+const NO_MODEL: u32 = u32::MAX;
 
 impl ModelRegistry {
     /// The JSON text of the shipped manifest of `name` (the file as
@@ -1174,21 +1190,79 @@ impl ModelRegistry {
                 });
             }
         }
+        let ids: Vec<u32> = (0u32..).take(all.len()).collect();
+        Ok(Self::assemble(all.into_iter().zip(ids).collect()))
+    }
+
+    /// Builds a registry from entries with the ids they keep (a daemon that
+    /// reloads models gives a name the same id for as long as it runs),
+    /// validating each manifest and its memory. Names and ids must be
+    /// unique; ids may leave gaps (models unloaded).
+    pub fn from_entries_with_ids(
+        entries: impl IntoIterator<Item = (u32, ModelEntry)>,
+    ) -> Result<Self, ModelError> {
+        let mut all: Vec<(ModelEntry, u32)> = entries.into_iter().map(|(i, e)| (e, i)).collect();
+        for (e, _) in &all {
+            let invalid = |source| ModelError::Invalid {
+                file: e.file.clone(),
+                source,
+            };
+            e.manifest.validate().map_err(invalid)?;
+            e.manifest.validate_memory(&e.memory).map_err(invalid)?;
+        }
+        all.sort_by(|a, b| a.0.manifest.name.cmp(&b.0.manifest.name));
+        for pair in all.windows(2) {
+            if pair[0].0.manifest.name == pair[1].0.manifest.name {
+                return Err(ModelError::Duplicate {
+                    name: pair[0].0.manifest.name.clone(),
+                    first: pair[0].0.file.clone(),
+                    second: pair[1].0.file.clone(),
+                });
+            }
+        }
+        let mut ids: Vec<u32> = all.iter().map(|(_, i)| *i).collect();
+        ids.sort_unstable();
+        if let Some(pair) = ids.windows(2).find(|p| p[0] == p[1]) {
+            return Err(ModelError::DuplicateId { id: pair[0] });
+        }
+        if ids.last() == Some(&NO_MODEL) {
+            return Err(ModelError::DuplicateId { id: NO_MODEL });
+        }
+        Ok(Self::assemble(all))
+    }
+
+    /// The registry of `all`, sorted by name, each with its id.
+    fn assemble(all: Vec<(ModelEntry, u32)>) -> Self {
+        let bound = all
+            .iter()
+            .map(|(_, id)| *id as usize + 1)
+            .max()
+            .unwrap_or(0);
+        let mut by_id = vec![NO_MODEL; bound];
         let models = all
             .into_iter()
-            .zip(0u32..)
-            .map(|(e, id)| Model {
-                id,
-                io: e.io,
-                total_time_ns: e.manifest.total_time_ns(),
-                input_bytes: e.manifest.input_bytes,
-                output_bytes: e.manifest.output_bytes,
-                manifest: e.manifest,
-                file: e.file,
-                memory: e.memory,
+            .enumerate()
+            .map(|(index, (e, id))| {
+                by_id[id as usize] = index as u32;
+                Model {
+                    id,
+                    io: e.io,
+                    total_time_ns: e.manifest.total_time_ns(),
+                    input_bytes: e.manifest.input_bytes,
+                    output_bytes: e.manifest.output_bytes,
+                    manifest: e.manifest,
+                    file: e.file,
+                    memory: e.memory,
+                }
             })
             .collect();
-        Ok(Self { models })
+        Self { models, by_id }
+    }
+
+    /// One more than the largest id (0 when empty): the size of a table
+    /// indexed by id.
+    pub fn id_bound(&self) -> usize {
+        self.by_id.len()
     }
 
     /// This registry with `overrides`' models added, each replacing the
@@ -1216,7 +1290,8 @@ impl ModelRegistry {
 
     /// The model with id `id`.
     pub fn get(&self, id: u32) -> Option<&Model> {
-        self.models.get(usize::try_from(id).ok()?)
+        let index = *self.by_id.get(usize::try_from(id).ok()?)?;
+        self.models.get(index as usize)
     }
 
     /// The id and model called `name`.
@@ -1239,7 +1314,8 @@ impl ModelRegistry {
         self.models.is_empty()
     }
 
-    /// Every model with its id, in id (= name) order.
+    /// Every model with its id, in name order (= id order for a registry
+    /// built by [`ModelRegistry::from_entries`]).
     pub fn iter(&self) -> impl ExactSizeIterator<Item = (u32, &Model)> + '_ {
         self.models.iter().map(|m| (m.id, m))
     }
@@ -1290,6 +1366,43 @@ mod tests {
             cur = inner.source();
         }
         s
+    }
+
+    #[test]
+    fn explicit_ids_may_leave_gaps_and_must_be_unique() {
+        let entry = |name: &str| {
+            let mut m = echo();
+            m.name = name.to_owned();
+            ModelEntry {
+                file: format!("{name}.json"),
+                io: crate::ModelIo::untyped(m.input_bytes, m.output_bytes),
+                manifest: m,
+                memory: Vec::new(),
+            }
+        };
+        let reg = ModelRegistry::from_entries_with_ids([
+            (5, entry("b")),
+            (0, entry("a")),
+            (9, entry("c")),
+        ])
+        .unwrap();
+        assert_eq!(reg.len(), 3);
+        assert_eq!(reg.id_bound(), 10);
+        assert_eq!(reg.lookup("b").map(|(id, _)| id), Some(5));
+        assert_eq!(reg.get(9).map(Model::name), Some("c"));
+        assert!(reg.get(1).is_none() && reg.get(10).is_none() && reg.get(u32::MAX).is_none());
+        let names: Vec<(u32, &str)> = reg.iter().map(|(id, m)| (id, m.name())).collect();
+        assert_eq!(names, [(0, "a"), (5, "b"), (9, "c")]);
+        let e =
+            ModelRegistry::from_entries_with_ids([(1, entry("a")), (1, entry("b"))]).unwrap_err();
+        assert!(matches!(e, ModelError::DuplicateId { id: 1 }), "{e}");
+        let e =
+            ModelRegistry::from_entries_with_ids([(1, entry("a")), (2, entry("a"))]).unwrap_err();
+        assert!(matches!(e, ModelError::Duplicate { .. }), "{e}");
+        // from_entries numbers by name from 0, as before.
+        let reg = ModelRegistry::from_entries([entry("z"), entry("y")]).unwrap();
+        assert_eq!(reg.lookup("y").map(|(id, _)| id), Some(0));
+        assert_eq!(reg.id_bound(), 2);
     }
 
     fn echo() -> Manifest {

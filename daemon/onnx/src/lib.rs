@@ -20,6 +20,8 @@ mod import;
 pub mod proto;
 pub mod summary;
 mod tensor;
+#[cfg(feature = "test-util")]
+pub mod test_models;
 
 pub use error::ImportError;
 pub use import::{MAX_OPSET, MIN_OPSET, Model, Options, SUPPORTED_OPS, from_bytes, load};

@@ -66,6 +66,8 @@ pub const DEFAULT_ON_DEVICE_PER_CLIENT: u32 = 1;
 pub const MAX_PER_CLIENT: u32 = MAX_ENTRIES;
 /// Largest `device.instances`.
 pub const MAX_INSTANCES: usize = 16;
+/// Largest `device.cpu_threads`.
+pub const MAX_CPU_THREADS: usize = 64;
 /// Largest `device.time_scale`.
 pub const MAX_TIME_SCALE: f64 = 1000.0;
 
@@ -215,17 +217,22 @@ pub enum BackendKind {
     /// An NVIDIA GPU through the CUDA driver API (cargo feature `cuda`;
     /// `docs/cuda-backend.md`).
     Cuda,
+    /// The models' ONNX graphs on sluice's CPU executor, on
+    /// `device.cpu_threads` worker threads (`docs/onnx.md`).
+    Cpu,
 }
 
 impl BackendKind {
     /// Every backend name the config file accepts.
-    pub const ALL: &'static [BackendKind] = &[BackendKind::Sim, BackendKind::Cuda];
+    pub const ALL: &'static [BackendKind] =
+        &[BackendKind::Sim, BackendKind::Cuda, BackendKind::Cpu];
 
     /// The name used in the config file.
     pub const fn as_str(self) -> &'static str {
         match self {
             BackendKind::Sim => "sim",
             BackendKind::Cuda => "cuda",
+            BackendKind::Cpu => "cpu",
         }
     }
 
@@ -233,7 +240,7 @@ impl BackendKind {
     /// feature `cuda`).
     pub const fn is_built(self) -> bool {
         match self {
-            BackendKind::Sim => true,
+            BackendKind::Sim | BackendKind::Cpu => true,
             BackendKind::Cuda => cfg!(feature = "cuda"),
         }
     }
@@ -365,6 +372,9 @@ pub struct DeviceConfig {
     /// `cuda` backend: copies of each model loaded per priority class,
     /// `1..=16`. Default 1.
     pub instances: usize,
+    /// `cpu` backend: worker threads running inferences,
+    /// `1..=`[`MAX_CPU_THREADS`]. Default 1.
+    pub cpu_threads: usize,
 }
 
 impl Default for DeviceConfig {
@@ -377,6 +387,7 @@ impl Default for DeviceConfig {
             profile: "mi50".to_owned(),
             model_scale: sluice_nn::builders::Scale::Full,
             instances: 1,
+            cpu_threads: 1,
         }
     }
 }
@@ -671,6 +682,11 @@ impl Config {
             "instances = {}  # cuda only: copies of each model per priority class",
             dev.instances
         );
+        let _ = writeln!(
+            s,
+            "cpu_threads = {}  # cpu only: worker threads running inferences",
+            dev.cpu_threads
+        );
 
         let _ = writeln!(s, "\n[models]");
         match &self.models.dir {
@@ -841,6 +857,7 @@ struct RawDevice {
     profile: Option<String>,
     model_scale: Option<String>,
     instances: Option<Int>,
+    cpu_threads: Option<Int>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1295,6 +1312,18 @@ impl Validator {
             )
         {
             d.instances = n as usize; // 1..=16 fits
+        }
+        if let Some(n) = raw.cpu_threads
+            && let Some(n) = self.in_range(
+                "device.cpu_threads",
+                n,
+                1,
+                MAX_CPU_THREADS as i64,
+                "use 1 to 64 worker threads (each runs one inference at a time; the CPU \
+                 executor's matrix products use every core on their own)",
+            )
+        {
+            d.cpu_threads = n as usize; // 1..=64 fits
         }
         match (d.backend, scheduler_given, d.scheduler) {
             // The CUDA backend runs policies only; `reef` unless told.
@@ -2181,12 +2210,29 @@ mod tests {
         let e = invalid("[device]\nbackend = \"rocm\"");
         assert_eq!(
             e.to_string(),
-            "device.backend = \"rocm\" is not a supported backend; use one of: \"sim\", \"cuda\""
+            "device.backend = \"rocm\" is not a supported backend; use one of: \"sim\", \"cuda\", \
+             \"cpu\""
         );
         assert_eq!(
             invalid("[device]\nbackend = \"CUDA\"").key,
             "device.backend"
         );
+    }
+
+    #[test]
+    fn cpu_backend_and_its_threads_are_read_and_checked() {
+        let c = load("[device]\nbackend = \"cpu\"\ncpu_threads = 3").unwrap();
+        assert_eq!(c.device.backend, BackendKind::Cpu);
+        assert_eq!(c.device.cpu_threads, 3);
+        assert_eq!(Config::default().device.cpu_threads, 1);
+        for bad in [0, 65, -1] {
+            let e = invalid(&format!("[device]\ncpu_threads = {bad}"));
+            assert_eq!(e.key, "device.cpu_threads");
+            assert!(e.to_string().contains("use 1 to 64"), "{e}");
+        }
+        let again = Config::from_toml_str(&c.summary(), Path::new("summary.toml")).unwrap();
+        assert_eq!(again.device.cpu_threads, 3);
+        assert_eq!(again.device.backend, BackendKind::Cpu);
     }
 
     #[test]

@@ -62,6 +62,7 @@ use shm_proto::{Completion, Priority, Request, status};
 use crate::backend::fair::{Done, FairShare};
 use crate::config::ClientsConfig;
 use crate::region::Region;
+use crate::repo::{LiveModels, Served};
 use crate::slots::SlotTable;
 use sluice_backend::{Backend, Job, Span, TensorMemory, TensorSpans};
 use sluice_model::{ModelIo, ModelRegistry, TensorSpec};
@@ -166,6 +167,7 @@ enum Limit {
 
 const CONTROL_TOKEN: u64 = u64::MAX;
 const TIMER_TOKEN: u64 = u64::MAX - 1;
+const DEVICE_TOKEN: u64 = u64::MAX - 2;
 /// An idle pass (no request, device idle) reads the clock, to know when
 /// `idle_spin_us` is up, once in this many passes.
 pub const IDLE_CLOCK_EVERY: u32 = 16;
@@ -477,8 +479,9 @@ impl MissedCounters {
 /// server's shared state implements it; the dispatcher depends on this
 /// trait, not on the server, so imports point one way (server → dispatch).
 pub trait Host: Send + Sync {
-    /// The models served.
-    fn registry(&self) -> &ModelRegistry;
+    /// The models served: the snapshot in force, which a reload swaps
+    /// (the dispatcher rereads it when its generation changes).
+    fn models(&self) -> &LiveModels;
     /// `daemon.idle_spin_us`: how long the dispatcher spins before parking.
     fn idle_spin_us(&self) -> u32;
     /// The daemon's counters.
@@ -520,6 +523,10 @@ pub(crate) struct Dispatcher<H: Host> {
     queued_published: u64,
     /// Dispatcher passes (published to the heartbeat).
     beats: u64,
+    /// The models snapshot requests are validated against, and its
+    /// generation: reread at the top of a pass when the generation moved.
+    served: Arc<Served>,
+    models_generation: u64,
 }
 
 impl<H: Host> Dispatcher<H> {
@@ -546,6 +553,17 @@ impl<H: Host> Dispatcher<H> {
             epoll::EventData::new_u64(TIMER_TOKEN),
             epoll::EventFlags::IN,
         )?;
+        // The device owns the descriptor for as long as we hold the device.
+        if let Some(fd) = device.wake_fd() {
+            epoll::add(
+                &ep,
+                fd,
+                epoll::EventData::new_u64(DEVICE_TOKEN),
+                epoll::EventFlags::IN,
+            )?;
+        }
+        let models_generation = shared.models().generation();
+        let served = shared.models().current();
         let limits = shared.clients_config();
         let max_in_flight = limits.max_in_flight_per_client.unwrap_or(u32::MAX);
         let device = FairShare::new(device, limits.on_device_per_client);
@@ -563,6 +581,8 @@ impl<H: Host> Dispatcher<H> {
             device_idle: false,
             queued_published: u64::MAX,
             beats: 0,
+            served,
+            models_generation,
         })
     }
 
@@ -578,6 +598,11 @@ impl<H: Host> Dispatcher<H> {
             self.shared.heartbeat().store(self.beats, Ordering::Relaxed);
             if !self.apply_commands() {
                 break;
+            }
+            let generation = self.shared.models().generation();
+            if generation != self.models_generation {
+                self.served = self.shared.models().current();
+                self.models_generation = generation;
             }
             // The clock as read for the last request taken, if any: the
             // device is polled at that time, not at a second reading.
@@ -715,7 +740,7 @@ impl<H: Host> Dispatcher<H> {
     /// Takes what the client at dense position `i` has submitted, within
     /// its credit. Returns the clock as read for the last request taken.
     fn poll_one(&mut self, i: usize) -> Result<Option<u64>, (u32, &'static str)> {
-        let registry = self.shared.registry();
+        let registry = &self.served.registry;
         let counters = self.shared.counters();
         let max_in_flight = self.max_in_flight;
         let Some((slot, c)) = self.clients.nth_mut(i) else {
@@ -958,6 +983,10 @@ impl<H: Host> Dispatcher<H> {
                     Some(self.control.as_fd())
                 } else if token == TIMER_TOKEN {
                     Some(self.timer.as_fd())
+                } else if token == DEVICE_TOKEN {
+                    // The device's completion eventfd ([`Backend::wake_fd`]):
+                    // the device drains it when polled.
+                    None
                 } else {
                     u32::try_from(token)
                         .ok()

@@ -21,6 +21,7 @@ pub mod config;
 pub mod dispatch;
 pub mod kill_capability;
 pub mod region;
+pub mod repo;
 pub mod server;
 mod slots;
 pub mod startup;

@@ -46,8 +46,47 @@ use shm_proto::control::STATUS_PAGE_BUDGET;
 use crate::config::Config;
 pub use crate::dispatch::Counters;
 use crate::dispatch::{ClientStats, Command, Dispatcher, Host};
+use crate::repo::{LiveModels, ModelRepo, ModelVersion, Reload, Served};
+use shm_proto::control::models_op;
 use sluice_backend::Backend;
 use sluice_model::ModelRegistry;
+
+/// Where the outcome of a repository command goes: the control-plane
+/// connection's token.
+pub(crate) type RepoReply = u64;
+
+/// A command for the repository's thread.
+#[derive(Debug)]
+pub(crate) struct RepoJob {
+    op: u32,
+    name: String,
+    reply: Option<RepoReply>,
+}
+
+/// The repository's thread: runs each command (an ONNX import may take
+/// seconds, off the dispatcher's and the control plane's threads), and
+/// sends the outcome to the control plane.
+fn repo_thread(
+    mut repo: ModelRepo,
+    rx: &std::sync::mpsc::Receiver<RepoJob>,
+    replies: &Sender<(u64, bool, String)>,
+    wake: &OwnedFd,
+) {
+    while let Ok(job) = rx.recv() {
+        let report = match job.op {
+            models_op::LOAD => repo.load(&job.name),
+            models_op::UNLOAD => repo.unload(&job.name),
+            models_op::RESCAN => repo.rescan(),
+            _ => repo.list(),
+        };
+        if let Some(token) = job.reply {
+            let ok = report.errors.is_empty();
+            let json = report.to_json_within(STATUS_PAGE_BUDGET);
+            let _ = replies.send((token, ok, json));
+            let _ = rustix::io::write(wake, &1u64.to_ne_bytes());
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 struct ClientInfo {
@@ -86,8 +125,8 @@ pub struct ControlCounters {
 pub struct Shared {
     /// The configuration in force.
     pub config: Config,
-    /// Models served.
-    pub registry: Arc<ModelRegistry>,
+    /// Models served: the snapshot in force, swapped by reloads.
+    pub models: Arc<LiveModels>,
     /// Counters.
     pub counters: Counters,
     /// Incremented by every dispatcher loop (watchdog).
@@ -108,11 +147,13 @@ pub struct Shared {
     started: Instant,
     tx: Mutex<Sender<Command>>,
     control: Arc<OwnedFd>,
+    /// The repository's thread, when reloads are supported.
+    repo: Option<Mutex<Sender<RepoJob>>>,
 }
 
 impl Host for Shared {
-    fn registry(&self) -> &ModelRegistry {
-        &self.registry
+    fn models(&self) -> &LiveModels {
+        &self.models
     }
     fn idle_spin_us(&self) -> u32 {
         self.config.daemon.idle_spin_us
@@ -135,11 +176,33 @@ impl Host for Shared {
 }
 
 impl Shared {
+    fn repo_close(&self) {
+        if let Some(tx) = &self.repo
+            && let Ok(mut tx) = tx.lock()
+        {
+            // A sender to nowhere: the thread's receiver sees the channel
+            // closed.
+            *tx = channel().0;
+        }
+    }
+
     fn send(&self, cmd: Command) {
         if let Ok(tx) = self.tx.lock() {
             let _ = tx.send(cmd);
         }
         let _ = rustix::io::write(&*self.control, &1u64.to_ne_bytes());
+    }
+
+    /// Hands a repository command to the repository's thread; `reply`
+    /// gets the outcome. `false` when reloads are not supported (the
+    /// caller answers with [`LiveModels::reload`]'s reason).
+    pub(crate) fn repo_command(&self, op: u32, name: String, reply: Option<RepoReply>) -> bool {
+        let Some(tx) = &self.repo else {
+            return false;
+        };
+        tx.lock()
+            .map(|tx| tx.send(RepoJob { op, name, reply }).is_ok())
+            .unwrap_or(false)
     }
 
     pub(crate) fn unregister(&self, id: u32) {
@@ -183,6 +246,7 @@ impl Shared {
     }
 
     fn status_header(&self, clients_total: usize) -> Status {
+        let served = self.models.current();
         let c = &self.counters;
         let cc = &self.control_counters;
         let warning = self
@@ -205,11 +269,21 @@ impl Shared {
             dispatcher: self.realtime.lock().map(|s| s.clone()).unwrap_or_default(),
             dispatcher_realtime: warning.is_none(),
             dispatcher_warning: warning.unwrap_or_default(),
-            models: self
+            models: served
                 .registry
                 .iter()
                 .map(|(_, m)| m.name().to_owned())
                 .collect(),
+            model_versions: served
+                .list()
+                .into_iter()
+                .take(MODEL_VERSIONS_IN_STATUS)
+                .collect(),
+            models_reload: match self.models.reload() {
+                Reload::Supported => "supported".to_owned(),
+                Reload::Refused(why) => format!("refused: {why}"),
+            },
+            models_errors: self.models.last_errors(),
             device_queued: self.device_queued.load(Ordering::Relaxed),
             submitted: c.submitted.load(Ordering::Relaxed),
             completed: c.completed.load(Ordering::Relaxed),
@@ -218,7 +292,7 @@ impl Shared {
             dropped_clients: c.dropped_clients.load(Ordering::Relaxed),
             wakes: c.wakes.load(Ordering::Relaxed),
             parks: c.parks.load(Ordering::Relaxed),
-            deadline_missed: self.missed_status(),
+            deadline_missed: self.missed_status(&served),
             control: ControlStatus {
                 open_connections: cc.open.load(Ordering::Relaxed),
                 handshaking: cc.handshaking.load(Ordering::Relaxed),
@@ -237,7 +311,7 @@ impl Shared {
 }
 
 impl Shared {
-    fn missed_status(&self) -> MissedStatus {
+    fn missed_status(&self, served: &Served) -> MissedStatus {
         let m = &self.counters.deadline_missed;
         let real_time = m.real_time.load(Ordering::Relaxed);
         let best_effort = m.best_effort.load(Ordering::Relaxed);
@@ -245,7 +319,7 @@ impl Shared {
             total: real_time + best_effort,
             real_time,
             best_effort,
-            by_model: self
+            by_model: served
                 .registry
                 .iter()
                 .filter_map(|(id, model)| {
@@ -299,6 +373,10 @@ fn page_json(mut header: Status, clients: Vec<ClientStatus>, budget: usize) -> S
     header.clients = clients;
     to_json(&header)
 }
+
+/// Most models [`Status::model_versions`] lists (each page of status must
+/// fit a frame); `sluice models list` lists them all.
+pub const MODEL_VERSIONS_IN_STATUS: usize = 64;
 
 /// One client in [`Status`].
 #[derive(Debug, Clone, Serialize, serde::Deserialize)]
@@ -358,6 +436,17 @@ pub struct Status {
     pub dispatcher_warning: String,
     /// Models served.
     pub models: Vec<String>,
+    /// Each model served with its id, version and where it came from (the
+    /// first [`MODEL_VERSIONS_IN_STATUS`] by name).
+    #[serde(default)]
+    pub model_versions: Vec<ModelVersion>,
+    /// Whether `sluice models load|unload` and SIGHUP can change the
+    /// models (`supported`, or `refused: ` and why).
+    #[serde(default)]
+    pub models_reload: String,
+    /// The last reload's errors (the models named kept their version).
+    #[serde(default)]
+    pub models_errors: Vec<String>,
     /// Jobs queued or running on the device.
     pub device_queued: u64,
     /// Requests taken off rings.
@@ -473,6 +562,7 @@ pub struct Daemon {
     shared: Arc<Shared>,
     dispatcher: Option<JoinHandle<()>>,
     acceptor: Option<JoinHandle<()>>,
+    repo_thread: Option<JoinHandle<()>>,
     control_wake: Arc<OwnedFd>,
 }
 
@@ -481,10 +571,25 @@ pub struct Daemon {
 pub const FDS_PER_CLIENT: u64 = 4;
 
 impl Daemon {
-    /// Binds the socket and starts the dispatcher and acceptor threads.
+    /// Binds the socket and starts the dispatcher and acceptor threads,
+    /// serving `registry` as it is (reloads are refused).
     pub fn start(
         config: Config,
         registry: Arc<ModelRegistry>,
+        device: Box<dyn Backend>,
+    ) -> Result<Self, StartError> {
+        let why = LiveModels::refusal(config.device.backend.as_str());
+        let live = Arc::new(LiveModels::fixed((*registry).clone(), why));
+        Self::start_live(config, live, None, device)
+    }
+
+    /// [`Daemon::start`] serving `models`; with `repo`, reloads are
+    /// carried out on a thread of the repository's own
+    /// (`sluice models`, [`Daemon::rescan_models`]).
+    pub fn start_live(
+        config: Config,
+        models: Arc<LiveModels>,
+        repo: Option<ModelRepo>,
         device: Box<dyn Backend>,
     ) -> Result<Self, StartError> {
         let path = config.daemon.socket.clone();
@@ -533,14 +638,16 @@ impl Daemon {
         let (tx, rx) = channel();
         let kill = crate::kill_capability::probe();
         tracing::info!("kill mechanism for running GPU work: {kill}");
-        let model_slots = registry
-            .iter()
-            .map(|(id, _)| id as usize + 1)
-            .max()
-            .unwrap_or(0);
+        let model_slots = if repo.is_some() {
+            crate::repo::MAX_MODEL_IDS as usize
+        } else {
+            models.current().registry.id_bound()
+        };
+        let (repo_tx, repo_rx) = channel::<RepoJob>();
         let shared = Arc::new(Shared {
             config,
-            registry,
+            models,
+            repo: repo.as_ref().map(|_| Mutex::new(repo_tx)),
             counters: Counters {
                 deadline_missed: crate::dispatch::MissedCounters::for_models(model_slots),
                 ..Counters::default()
@@ -590,12 +697,32 @@ impl Daemon {
                 what: "dispatcher thread",
                 source: e,
             })?;
-        let plane =
-            control_plane::ControlPlane::new(listener, shared.clone(), control_wake.clone())
-                .map_err(|e| StartError::Os {
-                    what: "control-plane epoll",
-                    source: e,
-                })?;
+        let (replies_tx, replies_rx) = channel::<(u64, bool, String)>();
+        let repo_thread = match repo {
+            Some(repo) => {
+                let wake = control_wake.clone();
+                Some(
+                    std::thread::Builder::new()
+                        .name("sluice-models".into())
+                        .spawn(move || repo_thread(repo, &repo_rx, &replies_tx, &wake))
+                        .map_err(|e| StartError::Os {
+                            what: "model repository thread",
+                            source: e,
+                        })?,
+                )
+            }
+            None => None,
+        };
+        let plane = control_plane::ControlPlane::new(
+            listener,
+            shared.clone(),
+            control_wake.clone(),
+            replies_rx,
+        )
+        .map_err(|e| StartError::Os {
+            what: "control-plane epoll",
+            source: e,
+        })?;
         let acceptor = std::thread::Builder::new()
             .name("sluice-control".into())
             .spawn(move || plane.run())
@@ -608,7 +735,25 @@ impl Daemon {
             shared,
             dispatcher: Some(dispatcher),
             acceptor: Some(acceptor),
+            repo_thread,
             control_wake,
+        })
+    }
+
+    /// Re-scans `[models] dir` (what SIGHUP does): new files loaded,
+    /// changed ones loaded as a new version, removed ones unloaded. Returns
+    /// at once; the work is done on the repository's thread. `Err` with
+    /// the reason when this daemon's backend does not reload.
+    pub fn rescan_models(&self) -> Result<(), String> {
+        if self
+            .shared
+            .repo_command(models_op::RESCAN, String::new(), None)
+        {
+            return Ok(());
+        }
+        Err(match self.shared.models.reload() {
+            Reload::Refused(why) => why.clone(),
+            Reload::Supported => "the model repository's thread has stopped".to_owned(),
         })
     }
 
@@ -641,6 +786,12 @@ impl Daemon {
         }
         if let Some(d) = self.dispatcher.take() {
             let _ = d.join();
+        }
+        // Closing the command channel ends the repository's thread once
+        // it has finished what it is doing.
+        self.shared.repo_close();
+        if let Some(r) = self.repo_thread.take() {
+            let _ = r.join();
         }
         let _ = std::fs::remove_file(&self.shared.config.daemon.socket);
         tracing::info!("sluiced stopped");
@@ -739,6 +890,20 @@ mod tests {
             dispatcher_realtime: false,
             dispatcher_warning: "w".repeat(400),
             models: (0..32).map(|i| format!("model_{i}")).collect(),
+            model_versions: (0..MODEL_VERSIONS_IN_STATUS as u32)
+                .map(|i| ModelVersion {
+                    id: i,
+                    name: format!("model_{i:025}"),
+                    version: u32::MAX,
+                    source: format!("/var/lib/sluice/models/{}.onnx (+ .toml)", "m".repeat(100)),
+                    inputs: vec![format!("input: f32[N,3,224,224]")],
+                    outputs: vec![format!("output: f32[N,1000]")],
+                    max_batch: 1024,
+                    runs_on_cpu: true,
+                })
+                .collect(),
+            models_reload: "refused: ".to_owned() + &"r".repeat(200),
+            models_errors: vec!["e".repeat(300); 4],
             device_queued: u64::MAX,
             submitted: u64::MAX,
             completed: u64::MAX,

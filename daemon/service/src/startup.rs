@@ -16,11 +16,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::backend::cpu::CpuBackend;
 use crate::backend::fifo::{FifoBackend, OpError};
 use crate::backend::modeled::{ModeledBackend, ModeledError};
 #[cfg(feature = "cuda")]
 use crate::config::Fallback;
 use crate::config::{BackendKind, Config, ConfigError, DaemonConfig, DeviceConfig, Scheduler};
+use crate::repo::{LiveModels, ModelRepo, RepoError, Target};
 use crate::server::StartError;
 use crate::sys::DispatcherSetup;
 use sluice_backend::Backend;
@@ -66,9 +68,10 @@ impl From<&DaemonConfig> for DispatcherSetup {
 /// [`load_models`] failed.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadModelsError {
-    /// `models.dir` could not be loaded (`device.backend = "sim"`).
+    /// `models.dir` could not be loaded (`device.backend = "sim"` or
+    /// `"cpu"`).
     #[error(
-        "cannot load the model manifests of models.dir = \"{}\"; fix what is named below, or \
+        "cannot load the models of models.dir = \"{}\"; fix what is named below, or \
          remove models.dir to serve the models built into the binary",
         dir.display()
     )]
@@ -77,8 +80,15 @@ pub enum LoadModelsError {
         dir: PathBuf,
         /// Which file or directory, and why.
         #[source]
-        source: Box<ModelError>,
+        source: Box<RepoError>,
     },
+    /// `device.backend = "cpu"` without `models.dir`.
+    #[error(
+        "device.backend = \"cpu\" runs ONNX models, and the models built into the binary are \
+         manifests only; set models.dir to a folder of NAME.onnx files (docs/onnx.md), or set \
+         device.backend = \"sim\""
+    )]
+    CpuWithoutDir,
     /// The CUDA backend's model builders failed (a bug in sluice).
     #[error(
         "cannot build the CUDA backend's models at device.model_scale = \"{scale}\"; this is a \
@@ -163,12 +173,21 @@ fn load_all_models(config: &Config) -> Result<ModelRegistry, LoadModelsError> {
     let dir = config.models.dir.as_ref();
     match config.device.backend {
         BackendKind::Sim => match dir {
-            Some(dir) => ModelRegistry::load_dir(dir).map_err(|e| LoadModelsError::Dir {
-                dir: dir.clone(),
-                source: Box::new(e),
-            }),
+            Some(dir) => Ok(open_repository(dir, Target::Sim)?
+                .live()
+                .current()
+                .registry
+                .clone()),
             None => Ok(ModelRegistry::builtin()),
         },
+        BackendKind::Cpu => {
+            let dir = dir.ok_or(LoadModelsError::CpuWithoutDir)?;
+            Ok(open_repository(dir, Target::Cpu)?
+                .live()
+                .current()
+                .registry
+                .clone())
+        }
         BackendKind::Cuda => {
             let scale = config.device.model_scale;
             let built = sluice_cuda::serve::builder_registry(scale).map_err(|e| {
@@ -190,6 +209,58 @@ fn load_all_models(config: &Config) -> Result<ModelRegistry, LoadModelsError> {
     }
 }
 
+/// Loads `dir` for `target` ([`ModelRepo::open`]: every file, or the
+/// first error).
+fn open_repository(dir: &std::path::Path, target: Target) -> Result<ModelRepo, LoadModelsError> {
+    ModelRepo::open(dir, target).map_err(|e| LoadModelsError::Dir {
+        dir: dir.to_owned(),
+        source: Box::new(e),
+    })
+}
+
+/// The models to serve and, for a backend that reloads them
+/// (`device.backend = "cpu"`), the repository reloads work on.
+pub fn load_live_models(
+    config: &Config,
+) -> Result<(Arc<LiveModels>, Option<ModelRepo>), LoadModelsError> {
+    if config.device.backend == BackendKind::Cpu && !config.cluster.enabled() {
+        let dir = config
+            .models
+            .dir
+            .as_ref()
+            .ok_or(LoadModelsError::CpuWithoutDir)?;
+        let repo = open_repository(dir, Target::Cpu)?;
+        return Ok((repo.live().clone(), Some(repo)));
+    }
+    let why = LiveModels::refusal(config.device.backend.as_str());
+    Ok((Arc::new(LiveModels::fixed(load_models(config)?, why)), None))
+}
+
+/// Start-up after the configuration: the models ([`load_live_models`]),
+/// the device, the daemon.
+pub fn serve(config: Config) -> Result<crate::server::Daemon, StartupError> {
+    let (live, repo) = load_live_models(&config)?;
+    let device: Box<dyn Backend> = if config.device.backend == BackendKind::Cpu {
+        if config.cluster.enabled() {
+            return Err(DeviceError::ClusterOnCpu.into());
+        }
+        Box::new(open_cpu(&config, live.clone())?)
+    } else {
+        make_device(&config, Arc::new(live.current().registry.clone()))?
+    };
+    Ok(crate::server::Daemon::start_live(
+        config, live, repo, device,
+    )?)
+}
+
+/// The CPU backend on `device.cpu_threads` workers, serving `live`.
+pub fn open_cpu(config: &Config, live: Arc<LiveModels>) -> Result<CpuBackend, DeviceError> {
+    CpuBackend::new(live, config.device.cpu_threads).map_err(|source| DeviceError::CpuThreads {
+        threads: config.device.cpu_threads,
+        source,
+    })
+}
+
 // ---------------------------------------------------------------------------
 // The device.
 
@@ -198,6 +269,8 @@ fn load_all_models(config: &Config) -> Result<ModelRegistry, LoadModelsError> {
 pub enum DeviceChoice {
     /// `device.backend = "sim"`: the simulated GPU.
     Sim,
+    /// `device.backend = "cpu"`: the CPU executor.
+    Cpu,
     /// `device.backend = "cuda"`, and the driver answered for device 0.
     #[cfg(feature = "cuda")]
     Cuda(sluice_cuda::real::CudaInfo),
@@ -213,6 +286,7 @@ impl DeviceChoice {
     pub fn is_simulated(&self) -> bool {
         match self {
             DeviceChoice::Sim => true,
+            DeviceChoice::Cpu => false,
             #[cfg(feature = "cuda")]
             DeviceChoice::SimFallback(_) => true,
             #[cfg(feature = "cuda")]
@@ -225,6 +299,7 @@ impl fmt::Display for DeviceChoice {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             DeviceChoice::Sim => f.write_str("the simulated GPU"),
+            DeviceChoice::Cpu => f.write_str("the CPU executor"),
             #[cfg(feature = "cuda")]
             DeviceChoice::Cuda(info) => write!(f, "CUDA: {info}"),
             #[cfg(feature = "cuda")]
@@ -275,6 +350,7 @@ pub enum BackendUnavailable {
 pub fn choose_device(device: &DeviceConfig) -> Result<DeviceChoice, BackendUnavailable> {
     match device.backend {
         BackendKind::Sim => Ok(DeviceChoice::Sim),
+        BackendKind::Cpu => Ok(DeviceChoice::Cpu),
         #[cfg(not(feature = "cuda"))]
         BackendKind::Cuda => Err(BackendUnavailable::CudaNotBuilt),
         #[cfg(feature = "cuda")]
@@ -350,6 +426,28 @@ pub enum DeviceError {
         #[source]
         source: crate::backend::cluster::ClusterError,
     },
+    /// `[cluster]` with the CPU backend.
+    #[error(
+        "[cluster] serves simulated GPUs only, but device.backend = \"cpu\"; remove [cluster] \
+         to serve ONNX models on the CPU, or set device.backend = \"sim\""
+    )]
+    ClusterOnCpu,
+    /// The CPU backend's worker threads could not be started.
+    #[error("cannot start the cpu backend's {threads} worker threads; lower device.cpu_threads")]
+    CpuThreads {
+        /// `device.cpu_threads`.
+        threads: usize,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The CPU backend asked of [`open_device`], which has a registry of
+    /// manifests only.
+    #[error(
+        "device.backend = \"cpu\" runs the graphs of models.dir, which a registry does not \
+         hold; start it with startup::serve (what sluiced does)"
+    )]
+    CpuNeedsGraphs,
     /// `[cluster]` with the CUDA backend.
     #[error(
         "[cluster] serves simulated GPUs only so far, but device.backend = \"cuda\"; remove \
@@ -385,6 +483,7 @@ pub fn open_device(
     }
     match choice {
         DeviceChoice::Sim => make_sim_device(config, models),
+        DeviceChoice::Cpu => Err(DeviceError::CpuNeedsGraphs),
         #[cfg(feature = "cuda")]
         DeviceChoice::SimFallback(_) => make_sim_device(config, models),
         #[cfg(feature = "cuda")]
@@ -414,8 +513,10 @@ fn make_cluster(
     config: &Config,
     models: Arc<ModelRegistry>,
 ) -> Result<Box<dyn Backend>, DeviceError> {
-    if config.device.backend != BackendKind::Sim {
-        return Err(DeviceError::ClusterOnCuda);
+    match config.device.backend {
+        BackendKind::Sim => {}
+        BackendKind::Cuda => return Err(DeviceError::ClusterOnCuda),
+        BackendKind::Cpu => return Err(DeviceError::ClusterOnCpu),
     }
     tracing::info!(
         "cluster: profiling {} models on the simulated {} for the planner",
@@ -783,7 +884,7 @@ mod tests {
         let e = load_models(&c).unwrap_err();
         assert!(
             e.to_string().starts_with(
-                "cannot load the model manifests of models.dir = \"/nonexistent/sluice-models\""
+                "cannot load the models of models.dir = \"/nonexistent/sluice-models\""
             ),
             "{e}"
         );
@@ -794,6 +895,55 @@ mod tests {
             load_models(&c).unwrap_err(),
             LoadModelsError::Overrides { .. }
         ));
+    }
+
+    #[test]
+    fn the_cpu_backend_needs_a_model_directory_and_no_cluster() {
+        let mut c = Config::default();
+        c.device.backend = BackendKind::Cpu;
+        let e = load_models(&c).unwrap_err();
+        assert!(matches!(e, LoadModelsError::CpuWithoutDir), "{e}");
+        assert!(e.to_string().contains("set models.dir"), "{e}");
+        assert!(matches!(
+            load_live_models(&c),
+            Err(LoadModelsError::CpuWithoutDir)
+        ));
+        let dir = std::env::temp_dir().join(format!("sluice-cpu-start-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("fc.onnx"),
+            sluice_onnx::test_models::gemm(2, 2, &[1.0; 4], &[0.0; 2], true),
+        )
+        .unwrap();
+        c.models.dir = Some(dir.clone());
+        let (live, repo) = load_live_models(&c).unwrap();
+        assert!(repo.is_some());
+        assert_eq!(live.reload(), &crate::repo::Reload::Supported);
+        let checked = check(&c).unwrap();
+        assert_eq!((checked.models, checked.device), (1, DeviceChoice::Cpu));
+        assert!(matches!(
+            make_device(&c, Arc::new(ModelRegistry::builtin())),
+            Err(DeviceError::CpuNeedsGraphs)
+        ));
+        // The simulated GPU serves the same file on its estimated manifest,
+        // and refuses reloads.
+        c.device.backend = BackendKind::Sim;
+        let (live, repo) = load_live_models(&c).unwrap();
+        assert!(repo.is_none());
+        assert!(
+            matches!(live.reload(), crate::repo::Reload::Refused(why) if why.contains("device.backend = \"sim\"")),
+            "{:?}",
+            live.reload()
+        );
+        assert_eq!(live.current().registry.len(), 1);
+        c.device.backend = BackendKind::Cpu;
+        c.cluster.gpus = vec!["mi50".into()];
+        let e = match serve(c) {
+            Err(e) => e,
+            Ok(_) => panic!("served a cluster on the cpu backend"),
+        };
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(e.to_string().contains("[cluster]"), "{e}");
     }
 
     #[test]

@@ -70,6 +70,12 @@ pub fn run(a: Args) -> ExitCode {
                 .join(", ")
         ));
     };
+    if backend == BackendKind::Cpu {
+        return fail(
+            "the demo compares GPU schedulers, which --backend cpu does not have; use --backend \
+             sim or cuda (the cpu backend serves ONNX models: docs/onnx.md)",
+        );
+    }
     if backend == BackendKind::Cuda && a.scheduler.iter().any(|s| s == "fifo") {
         return fail(
             "scheduler \"fifo\" is the simulated device's; with --backend cuda use reef, streams, seq, wait-preempt or paella",

@@ -16,6 +16,7 @@ pub mod completions;
 pub mod demo;
 pub mod inspect;
 pub mod kernels;
+pub mod models;
 pub mod parse;
 pub mod profile;
 pub mod run;

@@ -150,6 +150,11 @@ impl FairShare {
         self.inner.name()
     }
 
+    /// The wrapped device's completion descriptor ([`Backend::wake_fd`]).
+    pub fn wake_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        self.inner.wake_fd()
+    }
+
     /// Renames `job` and hands it to the wrapped device.
     fn hand_on(&mut self, slot: u32, mut job: Job, class: usize, now_ns: u64) {
         let t = Some(Ticket {

@@ -1,5 +1,7 @@
 //! The backends that need no GPU, behind `sluice_backend::Backend`:
 //!
+//! - [`cpu`]: the models' ONNX graphs on sluice's CPU executor, real
+//!   outputs, on worker threads;
 //! - [`fifo`]: the simplest simulated device, one job at a time in real time;
 //! - [`modeled`]: a scheduling policy on the GPU model (`sluice-gpusim`),
 //!   run in real time;
@@ -8,6 +10,7 @@
 //!   class.
 
 pub mod cluster;
+pub mod cpu;
 pub mod fair;
 pub mod fifo;
 pub mod modeled;

@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use clap::{CommandFactory, Parser};
@@ -17,8 +16,9 @@ use sluice_service::{Daemon, config::ConfigError};
 /// Clients connect to the control socket (daemon.socket), are checked with
 /// SO_PEERCRED against [access], and get a sealed shared-memory region with
 /// a submission and a completion ring. Under systemd (Type=notify) it
-/// reports readiness and feeds the watchdog. SIGTERM, SIGINT or SIGHUP stops it;
-/// clients then see Disconnected.
+/// reports readiness and feeds the watchdog. SIGTERM or SIGINT stops it
+/// (clients then see Disconnected); SIGHUP re-scans `[models] dir` with
+/// device.backend = "cpu".
 ///
 /// Check a configuration without starting: `sluiced --config FILE
 /// --check-config`, or `sluiced --check-config FILE` (the same).
@@ -132,6 +132,13 @@ fn main() -> ExitCode {
     let mut last_beat = u64::MAX;
     loop {
         if let Some(sig) = startup::wait_signal(&signals, tick) {
+            if sig == libc::SIGHUP {
+                tracing::info!("SIGHUP: re-scanning the model repository");
+                if let Err(why) = daemon.rescan_models() {
+                    tracing::warn!("SIGHUP: the models stay as they are: {why}");
+                }
+                continue;
+            }
             tracing::info!(signal = sig, "stopping");
             break;
         }
@@ -158,7 +165,5 @@ fn main() -> ExitCode {
 /// and the daemon started.
 fn start(file: Option<&Path>, socket: Option<PathBuf>) -> Result<Daemon, StartupError> {
     let config = load_config(file, socket)?;
-    let models = Arc::new(startup::load_models(&config)?);
-    let device = startup::make_device(&config, models.clone())?;
-    Ok(Daemon::start(config, models, device)?)
+    startup::serve(config)
 }

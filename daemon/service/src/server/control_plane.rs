@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 use rustix::event::{EventfdFlags, epoll, eventfd};
 use rustix::io::Errno;
 use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags};
-use shm_proto::control::{MAX_FRAME, MAX_HANDSHAKE_FRAME, Msg, TensorMeta, Tensors, refused};
+use shm_proto::control::{
+    MAX_FRAME, MAX_HANDSHAKE_FRAME, Msg, TensorMeta, Tensors, models_op, refused,
+};
 use shm_proto::region::DaemonRings;
 
 use super::{ClientInfo, Shared};
@@ -51,6 +53,9 @@ enum Phase {
     Handshake,
     /// Welcomed as client `id`.
     Session(u32),
+    /// Sent a `ModelsCommand`; waits for the repository's answer, then
+    /// closes.
+    Models,
 }
 
 #[derive(Debug)]
@@ -129,6 +134,8 @@ pub(super) struct ControlPlane {
     not_allowed_log: LogLimiter,
     fd_log: LogLimiter,
     refused_log: LogLimiter,
+    /// Outcomes of repository commands: (connection token, ok, JSON).
+    repo_replies: std::sync::mpsc::Receiver<(u64, bool, String)>,
 }
 
 fn reserve_fd() -> Option<OwnedFd> {
@@ -165,6 +172,7 @@ impl ControlPlane {
         listener: UnixListener,
         shared: Arc<Shared>,
         wake: Arc<OwnedFd>,
+        repo_replies: std::sync::mpsc::Receiver<(u64, bool, String)>,
     ) -> std::io::Result<Self> {
         let ep = epoll::create(epoll::CreateFlags::CLOEXEC)?;
         epoll::add(
@@ -200,6 +208,7 @@ impl ControlPlane {
             not_allowed_log: LogLimiter::default(),
             fd_log: LogLimiter::default(),
             refused_log: LogLimiter::default(),
+            repo_replies,
             shared,
         })
     }
@@ -231,6 +240,7 @@ impl ControlPlane {
                     WAKE => {
                         let mut b = [0u8; 8];
                         let _ = rustix::io::read(&*self.wake, &mut b);
+                        self.post_repo_replies();
                     }
                     t => self.on_event(t, flags),
                 }
@@ -600,7 +610,7 @@ impl ControlPlane {
                 let prefix = [c.frame[0], c.frame[1], c.frame[2], c.frame[3]];
                 let (limit, what) = match c.phase {
                     Phase::Handshake => (MAX_HANDSHAKE_FRAME, "a first message"),
-                    Phase::Session(_) => (MAX_FRAME, "a message"),
+                    Phase::Session(_) | Phase::Models => (MAX_FRAME, "a message"),
                 };
                 match Msg::body_len(prefix) {
                     Ok(len) if len <= limit => c.body_len = Some(len),
@@ -627,6 +637,8 @@ impl ControlPlane {
             match phase {
                 Phase::Handshake => self.on_first_message(token, &frame[4..]),
                 Phase::Session(id) => self.on_session_message(token, id, &frame[4..]),
+                // Nothing more is read from a one-shot command.
+                Phase::Models => self.close(token),
             }
             if let Some(c) = self.conns.get_mut(&token)
                 && c.frame.capacity() == 0
@@ -649,6 +661,7 @@ impl ControlPlane {
                 tracing::warn!(client = id, "{msg}; closing the session");
                 self.close(token);
             }
+            Some(Phase::Models) => self.close(token),
             None => {}
         }
     }
@@ -735,6 +748,7 @@ impl ControlPlane {
         match c.phase {
             Phase::Handshake => self.handshake_done(c.uid),
             Phase::Session(id) => self.shared.send(Command::Remove(id)),
+            Phase::Models => {}
         }
     }
 
@@ -748,6 +762,11 @@ impl ControlPlane {
             Ok(Msg::StatusPage { from_id }) => {
                 let json = self.shared.status_page(from_id);
                 self.queue(token, &Msg::StatusReply { json: &json }, true);
+                return;
+            }
+            Ok(Msg::ModelsCommand { op, name }) => {
+                let name = name.to_owned();
+                self.models_command(token, op, name);
                 return;
             }
             Ok(Msg::Hello {
@@ -816,6 +835,82 @@ impl ControlPlane {
             }
         };
         self.welcome(token, name);
+    }
+
+    /// `sluice models`: a list is answered from the snapshot in force; a
+    /// load, unload or re-scan (only from root or the daemon's own user)
+    /// goes to the repository's thread, and the connection waits for its
+    /// answer (no handshake deadline: an import may take a while).
+    fn models_command(&mut self, token: u64, op: u32, name: String) {
+        let Some(c) = self.conns.get(&token) else {
+            return;
+        };
+        let uid = c.uid;
+        let reply_now = |plane: &mut Self, ok: bool, errors: Vec<String>| {
+            let report = crate::repo::ReloadReport {
+                errors,
+                models: plane.shared.models.current().list(),
+                ..Default::default()
+            };
+            let json = report.to_json_within(shm_proto::control::STATUS_PAGE_BUDGET);
+            plane.queue(
+                token,
+                &Msg::ModelsReply {
+                    ok: u32::from(ok),
+                    json: &json,
+                },
+                true,
+            );
+        };
+        let known = [
+            models_op::LIST,
+            models_op::LOAD,
+            models_op::UNLOAD,
+            models_op::RESCAN,
+        ];
+        if !known.contains(&op) {
+            let msg = format!("unknown models operation {op}; this daemon knows 0 to 3");
+            return reply_now(self, false, vec![msg]);
+        }
+        if op == models_op::LIST {
+            return reply_now(self, true, Vec::new());
+        }
+        if uid != 0 && uid != self.daemon_uid {
+            let msg = format!(
+                "uid {uid} may not change the models; run `sluice models` as root or as the                  daemon's user (uid {})",
+                self.daemon_uid
+            );
+            return reply_now(self, false, vec![msg]);
+        }
+        if (op == models_op::LOAD || op == models_op::UNLOAD) && name.is_empty() {
+            return reply_now(self, false, vec!["name the model".to_owned()]);
+        }
+        if let crate::repo::Reload::Refused(why) = self.shared.models.reload() {
+            let why = why.clone();
+            return reply_now(self, false, vec![why]);
+        }
+        if let Some(c) = self.conns.get_mut(&token) {
+            c.phase = Phase::Models;
+        }
+        self.handshake_done(uid);
+        if !self.shared.repo_command(op, name, Some(token)) {
+            reply_now(
+                self,
+                false,
+                vec!["the model repository's thread has stopped".to_owned()],
+            );
+        }
+    }
+
+    /// Sends the repository's answers to the connections waiting for them.
+    fn post_repo_replies(&mut self) {
+        while let Ok((token, ok, json)) = self.repo_replies.try_recv() {
+            let msg = Msg::ModelsReply {
+                ok: u32::from(ok),
+                json: &json,
+            };
+            self.queue(token, &msg, true);
+        }
     }
 
     /// Admits a client that sent a good `Hello`: its place under
@@ -973,7 +1068,8 @@ impl ControlPlane {
         let shared = self.shared.clone();
         match Msg::decode(body) {
             Ok(Msg::LookupModel { name }) => {
-                let found = shared.registry.lookup(name);
+                let served = shared.models.current();
+                let found = served.registry.lookup(name);
                 let metas = found.map(|(_, m)| (tensor_metas(m, true), tensor_metas(m, false)));
                 let reply = match (found, &metas) {
                     (Some((mid, m)), Some((Ok(inputs), Ok(outputs)))) => Msg::ModelInfo {
