@@ -134,6 +134,10 @@
 // Completion status: a tensor's length differs from its size at the batch.
 #define SLUICE_STATUS_BAD_TENSOR_LEN 13
 
+// Completion status: the model was unloaded before the request reached the
+// device; look it up again.
+#define SLUICE_STATUS_MODEL_UNLOADED 14
+
 // sluice_model_tensor() direction: the model's inputs.
 #define SLUICE_INPUT 0
 

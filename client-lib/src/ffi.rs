@@ -145,6 +145,9 @@ pub const SLUICE_STATUS_BAD_BATCH: u32 = 11;
 pub const SLUICE_STATUS_BAD_TENSOR_TABLE: u32 = 12;
 /// Completion status: a tensor's length differs from its size at the batch.
 pub const SLUICE_STATUS_BAD_TENSOR_LEN: u32 = 13;
+/// Completion status: the model was unloaded before the request reached the
+/// device; look it up again.
+pub const SLUICE_STATUS_MODEL_UNLOADED: u32 = 14;
 
 /// sluice_model_tensor() direction: the model's inputs.
 pub const SLUICE_INPUT: u32 = 0;
@@ -192,6 +195,7 @@ const _: () = {
     assert!(SLUICE_STATUS_BAD_BATCH == status::BAD_BATCH);
     assert!(SLUICE_STATUS_BAD_TENSOR_TABLE == status::BAD_TENSOR_TABLE);
     assert!(SLUICE_STATUS_BAD_TENSOR_LEN == status::BAD_TENSOR_LEN);
+    assert!(SLUICE_STATUS_MODEL_UNLOADED == status::MODEL_UNLOADED);
 };
 
 // ---------------------------------------------------------------------------
@@ -1497,6 +1501,9 @@ pub extern "C" fn sluice_status_str(status: u32) -> *const c_char {
         }
         SLUICE_STATUS_BAD_TENSOR_LEN => {
             c"a tensor's length differs from its size at the request's batch"
+        }
+        SLUICE_STATUS_MODEL_UNLOADED => {
+            c"the model was unloaded before the request reached the device"
         }
         _ => c"unknown status code",
     };
