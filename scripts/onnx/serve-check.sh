@@ -28,7 +28,7 @@ mkdir -p "$target/c-example"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sluice-serve-check.XXXXXX")
 sock=$tmp/sluiced.sock
-daemon_pid= c_pid= rust_pid=
+daemon_pid='' c_pid='' rust_pid=''
 cleanup() {
   local rc=$?
   for p in $c_pid $rust_pid; do kill "$p" 2>/dev/null || true; done
@@ -89,7 +89,7 @@ touch "$tmp/data/stop"
 rc=0
 wait "$c_pid" || rc=1
 wait "$rust_pid" || rc=1
-c_pid= rust_pid=
+c_pid='' rust_pid=''
 cat "$tmp/c.out" "$tmp/rust.out"
 if [[ $rc != 0 ]]; then
   echo "serve-check: a client failed:" >&2
