@@ -138,6 +138,9 @@ step flag-cost 60 "$kit/sluice-cuda-tests" flag_cost --ignored --nocapture
 # 1. Correctness of the real layers (Small builds).
 correct=1
 step check-small 120 "$sluice" check --device cuda --small || correct=0
+# 1c. Users' models: torchvision's resnet50, mobilenet_v2 and vgg16 exported to ONNX
+# here (random weights), run by `sluice run --device cuda` against torch's outputs.
+step onnx-torchvision 240 python3 scripts/device/torchvision-onnx.py --sluice "$sluice" --out "$out/onnx"
 # 3. Preemption latency (REEF Fig. 19): synthetic kernels, not the real layers.
 step preempt 90 "$sluice" bench preempt --device cuda --json
 # 2. Measured kernel profiles (manifests), two models first.
