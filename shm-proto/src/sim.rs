@@ -36,7 +36,7 @@
 //! batch size. Output `k` (0-based, in the model's order) gets the same
 //! counter-mode bytes as above from its own seed:
 //!
-//! `seed_k` = FNV-1a-64 (as in step 1) over the 4 bytes of `model_id`, the
+//! `seed_k` = FNV-1a-64 (as for the untyped seed) over the 4 bytes of `model_id`, the
 //! 4 bytes of `batch` (`u32` LE), every byte of input 0, then input 1, ...
 //! (the inputs concatenated in the model's order), then the 4 bytes of `k`
 //! (`u32` LE).
