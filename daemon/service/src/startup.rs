@@ -114,6 +114,21 @@ pub enum LoadModelsError {
         /// The models there are.
         available: Vec<String>,
     },
+    /// The ONNX files of `models.dir` could not be imported or lowered for
+    /// the CUDA backend.
+    #[error(
+        "cannot serve the ONNX files of models.dir = \"{}\" on the CUDA backend; fix or \
+         remove the file named below (the CUDA kernel library refuses what it cannot lower, \
+         naming the node), or serve them with device.backend = \"cpu\"",
+        dir.display()
+    )]
+    CudaGraphs {
+        /// The directory.
+        dir: PathBuf,
+        /// Which file or node, and why.
+        #[source]
+        source: Box<RegistryError>,
+    },
     /// The manifests of `models.dir` could not replace the builders' ones
     /// (`device.backend = "cuda"`).
     #[error(
@@ -188,25 +203,67 @@ fn load_all_models(config: &Config) -> Result<ModelRegistry, LoadModelsError> {
                 .registry
                 .clone())
         }
-        BackendKind::Cuda => {
-            let scale = config.device.model_scale;
-            let built = sluice_cuda::serve::builder_registry(scale).map_err(|e| {
-                LoadModelsError::Builders {
-                    scale: crate::config::scale_name(scale),
-                    source: Box::new(e),
-                }
-            })?;
-            let Some(dir) = dir else {
-                return Ok(built);
-            };
-            let overrides = |e| LoadModelsError::Overrides {
-                dir: dir.clone(),
-                source: Box::new(e),
-            };
-            let measured = ModelRegistry::load_dir(dir).map_err(overrides)?;
-            built.with_overrides(measured).map_err(overrides)
-        }
+        BackendKind::Cuda => Ok(cuda_models(config)?.0),
     }
+}
+
+/// The CUDA backend's models and the lowered plans of the imported ones
+/// (for `CudaServer::with_graphs`): the [`sluice_nn`] builders' models at
+/// `device.model_scale`, each replaced by the ONNX file of `models.dir`
+/// with the same name (`vgg19.onnx`, or `vgg19_small.onnx` at the small
+/// scale) and every other ONNX file there added, lowered to the kernel
+/// library with its own weights at batch 1
+/// ([`graph_registry`](sluice_cuda::serve::graph_registry)); then each
+/// replaced by the `*.json` manifest of the same name there, if any (e.g.
+/// measured by `sluice profile --device cuda`). Kernel times of built and
+/// imported models are estimated. The start-up reads the ONNX files twice
+/// (once for the registry, once when the server loads the plans).
+pub fn cuda_models(
+    config: &Config,
+) -> Result<(ModelRegistry, sluice_cuda::serve::GraphModels), LoadModelsError> {
+    let scale = config.device.model_scale;
+    let dir = config.models.dir.as_ref();
+    let has = |ext: &str| {
+        dir.and_then(|d| std::fs::read_dir(d).ok())
+            .is_some_and(|entries| {
+                entries
+                    .filter_map(Result::ok)
+                    .any(|e| e.path().extension().is_some_and(|x| x == ext))
+            })
+    };
+    let graphs = match dir {
+        Some(d) if has("onnx") => {
+            sluice_cuda::serve::onnx_graphs(d).map_err(|e| LoadModelsError::CudaGraphs {
+                dir: d.clone(),
+                source: Box::new(e),
+            })?
+        }
+        _ => Vec::new(),
+    };
+    let (built, plans) = sluice_cuda::serve::graph_registry(scale, &graphs).map_err(|e| {
+        if graphs.is_empty() {
+            LoadModelsError::Builders {
+                scale: crate::config::scale_name(scale),
+                source: Box::new(e),
+            }
+        } else {
+            LoadModelsError::CudaGraphs {
+                dir: dir.cloned().unwrap_or_default(),
+                source: Box::new(e),
+            }
+        }
+    })?;
+    // Without ONNX files the folder must hold manifests (an empty or
+    // unreadable folder is an error, as it always was).
+    let Some(dir) = dir.filter(|_| has("json") || graphs.is_empty()) else {
+        return Ok((built, plans));
+    };
+    let overrides = |e| LoadModelsError::Overrides {
+        dir: dir.clone(),
+        source: Box::new(e),
+    };
+    let measured = ModelRegistry::load_dir(dir).map_err(overrides)?;
+    Ok((built.with_overrides(measured).map_err(overrides)?, plans))
 }
 
 /// Loads `dir` for `target` ([`ModelRepo::open`]: every file, or the
@@ -655,6 +712,9 @@ pub mod cuda {
         /// Loading the models failed.
         #[error(transparent)]
         Serve(#[from] sluice_cuda::serve::ServeError),
+        /// The ONNX files of `models.dir` could not be read again.
+        #[error(transparent)]
+        Models(#[from] super::LoadModelsError),
     }
 
     /// Opens device 0 with the kernel library compiled and loaded
@@ -676,12 +736,16 @@ pub mod cuda {
             weights_seed: 1,
             load: LoadOptions::default(),
         };
-        Ok(CudaServer::new(
+        // The imported models' lowered plans and weights (the registry
+        // `models` was made from the same files by `load_models`).
+        let (_, graphs) = super::cuda_models(config)?;
+        Ok(CudaServer::with_graphs(
             gpu,
             &lib,
             kind,
             models,
             &opts,
+            &graphs,
             &info.to_string(),
             shm_proto::now_ns(),
         )?)
@@ -944,6 +1008,39 @@ mod tests {
         };
         std::fs::remove_dir_all(&dir).unwrap();
         assert!(e.to_string().contains("[cluster]"), "{e}");
+    }
+
+    /// The CUDA backend's registry: the builders' models, an ONNX file of
+    /// `models.dir` added with its lowered plan, and one named like a
+    /// builder's model taking that model's place; a file the kernel library
+    /// cannot take is refused naming the folder. No GPU is needed to build
+    /// the registry.
+    #[test]
+    fn the_cuda_backend_serves_the_onnx_files_of_the_model_directory() {
+        let mut c = Config::default();
+        c.device.backend = BackendKind::Cuda;
+        c.device.model_scale = sluice_nn::builders::Scale::Small;
+        let (builders, none) = cuda_models(&c).unwrap();
+        assert!(none.is_empty());
+        let dir = std::env::temp_dir().join(format!("sluice-cuda-onnx-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fc = sluice_onnx::test_models::gemm(4, 3, &[0.5; 12], &[0.0; 3], true);
+        std::fs::write(dir.join("fc.onnx"), &fc).unwrap();
+        std::fs::write(dir.join("vgg19_small.onnx"), &fc).unwrap();
+        c.models.dir = Some(dir.clone());
+        let (reg, plans) = cuda_models(&c).unwrap();
+        assert_eq!(reg.len(), builders.len() + 1);
+        assert!(plans.contains_key("fc") && plans.contains_key("vgg19_small"));
+        let (_, fc_model) = reg.lookup("fc").unwrap();
+        let (_, vgg) = reg.lookup("vgg19_small").unwrap();
+        assert_eq!((fc_model.input_bytes, vgg.input_bytes), (16, 16));
+        assert_eq!(load_models(&c).unwrap().len(), reg.len());
+        // A graph the kernel library refuses stops the start naming the folder.
+        std::fs::write(dir.join("bad.onnx"), b"not a model").unwrap();
+        let e = load_models(&c).unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(e, LoadModelsError::CudaGraphs { .. }), "{e}");
+        assert!(e.to_string().contains("sluice-cuda-onnx"), "{e}");
     }
 
     #[test]
