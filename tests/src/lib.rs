@@ -1840,66 +1840,8 @@ pub fn find_sluiced() -> Option<PathBuf> {
 // ---------------------------------------------------------------------------
 // Typed models.
 
-fn typed_spec(
-    name: &str,
-    elem: sluice_model::ElemType,
-    dims: &[u64],
-    batched: bool,
-) -> sluice_model::TensorSpec {
-    sluice_model::TensorSpec {
-        name: name.into(),
-        elem,
-        dims: dims.to_vec(),
-        batched,
-    }
-}
-
 /// The built-in models plus two typed ones on `echo_small`'s manifest:
 /// `pair` (inputs `ids` i64[N,128] and `mask` f32[16], outputs `logits`
 /// f32[N,10] and `pooled` f32[N,32], batch up to 8) and `one` (input `x`
 /// f32[N,16], output `y` f32[N,4], batch up to 4).
-pub fn typed_registry() -> sluice_model::ModelRegistry {
-    use sluice_model::{ElemType, ModelEntry, ModelIo, ModelRegistry};
-    let builtin = ModelRegistry::builtin();
-    let base = builtin
-        .lookup("echo_small")
-        .expect("echo_small is built in")
-        .1
-        .clone();
-    let entry = |name: &str, io: ModelIo| {
-        let mut manifest = base.manifest.clone();
-        manifest.name = name.into();
-        ModelEntry {
-            file: format!("test:{name}"),
-            manifest,
-            memory: Vec::new(),
-            io,
-        }
-    };
-    let pair = ModelIo {
-        inputs: vec![
-            typed_spec("ids", ElemType::I64, &[1, 128], true),
-            typed_spec("mask", ElemType::F32, &[16], false),
-        ],
-        outputs: vec![
-            typed_spec("logits", ElemType::F32, &[1, 10], true),
-            typed_spec("pooled", ElemType::F32, &[1, 32], true),
-        ],
-        max_batch: 8,
-    };
-    let one = ModelIo {
-        inputs: vec![typed_spec("x", ElemType::F32, &[1, 16], true)],
-        outputs: vec![typed_spec("y", ElemType::F32, &[1, 4], true)],
-        max_batch: 4,
-    };
-    let all = builtin
-        .iter()
-        .map(|(_, m)| ModelEntry {
-            file: m.file.clone(),
-            manifest: m.manifest.clone(),
-            memory: m.memory.clone(),
-            io: m.io.clone(),
-        })
-        .chain([entry("pair", pair), entry("one", one)]);
-    ModelRegistry::from_entries(all).expect("the typed test registry is valid")
-}
+pub use sluice_service::test_models::typed_registry;

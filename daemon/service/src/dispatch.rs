@@ -1016,7 +1016,7 @@ impl<H: Host> Dispatcher<H> {
 mod tests {
     use super::*;
     use sluice_backend::testmem::VecMemory;
-    use sluice_model::{ElemType, ModelEntry};
+    use sluice_model::ElemType;
 
     fn req(model: u32, input: (u64, u64), output: (u64, u64)) -> Request {
         Request {
@@ -1094,57 +1094,7 @@ mod tests {
         assert_eq!(check(&r, &reg, g), Err(status::BAD_BATCH));
     }
 
-    fn spec(name: &str, elem: ElemType, dims: &[u64], batched: bool) -> TensorSpec {
-        TensorSpec {
-            name: name.into(),
-            elem,
-            dims: dims.to_vec(),
-            batched,
-        }
-    }
-
-    /// The built-in models plus `pair` (two inputs, two outputs, batch up
-    /// to 8) and `one` (one f32 tensor each way, batch up to 4).
-    fn typed_registry() -> ModelRegistry {
-        let builtin = ModelRegistry::builtin();
-        let base = builtin.lookup("echo_small").unwrap().1.clone();
-        let entry = |name: &str, io: ModelIo| {
-            let mut manifest = base.manifest.clone();
-            manifest.name = name.into();
-            ModelEntry {
-                file: format!("test:{name}"),
-                manifest,
-                memory: Vec::new(),
-                io,
-            }
-        };
-        let pair = ModelIo {
-            inputs: vec![
-                spec("ids", ElemType::I64, &[1, 128], true),
-                spec("mask", ElemType::F32, &[16], false),
-            ],
-            outputs: vec![
-                spec("logits", ElemType::F32, &[1, 10], true),
-                spec("pooled", ElemType::F32, &[1, 32], true),
-            ],
-            max_batch: 8,
-        };
-        let one = ModelIo {
-            inputs: vec![spec("x", ElemType::F32, &[1, 16], true)],
-            outputs: vec![spec("y", ElemType::F32, &[1, 4], true)],
-            max_batch: 4,
-        };
-        let all = builtin
-            .iter()
-            .map(|(_, m)| ModelEntry {
-                file: m.file.clone(),
-                manifest: m.manifest.clone(),
-                memory: m.memory.clone(),
-                io: m.io.clone(),
-            })
-            .chain([entry("pair", pair), entry("one", one)]);
-        ModelRegistry::from_entries(all).unwrap()
-    }
+    use crate::test_models::typed_registry;
 
     const G: shm_proto::Geometry = shm_proto::Geometry {
         sq_entries: 8,

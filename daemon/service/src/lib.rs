@@ -26,6 +26,8 @@ pub mod server;
 mod slots;
 pub mod startup;
 pub mod sys;
+#[cfg(any(test, feature = "test-util"))]
+pub mod test_models;
 
 pub use server::{Daemon, MissedStatus, StartError, Status};
 
