@@ -922,6 +922,18 @@ pub struct ModelEntry {
     pub io: crate::ModelIo,
 }
 
+impl From<Model> for ModelEntry {
+    /// What the registry built `m` from (its id dropped).
+    fn from(m: Model) -> Self {
+        Self {
+            file: m.file,
+            manifest: m.manifest,
+            memory: m.memory,
+            io: m.io,
+        }
+    }
+}
+
 /// A model in the registry.
 #[derive(Debug, Clone)]
 pub struct Model {
@@ -1279,12 +1291,7 @@ impl ModelRegistry {
             .into_iter()
             .filter(|m| !names.contains(&m.manifest.name))
             .chain(overrides.models)
-            .map(|m| ModelEntry {
-                file: m.file,
-                manifest: m.manifest,
-                memory: m.memory,
-                io: m.io,
-            });
+            .map(ModelEntry::from);
         Self::from_entries(parts)
     }
 

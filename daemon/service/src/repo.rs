@@ -962,17 +962,7 @@ impl ModelRepo {
         let mut entries: BTreeMap<u32, ModelEntry> = old
             .registry
             .iter()
-            .map(|(id, m)| {
-                (
-                    id,
-                    ModelEntry {
-                        file: m.file.clone(),
-                        manifest: m.manifest.clone(),
-                        memory: m.memory.clone(),
-                        io: m.io.clone(),
-                    },
-                )
-            })
+            .map(|(id, m)| (id, ModelEntry::from(m.clone())))
             .collect();
         let mut files = self.files.clone();
         let mut ids = self.ids.clone();

@@ -172,12 +172,7 @@ pub fn load_models(config: &Config) -> Result<ModelRegistry, LoadModelsError> {
     let kept = all
         .iter()
         .filter(|(_, m)| wanted.iter().any(|w| w == m.name()))
-        .map(|(_, m)| sluice_model::ModelEntry {
-            file: m.file.clone(),
-            manifest: m.manifest.clone(),
-            memory: m.memory.clone(),
-            io: m.io.clone(),
-        });
+        .map(|(_, m)| sluice_model::ModelEntry::from(m.clone()));
     // The models were valid in `all`, so they are here.
     Ok(ModelRegistry::from_entries(kept).expect("a subset of a valid registry is valid"))
 }

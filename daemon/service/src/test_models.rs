@@ -51,12 +51,7 @@ pub fn typed_registry() -> ModelRegistry {
     };
     let all = builtin
         .iter()
-        .map(|(_, m)| ModelEntry {
-            file: m.file.clone(),
-            manifest: m.manifest.clone(),
-            memory: m.memory.clone(),
-            io: m.io.clone(),
-        })
+        .map(|(_, m)| ModelEntry::from(m.clone()))
         .chain([entry("pair", pair), entry("one", one)]);
     ModelRegistry::from_entries(all).expect("the typed test registry is valid")
 }
