@@ -88,6 +88,44 @@ pub struct DemoOptions {
     pub backend: BackendKind,
     /// `cuda` backend: full or small models.
     pub model_scale: sluice_nn::builders::Scale,
+    /// `cuda` backend: a folder of ONNX files served instead of the
+    /// builders of the same name (`models.dir`: the DISB models from
+    /// `scripts/onnx/make-disb-models.py`, or a user's own).
+    pub models_dir: Option<std::path::PathBuf>,
+    /// Makes each phase's device instead of
+    /// [`sluice_service::startup::make_device`] (the fake CUDA driver in
+    /// tests); `None` in the product.
+    pub device: Option<DeviceFactory>,
+}
+
+/// Makes the device of a daemon from its config and models (see
+/// [`DemoOptions::device`]).
+#[derive(Clone)]
+pub struct DeviceFactory(
+    #[allow(clippy::type_complexity)]
+    pub  Arc<
+        dyn Fn(&Config, Arc<ModelRegistry>) -> Result<Box<dyn sluice_backend::Backend>, String>
+            + Send
+            + Sync,
+    >,
+);
+
+impl std::fmt::Debug for DeviceFactory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeviceFactory")
+    }
+}
+
+/// The device of a phase: `opts.device`'s, or the daemon's own.
+fn make_device(
+    opts: &DemoOptions,
+    config: &Config,
+    models: Arc<ModelRegistry>,
+) -> Result<Box<dyn sluice_backend::Backend>, String> {
+    match &opts.device {
+        Some(f) => (f.0)(config, models),
+        None => sluice_service::startup::make_device(config, models).map_err(|e| e.to_string()),
+    }
 }
 
 /// One daemon run: a scheduler and the clients it served.
@@ -215,18 +253,18 @@ pub fn standalone_ns(config: &Config, models: &ModelRegistry, model: &str) -> Op
 }
 
 /// The real-time model's standalone time the demo's rate follows, ns. On
-/// the `cuda` backend (a build with feature `cuda`) measured on CUDA device
-/// 0 with the model's real layers ([`rt_standalone_on_cuda_ns`]); otherwise
-/// the GPU model's ([`standalone_ns`] under `seq`, also for `fifo`, so every
-/// scheduler sees the same arrivals).
+/// the `cuda` backend measured on the device the phases run on, through
+/// the daemon's server with the model's real layers (its ONNX file's, from
+/// `--models`, or its builder's: [`rt_standalone_on_device_ns`]);
+/// otherwise the GPU model's ([`standalone_ns`] under `seq`, also for
+/// `fifo`, so every scheduler sees the same arrivals).
 fn rt_standalone_ns(
     opts: &DemoOptions,
     probe: &Config,
-    models: &ModelRegistry,
+    models: &Arc<ModelRegistry>,
 ) -> Result<u64, String> {
-    #[cfg(feature = "cuda")]
     if opts.backend == BackendKind::Cuda {
-        return rt_standalone_on_cuda_ns(&opts.rt_model, opts.model_scale);
+        return rt_standalone_on_device_ns(opts, probe, models);
     }
     let mut model_cfg = probe.clone();
     model_cfg.device.scheduler = Scheduler::Policy(PolicyKind::Seq);
@@ -238,38 +276,30 @@ fn rt_standalone_ns(
     })
 }
 
-/// `model`'s standalone time on CUDA device 0, ns: its real layers, median
-/// of [`sluice_cuda::measure::STANDALONE_REPS`] inferences alone
-/// ([`sluice_cuda::measure::standalone_ns`]).
-#[cfg(feature = "cuda")]
-fn rt_standalone_on_cuda_ns(model: &str, scale: sluice_nn::builders::Scale) -> Result<u64, String> {
-    use crate::error_chain;
-    use sluice_cuda::measure as cm;
-    let base = sluice_cuda::serve::builder_of(model, scale).ok_or_else(|| {
-        format!(
-            "{model:?} has no real layers on cuda at this scale; use one of {} (with --small, \
-             their _small names)",
-            sluice_nn::builders::MODEL_NAMES.join(", ")
-        )
-    })?;
-    let built = sluice_nn::builders::build(base, &sluice_nn::builders::BuildOptions { scale })
-        .map_err(|e| format!("timing {model} on cuda: {}", error_chain(&e)))?;
-    let mut rig = sluice_cuda::open_cuda().map_err(|e| error_chain(&e))?;
-    let t = cm::standalone_ns(
-        &mut rig.drv,
-        &mut rig.q,
-        &rig.lib,
-        &built,
-        1,
-        cm::STANDALONE_REPS,
-        &sluice_cuda::plan_exec::LoadOptions::default(),
-    )
-    .map_err(|e| format!("timing {model} alone on cuda: {}", error_chain(&e)))?;
+/// The real-time model's standalone time on the device of `probe`, ns:
+/// a `seq` server of its models, one request alone, the median of
+/// [`crate::disb::STANDALONE_REPS`] after one untimed
+/// ([`crate::served::standalone_ns`]).
+fn rt_standalone_on_device_ns(
+    opts: &DemoOptions,
+    probe: &Config,
+    models: &Arc<ModelRegistry>,
+) -> Result<u64, String> {
+    let mut config = probe.clone();
+    config.device.scheduler = Scheduler::Policy(PolicyKind::Seq);
+    let (id, _) = models
+        .lookup(&opts.rt_model)
+        .ok_or_else(|| format!("no model named {:?}", opts.rt_model))?;
+    let mut device = make_device(opts, &config, models.clone())
+        .map_err(|e| format!("timing {} alone: {e}", opts.rt_model))?;
+    let t = crate::served::standalone_ns(device.as_mut(), models, id, crate::disb::STANDALONE_REPS)
+        .map_err(|e| format!("timing {} alone on {}: {e}", opts.rt_model, device.name()))?;
     eprintln!(
-        "sluice demo: {model} takes {:.0} us alone on {}; the real-time period is twice that \
+        "sluice demo: {} takes {:.0} us alone on {}; the real-time period is twice that \
          (workload C; --rt-period-ms overrides)",
+        opts.rt_model,
         t as f64 / 1e3,
-        rig.drv.info().name
+        device.name()
     );
     Ok(t)
 }
@@ -325,6 +355,9 @@ fn config_for(opts: &DemoOptions, socket: std::path::PathBuf, sch: Scheduler) ->
     config.device.scheduler = sch;
     config.device.backend = opts.backend;
     config.device.model_scale = opts.model_scale;
+    if opts.backend == BackendKind::Cuda {
+        config.models.dir.clone_from(&opts.models_dir);
+    }
     config
 }
 
@@ -359,8 +392,7 @@ fn run_phase(
     let mut names = vec![&opts.rt_model];
     names.extend(&opts.be_models);
     check_models(&models, &names)?;
-    let device =
-        sluice_service::startup::make_device(&config, models.clone()).map_err(|e| e.to_string())?;
+    let device = make_device(opts, &config, models.clone())?;
     let device_name = device.name().to_owned();
     let simulated = device.simulated();
     let mut standalone_us = BTreeMap::new();
@@ -467,7 +499,7 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<Demo, String> {
         return Err("no scheduler to compare; name one with --scheduler".into());
     }
     let probe = config_for(opts, "/nonexistent".into(), opts.schedulers[0]);
-    let models = sluice_service::startup::load_models(&probe).map_err(|e| e.to_string())?;
+    let models = Arc::new(sluice_service::startup::load_models(&probe).map_err(|e| e.to_string())?);
     let mut names = vec![&opts.rt_model];
     names.extend(&opts.be_models);
     check_models(&models, &names)?;

@@ -309,6 +309,24 @@ pub enum DisbError {
         /// The device's error, or why none is known.
         why: String,
     },
+    /// A run on the daemon's backend failed or could not start.
+    #[error("the run of policy `{policy}` on workload {workload}: {message}")]
+    Run {
+        /// Policy.
+        policy: String,
+        /// Workload.
+        workload: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The ONNX models of `--models DIR` cannot be served.
+    #[error("the ONNX models in {} (--models): {why}", dir.display())]
+    Onnx {
+        /// The folder.
+        dir: PathBuf,
+        /// Why, and the fix.
+        why: String,
+    },
     /// A worker thread panicked (a policy bug).
     #[error("the run of policy `{policy}` on workload {workload} panicked: {message}")]
     Panicked {
@@ -458,8 +476,13 @@ pub struct CaseResult {
 /// Everything a DISB run produced.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct DisbReport {
-    /// Device profile name.
+    /// Device profile name, or the device's.
     pub device: String,
+    /// Whether the runs went in real time on a device (`--device cuda`),
+    /// not in the GPU model's virtual time; decision costs and
+    /// utilisation are then not measured (0).
+    #[serde(default)]
+    pub real_time: bool,
     /// One entry per (workload, policy), workloads outer.
     pub results: Vec<CaseResult>,
     /// The workloads as run.
@@ -552,9 +575,13 @@ impl Normalisers {
     }
 }
 
+/// `name`'s id, or its small-scale stand-in's (`vgg19_small`, as
+/// `scripts/onnx/make-disb-models.py --small` names the reduced models)
+/// where the registry has only that.
 fn model_id(models: &ModelRegistry, name: &str) -> Result<u32, DisbError> {
     models
         .lookup(name)
+        .or_else(|| models.lookup(&format!("{name}_small")))
         .map(|(id, _)| id)
         .ok_or_else(|| ModelError::Missing(name.to_owned()).into())
 }
@@ -1050,6 +1077,103 @@ pub fn run_on_device(
     run_backend(opts, factory, &backend, progress)
 }
 
+/// Makes the daemon's CUDA server ([`sluice_cuda::serve::CudaServer`]:
+/// the models' real layers, on a GPU or the fake driver) for one policy.
+pub type ServerFactory =
+    dyn Fn(PolicyKind) -> Result<sluice_cuda::serve::CudaServer, String> + Send + Sync;
+
+/// Runs DISB through the daemon's own CUDA server, in real time
+/// ([`crate::served`]): the models of `models` run their real layers (the
+/// ONNX files [`onnx_models`] lowers), each policy on a server `factory`
+/// makes, one run at a time; the standalone times are measured through a
+/// `seq` server (one request alone; median of 5 after one untimed).
+/// `rt-only` is the GPU model's reference and is left out (the server
+/// refuses it; `seq` with a lone request is the standalone run). `name` is
+/// the device's name for the report.
+pub fn run_served(
+    opts: &DisbOptions,
+    models: ModelRegistry,
+    factory: Box<ServerFactory>,
+    name: &str,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<DisbReport, DisbError> {
+    let mut opts = opts.clone();
+    opts.policies.retain(|k| *k != PolicyKind::RtOnly);
+    let backend = Backend::Served {
+        factory,
+        name: name.to_owned(),
+        models: Arc::new(models),
+        server: std::sync::Mutex::new(None),
+    };
+    run_backend(&opts, &make_policy, &backend, progress)
+}
+
+/// The DISB models of `dir` as the CUDA backend serves them
+/// (`sluice_service::startup::cuda_models`): each `NAME.onnx` lowered to
+/// the kernel library with its own weights, at the small scale when the
+/// folder holds `vgg19_small.onnx` (`make-disb-models.py --small`), else
+/// the full one. Every DISB model must come from a file of the folder.
+pub fn onnx_models(
+    dir: &Path,
+) -> Result<
+    (
+        ModelRegistry,
+        sluice_cuda::serve::GraphModels,
+        sluice_nn::builders::Scale,
+    ),
+    DisbError,
+> {
+    use sluice_nn::builders::Scale;
+    let scale = if dir.join("vgg19_small.onnx").is_file() {
+        Scale::Small
+    } else {
+        Scale::Full
+    };
+    let suffix = if scale == Scale::Small { "_small" } else { "" };
+    let mut config = sluice_service::config::Config::default();
+    config.device.backend = sluice_service::config::BackendKind::Cuda;
+    config.device.model_scale = scale;
+    config.models.dir = Some(dir.to_owned());
+    let (models, graphs) =
+        sluice_service::startup::cuda_models(&config).map_err(|e| DisbError::Onnx {
+            dir: dir.to_owned(),
+            why: crate::error_chain(&e),
+        })?;
+    let missing: Vec<String> = DISB_MODELS
+        .iter()
+        .map(|m| format!("{m}{suffix}"))
+        .filter(|m| !graphs.contains_key(m))
+        .map(|m| format!("{m}.onnx"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(DisbError::Onnx {
+            dir: dir.to_owned(),
+            why: format!(
+                "no {}; make the DISB models with `python3 scripts/onnx/make-disb-models.py --out \
+                 {}{}`",
+                missing.join(", "),
+                dir.display(),
+                if scale == Scale::Small {
+                    " --small"
+                } else {
+                    ""
+                }
+            ),
+        });
+    }
+    Ok((models, graphs, scale))
+}
+
+/// Whether `dir` holds ONNX files (`--models DIR` then means real layers
+/// on the CUDA server rather than manifests).
+pub fn holds_onnx(dir: &Path) -> bool {
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .filter_map(Result::ok)
+            .any(|e| e.path().extension().is_some_and(|x| x == "onnx"))
+    })
+}
+
 /// Where the runs go.
 enum Backend {
     /// A fresh GPU model per run, runs in parallel.
@@ -1059,31 +1183,101 @@ enum Backend {
         gpu: std::sync::Mutex<Box<dyn sluice_gpu::Clocked + Send>>,
         name: String,
     },
+    /// The daemon's CUDA server, one policy's at a time, in real time.
+    Served {
+        factory: Box<ServerFactory>,
+        name: String,
+        models: Arc<ModelRegistry>,
+        /// The server of the policy that ran last.
+        server: std::sync::Mutex<Option<(PolicyKind, sluice_cuda::serve::CudaServer)>>,
+    },
 }
 
 impl Backend {
     fn name(&self) -> String {
         match self {
             Self::Model(p) => p.name.clone(),
-            Self::Device { name, .. } => name.clone(),
+            Self::Device { name, .. } | Self::Served { name, .. } => name.clone(),
         }
     }
 
+    /// Runs `workload` under policy `kind` (`factory`'s, except on the
+    /// server, which makes its own).
     fn run(
         &self,
         models: &Arc<ModelRegistry>,
-        policy: &mut dyn Policy,
+        factory: &PolicyFactory,
+        kind: PolicyKind,
         workload: &Workload,
-    ) -> workload::RunResult {
+    ) -> Result<workload::RunResult, String> {
         match self {
             Self::Model(p) => {
-                workload::run_on(&mut GpuSim::new(p.clone()), models, policy, workload)
+                let mut policy = factory(kind, models);
+                Ok(workload::run_on(
+                    &mut GpuSim::new(p.clone()),
+                    models,
+                    policy.as_mut(),
+                    workload,
+                ))
             }
             Self::Device { gpu, .. } => {
+                let mut policy = factory(kind, models);
                 let mut g = gpu.lock().unwrap_or_else(|e| e.into_inner());
-                workload::run_on(g.as_mut(), models, policy, workload)
+                Ok(workload::run_on(
+                    g.as_mut(),
+                    models,
+                    policy.as_mut(),
+                    workload,
+                ))
             }
+            Self::Served { .. } => self.with_server(kind, |server| {
+                let before = server.stats().clone();
+                let mut r =
+                    crate::served::run(server, models, workload).map_err(|e| e.to_string())?;
+                if let Some(f) = r.failed.first() {
+                    return Err(format!(
+                        "{} of {} requests failed (the first: {})",
+                        r.failed.len(),
+                        r.failed.len() + r.done.len(),
+                        f.error
+                    ));
+                }
+                let after = server.stats();
+                r.stats = sluice_sched::PolicyStats {
+                    preempt_latency_ns: after
+                        .preempt_latency_ns
+                        .get(before.preempt_latency_ns.len()..)
+                        .unwrap_or_default()
+                        .to_vec(),
+                    relaunched_kernels: after
+                        .relaunched_kernels
+                        .saturating_sub(before.relaunched_kernels),
+                };
+                Ok(r)
+            }),
         }
+    }
+
+    /// Calls `f` with the server of policy `kind`, made (and the previous
+    /// one dropped) if the last run was another policy's.
+    fn with_server<T>(
+        &self,
+        kind: PolicyKind,
+        f: impl FnOnce(&mut sluice_cuda::serve::CudaServer) -> Result<T, String>,
+    ) -> Result<T, String> {
+        let Self::Served {
+            factory, server, ..
+        } = self
+        else {
+            return Err("not a server backend".into());
+        };
+        let mut slot = server.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.as_ref().is_none_or(|(k, _)| *k != kind) {
+            *slot = None;
+            *slot = Some((kind, factory(kind)?));
+        }
+        let (_, s) = slot.as_mut().ok_or("no server")?;
+        f(s)
     }
 
     fn standalone(&self, models: &Arc<ModelRegistry>, m: &Model) -> Result<Ns, DisbError> {
@@ -1105,8 +1299,13 @@ impl Backend {
                     }],
                     duration_ns: 1,
                 };
-                let mut p = make_policy(PolicyKind::RtOnly, models);
-                let r = self.run(models, p.as_mut(), &w);
+                let r = self
+                    .run(models, &make_policy, PolicyKind::RtOnly, &w)
+                    .map_err(|why| DisbError::DeviceStandalone {
+                        model: m.name().to_owned(),
+                        device: name.clone(),
+                        why,
+                    })?;
                 r.done
                     .first()
                     .map(|d| d.finished.saturating_sub(d.task.arrival))
@@ -1120,8 +1319,29 @@ impl Backend {
                             .unwrap_or_else(|| "the device reported no error".to_owned()),
                     })
             }
+            Self::Served { name, .. } => self
+                .with_server(PolicyKind::Seq, |server| {
+                    crate::served::standalone_ns(server, models, m.id, STANDALONE_REPS)
+                })
+                .map_err(|why| DisbError::DeviceStandalone {
+                    model: m.name().to_owned(),
+                    device: name.clone(),
+                    why,
+                }),
         }
     }
+}
+
+/// Timed standalone requests per model on the daemon's server (after one
+/// untimed): their median is the normaliser.
+pub const STANDALONE_REPS: u32 = 5;
+
+/// Why one run gave no result.
+enum RunFailure {
+    /// The policy or the model panicked.
+    Panicked(String),
+    /// The backend reported failed requests or could not start.
+    Failed(String),
 }
 
 fn run_backend(
@@ -1131,9 +1351,10 @@ fn run_backend(
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<DisbReport, DisbError> {
     let t0 = Instant::now();
-    let models = match &opts.models_dir {
-        None => ModelRegistry::builtin(),
-        Some(dir) => ModelRegistry::load_dir(dir)
+    let models = match (backend, &opts.models_dir) {
+        (Backend::Served { models, .. }, _) => models.as_ref().clone(),
+        (_, None) => ModelRegistry::builtin(),
+        (_, Some(dir)) => ModelRegistry::load_dir(dir)
             .and_then(|o| ModelRegistry::builtin().with_overrides(o))
             .map_err(|source| DisbError::Models {
                 dir: dir.clone(),
@@ -1208,12 +1429,16 @@ fn run_backend(
     };
     let mut order: Vec<usize> = (0..total).collect();
     order.sort_by_key(|&i| std::cmp::Reverse(weight(&jobs[i])));
+    if matches!(backend, Backend::Served { .. }) {
+        // One server per policy, made once: its runs one after another.
+        order.sort_by_key(|&i| kinds.iter().position(|k| *k == jobs[i].1));
+    }
     let mut slots: Vec<Option<CaseResult>> = vec![None; total];
     let next = AtomicUsize::new(0);
-    let (tx, rx) = mpsc::channel::<(usize, Result<CaseResult, String>)>();
+    let (tx, rx) = mpsc::channel::<(usize, Result<CaseResult, RunFailure>)>();
     let workers = match backend {
         Backend::Model(_) => opts.jobs.clamp(1, total.max(1)),
-        Backend::Device { .. } => 1,
+        Backend::Device { .. } | Backend::Served { .. } => 1,
     };
     let mut failure = None;
     std::thread::scope(|scope| {
@@ -1227,18 +1452,18 @@ fn run_backend(
                     let case = &cases[ci];
                     let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                         let start = Instant::now();
-                        let mut policy = factory(kind, models);
                         let workload = Workload {
                             clients: case.clients.iter().map(|c| c.spec.clone()).collect(),
                             duration_ns: case.duration_ns,
                         };
-                        let r = backend.run(models, policy.as_mut(), &workload);
+                        let r = backend.run(models, factory, kind, &workload)?;
                         let wall_ms = start.elapsed().as_secs_f64() * 1e3;
-                        summarise(case, kind, norm, &r, wall_ms)
+                        Ok(summarise(case, kind, norm, &r, wall_ms))
                     }));
                     let msg = match out {
-                        Ok(r) => Ok(r),
-                        Err(p) => Err(panic_message(p.as_ref())),
+                        Ok(Ok(r)) => Ok(r),
+                        Ok(Err(why)) => Err(RunFailure::Failed(why)),
+                        Err(p) => Err(RunFailure::Panicked(panic_message(p.as_ref()))),
                     };
                     if tx.send((i, msg)).is_err() {
                         break;
@@ -1252,13 +1477,21 @@ fn run_backend(
             let (ci, kind) = jobs[i];
             match r {
                 Ok(r) => slots[i] = Some(r),
-                Err(message) => {
+                Err(f) => {
                     // Stop handing out work; report the first failure.
                     next.store(usize::MAX / 2, Ordering::Relaxed);
-                    failure.get_or_insert(DisbError::Panicked {
-                        policy: kind.as_str().into(),
-                        workload: cases[ci].name.clone(),
-                        message,
+                    let (policy, workload) = (kind.as_str().to_owned(), cases[ci].name.clone());
+                    failure.get_or_insert(match f {
+                        RunFailure::Panicked(message) => DisbError::Panicked {
+                            policy,
+                            workload,
+                            message,
+                        },
+                        RunFailure::Failed(message) => DisbError::Run {
+                            policy,
+                            workload,
+                            message,
+                        },
                     });
                 }
             }
@@ -1275,6 +1508,7 @@ fn run_backend(
     }
     Ok(DisbReport {
         device: backend.name(),
+        real_time: !matches!(backend, Backend::Model(_)),
         results: slots.into_iter().flatten().collect(),
         workloads: cases
             .iter()
@@ -1332,10 +1566,19 @@ fn opt_us(v: Option<f64>) -> String {
 
 /// The report as tables.
 pub fn table(r: &DisbReport) -> String {
-    let mut s = format!(
-        "DISB on the simulated {} GPU (virtual time; decision cost is wall time on this machine)\n\n",
-        r.device
-    );
+    let mut s = if r.real_time {
+        format!(
+            "DISB on {}, in real time, one run at a time (decision cost and utilisation not \
+             measured there)\n\n",
+            r.device
+        )
+    } else {
+        format!(
+            "DISB on the simulated {} GPU (virtual time; decision cost is wall time on this \
+             machine)\n\n",
+            r.device
+        )
+    };
     s += &format!(
         "{:<10} {:>14} {:>12} {:>10}  kernels from\n",
         "model", "standalone ms", "manifest ms", "max req/s"

@@ -30,6 +30,8 @@
 //!   second, as clients grow;
 //! - [`demo`]: a real-time client beside best-effort clients on an
 //!   embedded daemon, per scheduler (`sluice demo`);
+//! - [`served`]: a workload run in real time through one of the daemon's
+//!   device backends (the CUDA server with the ONNX models' real layers);
 //! - [`roles`]: the client processes the benchmarks and the demo start
 //!   (the `sluice` binary's hidden `__client` and `__bench-client`);
 //! - [`runs`]: independent runs spread over worker threads, with progress;
@@ -54,6 +56,7 @@ pub mod paella;
 pub mod preempt;
 pub mod roles;
 pub mod runs;
+pub mod served;
 pub mod sim;
 pub mod split;
 pub mod svg;

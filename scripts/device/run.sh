@@ -158,10 +158,18 @@ step partitions-resnet152 90 "$sluice" profile --device cuda resnet152 \
   --partitions 10,25,50,75,100 --batches 1,8 --reps 10 --json
 # 4. DISB on the device.
 step disb 150 "$sluice" bench disb --device cuda --workload all --policy reef,streams --json
+# 4b. DISB on the DISB models' ONNX files (seeded weights, made here; 1.9 GiB, kept out of the
+# results folder): their real layers through the daemon's CUDA server, per policy.
+onnx_models="${TMPDIR:-/tmp}/sluice-disb-onnx"
+step disb-onnx-models 90 python3 scripts/onnx/make-disb-models.py --out "$onnx_models"
+step disb-onnx 180 "$sluice" bench disb --device cuda --models "$onnx_models/models" \
+  --workload all --policy reef,streams --json
 profile bert_base
 profile gpt2
 # 5. The daemon's job path with real layers and client processes.
 step demo 60 "$sluice" demo --backend cuda --seconds 10 --json
+step demo-onnx 90 "$sluice" demo --backend cuda --models "$onnx_models/models" \
+  --be-model resnet152,yolov3 --seconds 10 --json
 step partitions-vgg19 90 "$sluice" profile --device cuda vgg19 \
   --partitions 10,25,50,75,100 --batches 1,8 --reps 10 --json
 step partitions-bert_base 90 "$sluice" profile --device cuda bert_base \

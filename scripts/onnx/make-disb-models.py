@@ -33,8 +33,10 @@ files.
 --small writes reduced models of the same topology (every layer kept, so the
 node count is the full model's) for tests: images 64x64, every channel count
 and hidden size divided by 8, 10 classes, sequence 16, vocabulary 512 and 64
-positions. DIR/index.json (the format of make-fixtures.py, read by check.py)
-lists each model at batch 1, and at batch 2 when the batch dimension is
+positions. The models go to DIR/models/ (a model directory the daemon, `sluice
+demo --backend cuda --models` and `sluice bench disb --device cuda --models`
+serve as it is); DIR/index.json (the format of make-fixtures.py, read by
+check.py) lists each model at batch 1, and at batch 2 when the batch dimension is
 symbolic, with seeded inputs and onnxruntime's outputs.
 """
 
@@ -499,7 +501,8 @@ def main():
         rng = rng_for(args.seed, name)
         model, params, spec = BUILDERS[base](rng, args.small, args)
         model.graph.name = name
-        rel = f"{name}.onnx"
+        rel = f"models/{name}.onnx"
+        (out / "models").mkdir(parents=True, exist_ok=True)
         onnx.save_model(model, str(out / rel))
         size = (out / rel).stat().st_size
         t_build = time.time() - t0

@@ -374,6 +374,29 @@ pub fn fake_server(
     )?)
 }
 
+/// [`fake_server`], serving the models `graphs` names from their lowered
+/// plans and own weights ([`graph_registry`], [`CudaServer::with_graphs`]):
+/// an ONNX model's whole request path on the fake driver.
+#[cfg(any(test, feature = "test-util"))]
+pub fn fake_server_with_graphs(
+    kind: PolicyKind,
+    models: Arc<ModelRegistry>,
+    opts: &ServeOptions,
+    graphs: &GraphModels,
+) -> Result<CudaServer, FakeServerError> {
+    let (gpu, lib, _) = fake_gpu()?;
+    Ok(CudaServer::with_graphs(
+        gpu,
+        &lib,
+        kind,
+        models,
+        opts,
+        graphs,
+        "fake CUDA device (CPU kernels)",
+        shm_proto::now_ns(),
+    )?)
+}
+
 /// The fake device of [`fake_server`]: the scheduler's device, the kernel
 /// library, and another handle on the fake driver (to advance or break it).
 #[cfg(any(test, feature = "test-util"))]

@@ -175,6 +175,21 @@ impl PoolState {
 }
 
 impl ClientState {
+    /// Client `index` of a workload: a Poisson client draws from its own
+    /// seed, every other one from its index.
+    fn new(index: usize, spec: &ClientSpec) -> Self {
+        Self {
+            spec: spec.clone(),
+            rng: match spec.arrival {
+                Arrival::Poisson { seed, .. } => Stream::new(seed),
+                _ => Stream::new(index as u64),
+            },
+            trace_pos: 0,
+            pool: None,
+            pool_at: None,
+        }
+    }
+
     /// The arrival after one at `t` (None: no more).
     fn next_after(&mut self, t: Ns, first: bool) -> Option<Ns> {
         match &self.spec.arrival {
@@ -200,6 +215,50 @@ impl ClientState {
                 v
             }
         }
+    }
+}
+
+/// The open-loop arrival times of client `index` of a workload, in order
+/// and relative to the run's start, drawn exactly as [`run_on`] draws
+/// them (the same seeded streams): for drivers that run a workload on
+/// another device, such as a daemon backend in real time. A closed-loop
+/// client yields only its first arrival (0): its next one is its previous
+/// task's end, which the driver knows. Pools are not drawn here (`None`
+/// at once).
+pub struct ArrivalTimes {
+    state: ClientState,
+    last: Option<Ns>,
+}
+
+impl std::fmt::Debug for ArrivalTimes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArrivalTimes")
+            .field("arrival", &self.state.spec.arrival)
+            .field("last", &self.last)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ArrivalTimes {
+    /// The arrivals of client `index`, whose spec is `spec`.
+    pub fn new(index: usize, spec: &ClientSpec) -> Self {
+        Self {
+            state: ClientState::new(index, spec),
+            last: None,
+        }
+    }
+}
+
+impl Iterator for ArrivalTimes {
+    type Item = Ns;
+
+    fn next(&mut self) -> Option<Ns> {
+        let t = match self.last {
+            None => self.state.next_after(0, true),
+            Some(t) => self.state.next_after(t, false),
+        }?;
+        self.last = Some(t);
+        Some(t)
     }
 }
 
@@ -234,16 +293,7 @@ pub fn run_on(
         .clients
         .iter()
         .enumerate()
-        .map(|(i, c)| ClientState {
-            spec: c.clone(),
-            rng: match c.arrival {
-                Arrival::Poisson { seed, .. } => Stream::new(seed),
-                _ => Stream::new(i as u64),
-            },
-            trace_pos: 0,
-            pool: None,
-            pool_at: None,
-        })
+        .map(|(i, c)| ClientState::new(i, c))
         .collect();
     // Arrival times are relative to the start; the device's are absolute.
     let mut arrivals: BinaryHeap<Reverse<(Ns, u32)>> = BinaryHeap::new();
@@ -701,5 +751,76 @@ mod tests {
             // More instances, more side by side: the last ends sooner.
             assert!(ends[0] > ends[1] && ends[1] > ends[2], "{kind:?}: {ends:?}");
         }
+    }
+}
+
+#[cfg(test)]
+mod arrival_times {
+    use super::*;
+    use crate::{PolicyKind, make_policy};
+
+    /// A model id of the built-in registry.
+    fn model(models: &ModelRegistry, name: &str) -> u32 {
+        models.lookup(name).expect("a built-in model").0
+    }
+
+    /// Every task `run_on` issued for `client`, by arrival time.
+    fn arrivals_of(r: &RunResult, client: u32) -> Vec<Ns> {
+        let mut v: Vec<Ns> = r
+            .done
+            .iter()
+            .filter(|d| d.task.client == client)
+            .map(|d| d.task.arrival)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn arrival_times_are_the_ones_run_on_issues() {
+        let models = Arc::new(ModelRegistry::builtin());
+        let m = model(&models, "resnet152");
+        let workload = Workload {
+            clients: vec![
+                ClientSpec {
+                    priority: Priority::RealTime,
+                    model: m,
+                    arrival: Arrival::Uniform {
+                        period_ns: 7_000_000,
+                        offset_ns: 1_500_000,
+                    },
+                },
+                ClientSpec {
+                    priority: Priority::BestEffort,
+                    model: m,
+                    arrival: Arrival::Poisson {
+                        rate_per_s: 90.0,
+                        seed: 11,
+                    },
+                },
+            ],
+            duration_ns: 200_000_000,
+        };
+        let profile = DeviceProfile::builtin("mi50").expect("built-in profile");
+        let mut policy = make_policy(PolicyKind::Seq, &models);
+        let r = run(&profile, &models, policy.as_mut(), &workload);
+        assert_eq!(r.unfinished, 0, "every task finishes in the drain");
+        for (i, c) in workload.clients.iter().enumerate() {
+            let drawn: Vec<Ns> = ArrivalTimes::new(i, c)
+                .take_while(|&t| t < workload.duration_ns)
+                .collect();
+            assert!(drawn.len() > 10, "client {i} drew {} arrivals", drawn.len());
+            assert_eq!(drawn, arrivals_of(&r, i as u32), "client {i}");
+        }
+    }
+
+    #[test]
+    fn a_closed_loop_client_yields_only_its_first_arrival() {
+        let spec = ClientSpec {
+            priority: Priority::BestEffort,
+            model: 0,
+            arrival: Arrival::ClosedLoop,
+        };
+        assert_eq!(ArrivalTimes::new(0, &spec).collect::<Vec<_>>(), vec![0]);
     }
 }

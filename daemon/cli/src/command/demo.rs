@@ -51,6 +51,13 @@ pub struct Args {
     /// suffix in --rt-model and --be-model.
     #[arg(long)]
     small: bool,
+    /// With `--backend cuda`: a folder of ONNX files served in place of
+    /// the builders of the same name, and beside them (`models.dir`):
+    /// e.g. the DISB models from `scripts/onnx/make-disb-models.py --out
+    /// DIR [--small]`, so that `--be-model yolov3` or a user's own model
+    /// runs too.
+    #[arg(long = "models", value_name = "DIR")]
+    models_dir: Option<std::path::PathBuf>,
     /// Print the result as JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -74,6 +81,12 @@ pub fn run(a: Args) -> ExitCode {
         return fail(
             "the demo compares GPU schedulers, which --backend cpu does not have; use --backend \
              sim or cuda (the cpu backend serves ONNX models: docs/onnx.md)",
+        );
+    }
+    if backend != BackendKind::Cuda && a.models_dir.is_some() {
+        return fail(
+            "--models serves ONNX files on --backend cuda; the simulated GPU's demo runs the \
+             built-in DISB models",
         );
     }
     if backend == BackendKind::Cuda && a.scheduler.iter().any(|s| s == "fifo") {
@@ -119,6 +132,8 @@ pub fn run(a: Args) -> ExitCode {
         } else {
             sluice_nn::builders::Scale::Full
         },
+        models_dir: a.models_dir,
+        device: None,
     };
     let d = match demo::run(&exe, &opts) {
         Ok(d) => d,

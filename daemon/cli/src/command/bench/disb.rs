@@ -23,9 +23,11 @@ pub struct Args {
     #[arg(long = "policy", value_name = "NAME", num_args = 1.., value_delimiter = ',', value_parser = parse::policy)]
     policies: Vec<PolicyKind>,
     /// Device profile of the simulated GPU (mi50, gv100, h100), or
-    /// `cuda`: CUDA device 0 (a build with `--features cuda`), running
-    /// the models' kernels as synthetic kernels on their manifest
-    /// timings, one run at a time, in real time.
+    /// `cuda`: CUDA device 0 (a build with `--features cuda`), one run at
+    /// a time, in real time. With `--models DIR` holding the DISB models'
+    /// ONNX files (scripts/onnx/make-disb-models.py), their real layers
+    /// on the daemon's CUDA server under each policy; otherwise the
+    /// models' kernels as synthetic kernels on their manifest timings.
     #[arg(long, default_value = "mi50", value_parser = parse::device_or_cuda)]
     device: String,
     /// Virtual time of each run, ms (default 2000 on mi50, 1000 on
@@ -44,7 +46,9 @@ pub struct Args {
     jobs: Option<u64>,
     /// Folder of model manifests (`*.json`) used instead of the
     /// built-in ones of the same name, e.g. profiles measured with
-    /// `sluice profile --device cuda` to calibrate the GPU model.
+    /// `sluice profile --device cuda` to calibrate the GPU model; with
+    /// `--device cuda`, or a folder of the DISB models' ONNX files
+    /// (`vgg19.onnx` ..., or `vgg19_small.onnx` ... from `--small`).
     #[arg(long = "models", value_name = "DIR")]
     models_dir: Option<PathBuf>,
     /// Print one JSON object instead of a table.
@@ -131,6 +135,9 @@ fn on_cuda(
     progress: &mut dyn FnMut(&disb::Progress),
 ) -> Result<disb::DisbReport, disb::DisbError> {
     use sluice_cuda::{Kill, open_device0};
+    if let Some(dir) = opts.models_dir.as_ref().filter(|d| disb::holds_onnx(d)) {
+        return on_cuda_served(opts, dir, progress);
+    }
     let (g, info) =
         open_device0(Kill::Cooperative).map_err(|e| disb::DisbError::Device(e.to_string()))?;
     let name = format!("cuda: {}", info.name);
@@ -141,6 +148,45 @@ fn on_cuda(
         &name,
         progress,
     )
+}
+
+/// `sluice bench disb --device cuda --models DIR` with the DISB models'
+/// ONNX files in DIR: their real layers on the daemon's CUDA server, one
+/// server per policy (the kernel library compiled and the models loaded
+/// for each).
+#[cfg(feature = "cuda")]
+fn on_cuda_served(
+    opts: &disb::DisbOptions,
+    dir: &std::path::Path,
+    progress: &mut dyn FnMut(&disb::Progress),
+) -> Result<disb::DisbReport, disb::DisbError> {
+    use crate::error_chain;
+    use sluice_cuda::serve::{CudaServer, ServeOptions};
+    use sluice_cuda::{Kill, open_gpu};
+    let info = sluice_cuda::real::probe().map_err(|e| disb::DisbError::Device(e.to_string()))?;
+    let (models, graphs, scale) = disb::onnx_models(dir)?;
+    let shared = std::sync::Arc::new(models.clone());
+    let serve = ServeOptions {
+        scale,
+        ..ServeOptions::default()
+    };
+    let device = info.to_string();
+    let factory = Box::new(move |kind| {
+        let (gpu, lib, _) = open_gpu(Kill::Cooperative).map_err(|e| error_chain(&e))?;
+        CudaServer::with_graphs(
+            gpu,
+            &lib,
+            kind,
+            shared.clone(),
+            &serve,
+            &graphs,
+            &device,
+            shm_proto::now_ns(),
+        )
+        .map_err(|e| error_chain(&e))
+    });
+    let name = format!("cuda: {} (the ONNX models' real layers)", info.name);
+    disb::run_served(opts, models, factory, &name, progress)
 }
 
 /// `sluice bench disb --device cuda` in a build without the backend.
