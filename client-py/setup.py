@@ -17,7 +17,10 @@ class BuildPyWithWhere(build_py):
         super().run()
         checkout = HERE.parent
         target = os.environ.get("CARGO_TARGET_DIR", "")
-        if target:
+        if not (checkout / "client-lib").is_dir():
+            # Built from a copy outside the checkout (an old pip): nothing to record.
+            checkout, target = "", ""
+        elif target:
             target = str((checkout / target).resolve())
         out = pathlib.Path(self.build_lib) / "sluice" / "_where.py"
         out.write_text(

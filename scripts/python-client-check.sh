@@ -16,8 +16,11 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
-cargo build --release -q --bin sluiced --bin sluice
-cargo build --release -q -p sluice-client --lib
+# The same two builds as scripts/onnx/serve-check.sh, so that after it (in CI) both are fresh:
+# libsluice_client's files carry no hash, so a build of it with other features (or of a
+# binary that links it) would rebuild it and what depends on it.
+cargo build --release -q --bin sluiced
+cargo build --release -q -p sluice-client --lib --example serve_check
 target=${CARGO_TARGET_DIR:-$root/target}
 target=$(cd "$target" && pwd)
 

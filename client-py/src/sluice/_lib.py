@@ -111,7 +111,8 @@ def _checkout_dirs(here: pathlib.Path) -> list[pathlib.Path]:
 
         if _where.CARGO_TARGET_DIR:
             dirs += [pathlib.Path(_where.CARGO_TARGET_DIR) / p for p in ("release", "debug")]
-        roots.append(pathlib.Path(_where.CHECKOUT))
+        if _where.CHECKOUT:
+            roots.append(pathlib.Path(_where.CHECKOUT))
     except ImportError:
         pass
     # Run from the source tree (client-py/src/sluice) or an editable install.
