@@ -5,6 +5,7 @@ requests, and the refusals of this package, the C library and the daemon."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import numpy as np
 import pytest
@@ -115,6 +116,52 @@ def test_async_concurrent_requests(client, oracle):
         assert_close(out["probs"], want["probs"])
     assert ticks > 1  # the loop kept running while the requests were in flight
     assert client.in_flight == 0
+
+
+def test_async_more_requests_than_the_rings_hold(client, oracle):
+    # Beyond the completion ring's capacity the worker holds requests back
+    # until one completes (sluice.Busy is never seen by the caller).
+    m = client.model(MODEL)
+    x = random_inputs(4, seed=9)
+    want = oracle(x)
+    peak = 0
+
+    async def main():
+        nonlocal peak
+        tasks = [asyncio.ensure_future(m.infer_async(x)) for _ in range(600)]
+        while not all(t.done() for t in tasks):
+            peak = max(peak, client.in_flight)
+            await asyncio.sleep(0.001)
+        return [t.result() for t in tasks]
+
+    outs = asyncio.run(main())
+    assert len(outs) == 600
+    for out in outs:
+        assert_close(out["probs"], want["probs"])
+    assert peak > 1  # requests were in flight together
+    assert client.in_flight == 0 and client._arena.in_use() == 0
+
+
+def test_async_cancelled_request_is_still_redeemed(client, oracle):
+    m = client.model(MODEL)
+    x = random_inputs(2, seed=11)
+
+    async def main():
+        t = asyncio.ensure_future(m.infer_async(x))
+        await asyncio.sleep(0)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+        return await m.infer_async(x)
+
+    out = asyncio.run(main())
+    assert_close(out["logits"], oracle(x)["logits"])
+    # The cancelled one may complete after the other; the worker redeems it then.
+    for _ in range(3000):  # watchdog: 30 s
+        if client.in_flight == 0:
+            break
+        time.sleep(0.01)
+    assert client.in_flight == 0 and client._arena.in_use() == 0
 
 
 def test_async_refusal_raises_in_the_awaiting_coroutine(client):
