@@ -24,9 +24,6 @@ cargo build --release -q -p sluice-client --lib --example serve_check
 target=${CARGO_TARGET_DIR:-$root/target}
 target=$(cd "$target" && pwd)
 
-python3 -m pip install --quiet --disable-pip-version-check ./client-py pytest==9.2.0 2>&1 \
-  | grep -v "Running pip as the 'root' user" || true
-
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/sluice-python-check.XXXXXX")
 daemon_pid=''
 cleanup() {
@@ -44,6 +41,13 @@ cleanup() {
   exit "$rc"
 }
 trap cleanup EXIT
+
+if ! python3 -m pip install --quiet --disable-pip-version-check ./client-py pytest==9.2.0 >"$tmp/pip.log" 2>&1; then
+  cat "$tmp/pip.log" >&2
+  echo "python-client-check: pip install ./client-py failed" >&2
+  exit 1
+fi
+grep -v "Running pip as the 'root' user" "$tmp/pip.log" || true
 
 # The installed package, not the source tree: run from outside the checkout.
 (cd "$tmp" && env -u SLUICE_CLIENT_LIB python3 -c \
