@@ -874,6 +874,14 @@ def op_fixtures(op):
     op("concat-axis-neg1", 13, [N("Concat", ["a", "b", "c"], ["y"], axis=-1)],
        {"a": (2, 3, 4)}, {"b": (2, 3, 1), "c": (2, 3, 2)})
     op("concat-axis-neg3", 13, [N("Concat", ["a", "b"], ["y"], axis=-3)], {"a": (2, 3, 4)}, {"b": (1, 3, 4)})
+    # More inputs than the CUDA gather kernel's four sources: lowered as a chain of gathers.
+    op("concat-5-inputs-axis-neg1", 13, [N("Concat", ["a", "b", "c", "d", "e"], ["y"], axis=-1)],
+       {"a": (2, 3, 1), "b": (2, 3, 2), "c": (2, 3, 1), "d": (2, 3, 3), "e": (2, 3, 1)})
+    op("concat-9-inputs-axis1", 13,
+       [N("Concat", ["a", "b", "c", "d", "e", "f", "g", "h", "i"], ["y"], axis=1)],
+       {"a": (2, 3, 4), "b": (2, 1, 4)},
+       {"c": (2, 2, 4), "d": (2, 1, 4), "e": (2, 3, 4), "f": (2, 1, 4), "g": (2, 2, 4),
+        "h": (2, 1, 4), "i": (2, 2, 4)})
     op("concat-axis1-opset11", 11, [N("Concat", ["a", "b"], ["y"], axis=1)], {"a": (2, 3, 4)}, {"b": (2, 2, 4)})
     op("split-opset11-attribute", 11, [N("Split", ["x"], ["y0", "y1"], axis=1, split=[1, 2])], {"x": (2, 3, 4)})
     op("split-opset11-equal", 11, [N("Split", ["x"], ["y0", "y1"], axis=-1)], {"x": (2, 3, 4)})

@@ -603,6 +603,131 @@ impl<'s> Ctx<'s> {
     }
 }
 
+impl Ctx<'_> {
+    /// A Concat of more inputs than the gather kernel's sources: one
+    /// gather of the first four inputs (the others' elements filled), then
+    /// each further gather takes the output so far and up to three more
+    /// inputs, copying what is already placed and adding theirs.
+    fn concat_many(
+        &mut self,
+        n: &sluice_graph::Node,
+        label: &str,
+    ) -> Result<TensorRef, LowerError> {
+        // The whole index table: input j's elements numbered after the
+        // inputs before it.
+        let mut ins = Vec::with_capacity(n.inputs.len());
+        let mut bases = Vec::with_capacity(n.inputs.len());
+        let mut sources = Vec::with_capacity(n.inputs.len());
+        let mut next = 0usize;
+        for v in n.inputs.iter().flatten() {
+            let (dt, shape) = self
+                .s
+                .info(*v)
+                .map(|(d, s)| (d, s.to_vec()))
+                .unwrap_or((DType::F32, Vec::new()));
+            if dt != DType::F32 {
+                return Err(node_err(
+                    n,
+                    format!(
+                        "input '{}' is {dt}; the kernels move f32 data only",
+                        self.s.name(*v)
+                    ),
+                ));
+            }
+            let len: usize = shape.iter().product();
+            let iota = (next..next + len).map(|i| i as f32).collect();
+            ins.push(Tensor::f32(shape, iota).map_err(|e| node_err(n, e.0))?);
+            bases.push((next, len));
+            sources.push(self.operand(n, Some(*v))?);
+            next += len;
+        }
+        let refs: Vec<Option<&Tensor>> = ins.iter().map(Some).collect();
+        let full = sluice_graph::eval(&n.op, &refs, 1)
+            .map_err(|e| node_err(n, format!("building its index table: {}", e.0)))?
+            .into_iter()
+            .next()
+            .and_then(|t| t.as_f32().map(<[f32]>::to_vec))
+            .ok_or_else(|| node_err(n, "its index table is not f32"))?;
+        let nel = full.len();
+        if nel + next > MAX_EXACT_INDEX {
+            return Err(node_err(
+                n,
+                format!(
+                    "it moves more than 2^24 elements ({}), the limit of the kernel's f32 index table",
+                    nel + next
+                ),
+            ));
+        }
+        let mut placed: Option<TensorRef> = None;
+        let mut first = 0usize;
+        let mut stage = 0usize;
+        while first < sources.len() {
+            let room = if placed.is_some() {
+                GATHER_SOURCES - 1
+            } else {
+                GATHER_SOURCES
+            };
+            let end = (first + room).min(sources.len());
+            let mut srcs = [None; GATHER_SOURCES];
+            let mut lens = [0usize; GATHER_SOURCES];
+            let mut slot = 0usize;
+            if let Some(p) = placed {
+                srcs[0] = Some(p);
+                lens[0] = nel;
+                slot = 1;
+            }
+            for j in first..end {
+                srcs[slot] = Some(sources[j]);
+                lens[slot] = bases[j].1;
+                slot += 1;
+            }
+            let (lo, hi) = (bases[first].0, bases[end - 1].0 + bases[end - 1].1);
+            let shift = if placed.is_some() { nel } else { 0 };
+            let idx: Vec<f32> = full
+                .iter()
+                .enumerate()
+                .map(|(i, &g)| {
+                    let g = g as usize;
+                    if g < lo {
+                        // Placed by an earlier stage, at the same position.
+                        i as f32
+                    } else if g < hi {
+                        (shift + g - lo) as f32
+                    } else {
+                        // A later stage's: filled now, replaced then.
+                        -1.0
+                    }
+                })
+                .collect();
+            let last = end == sources.len();
+            let lbl = if last {
+                label.to_owned()
+            } else {
+                format!("{label}.part{stage}")
+            };
+            let it = self.weight(&format!("{lbl}.idx"), idx);
+            let y = self.act(&lbl, nel);
+            self.push(
+                lbl,
+                super::Op::Gather {
+                    srcs,
+                    idx: it,
+                    y,
+                    shape: GatherShape {
+                        n: nel,
+                        lens,
+                        fill: 0.0,
+                    },
+                },
+            )?;
+            placed = Some(y);
+            first = end;
+            stage += 1;
+        }
+        placed.ok_or_else(|| node_err(n, "no input"))
+    }
+}
+
 /// Lowers `s` to a plan, its weights and the layout of its inputs and
 /// outputs (see the module docs).
 pub fn lower_graph(s: &Static, name: &str) -> Result<Lowered, LowerError> {
@@ -1444,7 +1569,7 @@ fn lower_node(cx: &mut Ctx<'_>, n: &sluice_graph::Node) -> Result<(), LowerError
         }
         Op::Softmax {
             axis,
-            log: false,
+            log,
             coerce_2d,
         } => {
             let r = oshape.len().max(1);
@@ -1473,13 +1598,29 @@ fn lower_node(cx: &mut Ctx<'_>, n: &sluice_graph::Node) -> Result<(), LowerError
                     },
                 },
             )?;
-            if inner {
+            let y = if inner {
                 let moved: Vec<usize> = perm.iter().map(|&p| oshape[p]).collect();
                 let mut back = vec![0usize; r];
                 for (i, &p) in perm.iter().enumerate() {
                     back[p] = i;
                 }
                 cx.permute(n, &format!("{label}.out"), y, &moved, &back)?.0
+            } else {
+                y
+            };
+            if *log {
+                // LogSoftmax as the log of the softmax: exact to f32 but for
+                // a logit more than ~87 below its row's maximum, whose
+                // softmax underflows to 0 (its log then -inf, where ONNX
+                // gives the finite x - max - log Σ).
+                cx.elementwise(
+                    n,
+                    &format!("{label}.log"),
+                    &oshape,
+                    &[(y, oshape.clone())],
+                    ElemOp::Unary(Some(Unary::Log)),
+                    None,
+                )?
             } else {
                 y
             }
@@ -1598,10 +1739,7 @@ fn lower_node(cx: &mut Ctx<'_>, n: &sluice_graph::Node) -> Result<(), LowerError
                 cx.layout(n, &label, &(0..n.inputs.len()).collect::<Vec<_>>())?;
                 return Ok(());
             }
-            return Err(node_err(
-                n,
-                format!("it joins {k} inputs; the kernel takes at most {GATHER_SOURCES}"),
-            ));
+            cx.concat_many(n, &label)?
         }
         other => return Err(node_err(n, format!("no kernel for {} yet", other.name()))),
     };
