@@ -1189,7 +1189,7 @@ enum Backend {
         name: String,
         models: Arc<ModelRegistry>,
         /// The server of the policy that ran last.
-        server: std::sync::Mutex<Option<(PolicyKind, sluice_cuda::serve::CudaServer)>>,
+        server: std::sync::Mutex<Option<(PolicyKind, Box<sluice_cuda::serve::CudaServer>)>>,
     },
 }
 
@@ -1274,7 +1274,7 @@ impl Backend {
         let mut slot = server.lock().unwrap_or_else(|e| e.into_inner());
         if slot.as_ref().is_none_or(|(k, _)| *k != kind) {
             *slot = None;
-            *slot = Some((kind, factory(kind)?));
+            *slot = Some((kind, Box::new(factory(kind)?)));
         }
         let (_, s) = slot.as_mut().ok_or("no server")?;
         f(s)
