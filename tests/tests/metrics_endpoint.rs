@@ -361,21 +361,32 @@ fn a_scrape_matches_the_requests_sent_and_sluice_status() {
     let d = start("metrics", "127.0.0.1:0");
     let at = metrics_at(&d);
     assert!(at.starts_with("127.0.0.1:") && !at.ends_with(":0"), "{at}");
-    // Before any request: every counter at zero, both classes of every
-    // model present.
+    // Before any request: the counters at zero, both classes of every
+    // model present; no histogram series until its first observation.
     let s0 = Scrape::of(&get(&at, "/metrics"));
     assert_eq!(s0.sum("sluice_requests_received_total", &[]), 0.0);
     assert_eq!(
         s0.types.get("sluice_requests_received").map(String::as_str),
         Some("counter")
     );
+    for p in ["rt", "be"] {
+        let ok = [("model", "echo_small"), ("priority", p), ("status", "ok")];
+        assert!(
+            s0.samples
+                .iter()
+                .any(|x| x.name == "sluice_requests_completed_total"
+                    && ok.iter().all(|(k, v)| x.labels[*k] == *v)
+                    && x.value == 0.0),
+            "{p}"
+        );
+    }
     assert_eq!(
-        s0.histogram(
-            "sluice_request_latency_seconds",
-            &[("model", "echo_small"), ("priority", "rt")]
-        ),
-        0.0
+        s0.types
+            .get("sluice_request_latency_seconds")
+            .map(String::as_str),
+        Some("histogram")
     );
+    assert!(!s0.has("sluice_request_latency_seconds_count"));
 
     let mut c = connect(&d.socket, "metrics");
     let echo = lookup(&mut c, "echo_small");

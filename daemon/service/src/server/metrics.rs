@@ -419,40 +419,47 @@ impl Collector for DaemonCollector {
                 }
             }
         }
-        let histograms: [(&str, &str, Option<Unit>, &[u64], f64, HistFn); 3] = [
-            (
-                "sluice_request_latency",
-                "Received (taken off the ring) to finished on the device, of requests \
-                 completed OK, by model and class.",
-                Some(Unit::Seconds),
-                &LATENCY_BOUNDS_NS,
-                1e9,
-                |c| &c.latency as &dyn Snap,
-            ),
-            (
-                "sluice_request_queue_wait",
-                "Received to started on the device, of requests completed OK, by model and \
-                 class.",
-                Some(Unit::Seconds),
-                &LATENCY_BOUNDS_NS,
-                1e9,
-                |c| &c.queue_wait as &dyn Snap,
-            ),
-            (
-                "sluice_request_batch_size",
-                "Batch of each request handed to the device (an untyped request is 1), by \
-                 model and class.",
-                None,
-                &BATCH_BOUNDS,
-                1.0,
-                |c| &c.batch as &dyn Snap,
-            ),
+        let histograms = [
+            HistFamily {
+                name: "sluice_request_latency",
+                help: "Received (taken off the ring) to finished on the device, of requests \
+                       completed OK, by model and class.",
+                unit: Some(Unit::Seconds),
+                bounds: &LATENCY_BOUNDS_NS,
+                per_unit: 1e9,
+                pick: |c| &c.latency as &dyn Snap,
+            },
+            HistFamily {
+                name: "sluice_request_queue_wait",
+                help: "Received to started on the device, of requests completed OK, by model \
+                       and class.",
+                unit: Some(Unit::Seconds),
+                bounds: &LATENCY_BOUNDS_NS,
+                per_unit: 1e9,
+                pick: |c| &c.queue_wait as &dyn Snap,
+            },
+            HistFamily {
+                name: "sluice_request_batch_size",
+                help: "Batch of each request handed to the device (an untyped request is 1), \
+                       by model and class.",
+                unit: None,
+                bounds: &BATCH_BOUNDS,
+                per_unit: 1.0,
+                pick: |c| &c.batch as &dyn Snap,
+            },
         ];
-        for (name, help, unit, bounds, per_unit, pick) in &histograms {
-            let mut m = e.encode_descriptor(name, help, unit.as_ref(), MetricType::Histogram)?;
+        for h in &histograms {
+            let mut m =
+                e.encode_descriptor(h.name, h.help, h.unit.as_ref(), MetricType::Histogram)?;
             for (model, mm) in &models {
                 for p in CLASSES {
-                    let s = pick(mm.of(p)).snap(bounds, *per_unit);
+                    let s = (h.pick)(mm.of(p)).snap(h.bounds, h.per_unit);
+                    // A series appears with its first observation: a
+                    // daemon with many models, each used in one class,
+                    // does not send ~60 lines of zeros for every other.
+                    if s.count == 0 {
+                        continue;
+                    }
                     m.encode_family(&[("model", *model), ("priority", p.as_str())])?
                         .encode_histogram::<prometheus_client::encoding::NoLabelSet>(
                             s.sum, s.count, &s.buckets, None,
@@ -519,7 +526,17 @@ impl Collector for DaemonCollector {
     }
 }
 
-type HistFn = fn(&crate::metrics::ClassMetrics) -> &dyn Snap;
+/// One histogram family of [`DaemonCollector`]: its name, help and unit,
+/// its bucket bounds and their divisor into the unit, and which histogram
+/// of a model's class it reads.
+struct HistFamily {
+    name: &'static str,
+    help: &'static str,
+    unit: Option<Unit>,
+    bounds: &'static [u64],
+    per_unit: f64,
+    pick: fn(&crate::metrics::ClassMetrics) -> &dyn Snap,
+}
 
 /// A histogram of either bucket count, read as a snapshot.
 trait Snap {
