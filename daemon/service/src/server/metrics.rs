@@ -43,6 +43,10 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 /// Largest request head read; a longer one is answered 431.
 pub const MAX_REQUEST_BYTES: usize = 8192;
+/// Longest the endpoint reads and drops what a peer sends after the answer.
+const LINGER: Duration = Duration::from_millis(200);
+/// Most bytes it reads and drops then.
+const LINGER_BYTES: usize = 256 * 1024;
 /// How often the thread looks at the stop flag while no one connects.
 const STOP_POLL: Duration = Duration::from_millis(100);
 /// The content type of `prometheus-client`'s text encoding.
@@ -160,6 +164,29 @@ impl Stream {
             }
         }
     }
+    /// Ends the connection gently: no more writes, then what the peer
+    /// still sends is read and dropped (at most [`LINGER_BYTES`], for at
+    /// most [`LINGER`]), so closing with unread input does not reset the
+    /// connection before the peer has read the answer.
+    fn linger(&mut self) {
+        let _ = match self {
+            Self::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
+            Self::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+        };
+        let start = Instant::now();
+        let mut buf = [0u8; 4096];
+        let mut drained = 0;
+        while drained < LINGER_BYTES {
+            let left = LINGER.saturating_sub(start.elapsed());
+            if left.is_zero() || self.set_timeouts(left, WRITE_TIMEOUT).is_err() {
+                break;
+            }
+            match self.io().read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => drained += n,
+            }
+        }
+    }
     fn io(&mut self) -> &mut dyn ReadWrite {
         match self {
             Self::Tcp(s) => s,
@@ -246,8 +273,19 @@ fn answer(mut s: Stream, registry: &Registry, body: &mut String) -> std::io::Res
             Err(e) => return Err(e),
         }
     };
-    let io = s.io();
-    if !complete {
+    let r = reply(s.io(), complete.then_some(&head[..len]), registry, body);
+    s.linger();
+    r
+}
+
+/// Answers a request head (`None`: it did not fit).
+fn reply(
+    io: &mut dyn ReadWrite,
+    head: Option<&[u8]>,
+    registry: &Registry,
+    body: &mut String,
+) -> std::io::Result<()> {
+    let Some(head) = head else {
         return respond(
             io,
             "431 Request Header Fields Too Large",
@@ -255,8 +293,8 @@ fn answer(mut s: Stream, registry: &Registry, body: &mut String) -> std::io::Res
             "request head too large\n",
             true,
         );
-    }
-    match parse_request(&head[..len]) {
+    };
+    match parse_request(head) {
         ask @ (Ask::Metrics | Ask::Head) => {
             body.clear();
             if prometheus_client::encoding::text::encode(body, registry).is_err() {
