@@ -64,6 +64,11 @@ pub struct IpcOptions {
     pub seconds: u64,
     /// Requests in flight in the throughput phase.
     pub inflight: u32,
+    /// With a non-zero value, every daemon of the run serves its metrics
+    /// endpoint (`[metrics] listen` on a free loopback port) and a thread
+    /// of this process scrapes `GET /metrics` every this many ms while the
+    /// phases run: the cost of being scraped, on the same machine.
+    pub scrape_every_ms: u32,
 }
 
 /// Percentiles as the JSON report names them.
@@ -171,6 +176,34 @@ pub struct IpcResult {
     pub cpus: usize,
     /// `"client cpu 0, server cpu 1"`, or `"unpinned"` on one CPU.
     pub placement: String,
+    /// [`IpcOptions::scrape_every_ms`] (0: no endpoint, no scraper).
+    pub scrape_every_ms: u32,
+    /// Scrapes answered 200 during the daemon phases.
+    pub scrapes: u64,
+    /// Scrapes that failed (connect, read, or not 200).
+    pub scrape_failures: u64,
+}
+
+/// What the scraper thread of [`with_daemon`] did.
+#[derive(Debug, Clone, Copy, Default)]
+struct Scrapes {
+    ok: u64,
+    failed: u64,
+}
+
+/// One `GET /metrics` over TCP; whether it was answered 200.
+fn scrape_once(at: &str) -> bool {
+    let Ok(mut s) = std::net::TcpStream::connect(at) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    if s.write_all(b"GET /metrics HTTP/1.1\r\nHost: sluice\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut body = Vec::new();
+    s.read_to_end(&mut body).is_ok() && body.starts_with(b"HTTP/1.1 200 ")
 }
 
 fn progress(msg: &str) {
@@ -239,21 +272,54 @@ fn uds_phase(exe: &Path, o: &IpcOptions) -> Result<BenchReport, String> {
     r
 }
 
+/// Runs `f` against an embedded daemon; with `scrape_every_ms`, its
+/// metrics endpoint is scraped that often meanwhile.
 fn with_daemon<T>(
     idle_spin_us: u32,
+    scrape_every_ms: u32,
     f: impl FnOnce(&Path) -> Result<T, String>,
-) -> Result<T, String> {
+) -> Result<(T, Scrapes), String> {
     let socket = temp_socket(&format!("bench-ipc-{idle_spin_us}")).map_err(|e| e.to_string())?;
     let mut config = embedded_config(socket.clone(), idle_spin_us);
     config.daemon.dispatcher_core = placement().map(|(_, server)| server);
+    if scrape_every_ms > 0 {
+        config.metrics.listen = Some(sluice_service::config::MetricsListen::Tcp(
+            std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+        ));
+    }
     let models = Arc::new(sluice_model::ModelRegistry::builtin());
     let device =
         sluice_service::startup::make_device(&config, models.clone()).map_err(|e| e.to_string())?;
     let mut d = Daemon::start(config, models, device).map_err(|e| e.to_string())?;
-    let r = f(&socket);
+    let at = d.shared().status().metrics;
+    let stop = AtomicBool::new(false);
+    let (r, scrapes) = std::thread::scope(|s| {
+        let scraper = (scrape_every_ms > 0).then(|| {
+            let (stop, at) = (&stop, &at);
+            s.spawn(move || {
+                let mut n = Scrapes::default();
+                let every = std::time::Duration::from_millis(u64::from(scrape_every_ms));
+                while !stop.load(Ordering::Relaxed) {
+                    if scrape_once(at) {
+                        n.ok += 1;
+                    } else {
+                        n.failed += 1;
+                    }
+                    std::thread::sleep(every);
+                }
+                n
+            })
+        });
+        let r = f(&socket);
+        stop.store(true, Ordering::Relaxed);
+        let n = scraper
+            .map(|t| t.join().unwrap_or_default())
+            .unwrap_or_default();
+        (r, n)
+    });
     d.shutdown();
     let _ = std::fs::remove_dir_all(socket.parent().unwrap_or(Path::new("/nonexistent")));
-    r
+    Ok((r?, scrapes))
 }
 
 fn floor_phase(exe: &Path, o: &IpcOptions, kind: FloorKind) -> Result<BenchReport, String> {
@@ -288,19 +354,20 @@ pub fn run(exe: &Path, o: &IpcOptions) -> Result<IpcResult, String> {
     progress("bench ipc [1/6] cache-line ping-pong floors ...");
     let floor_pair = floor_phase(exe, o, FloorKind::Pair)?;
     let floor = floor_phase(exe, o, FloorKind::Ring)?;
-    let (spin, nospin, parked, tput) = with_daemon(1_000_000, |s| {
-        progress("bench ipc [2/6] spinning client ...");
-        let spin = child(exe, s, "spin", o)?;
-        progress("bench ipc [3/6] client with spin budget 0 ...");
-        let nospin = child(exe, s, "parked", o)?;
-        progress("bench ipc [4/6] sleeping client ...");
-        let parked = child(exe, s, "parked-device", o)?;
-        progress("bench ipc [5/6] throughput ...");
-        let tput = child(exe, s, "throughput", o)?;
-        Ok((spin, nospin, parked, tput))
-    })?;
+    let ((spin, nospin, parked, tput), scrapes_a) =
+        with_daemon(1_000_000, o.scrape_every_ms, |s| {
+            progress("bench ipc [2/6] spinning client ...");
+            let spin = child(exe, s, "spin", o)?;
+            progress("bench ipc [3/6] client with spin budget 0 ...");
+            let nospin = child(exe, s, "parked", o)?;
+            progress("bench ipc [4/6] sleeping client ...");
+            let parked = child(exe, s, "parked-device", o)?;
+            progress("bench ipc [5/6] throughput ...");
+            let tput = child(exe, s, "throughput", o)?;
+            Ok((spin, nospin, parked, tput))
+        })?;
     progress("bench ipc [6/6] sleeping client, sleeping daemon ...");
-    let (both, spin50, adaptive) = with_daemon(0, |s| {
+    let ((both, spin50, adaptive), scrapes_b) = with_daemon(0, o.scrape_every_ms, |s| {
         let both = child(exe, s, "parked", o)?;
         progress("bench ipc [6/6] sleeping daemon, client spin budget 50 µs / adaptive ...");
         let spin50 = child(exe, s, "spin50", o)?;
@@ -342,6 +409,9 @@ pub fn run(exe: &Path, o: &IpcOptions) -> Result<IpcResult, String> {
         placement: placement().map_or("unpinned".into(), |(c, s)| {
             format!("client cpu {c}, server cpu {s}")
         }),
+        scrape_every_ms: o.scrape_every_ms,
+        scrapes: scrapes_a.ok + scrapes_b.ok,
+        scrape_failures: scrapes_a.failed + scrapes_b.failed,
     })
 }
 
@@ -398,5 +468,11 @@ pub fn table(r: &IpcResult) -> String {
         r.slept.sleepy_daemon_spin50 * 100.0,
         r.slept.sleepy_daemon_adaptive * 100.0
     );
+    if r.scrape_every_ms > 0 {
+        s += &format!(
+            "metrics endpoint scraped every {} ms during the daemon phases: {} scrapes, {} failed\n",
+            r.scrape_every_ms, r.scrapes, r.scrape_failures
+        );
+    }
     s
 }

@@ -132,6 +132,75 @@ fn binary_serves_clients_and_stops_on_sigterm() {
 }
 
 #[test]
+fn binary_serves_metrics_from_its_config_file() {
+    let _w = sluice_tests::watchdog("binary_serves_metrics_from_its_config_file", 60);
+    let Some(sluiced) = sluiced_or_skip("binary_metrics") else {
+        return;
+    };
+    let dir = TestDir::new("binary-metrics");
+    let socket = dir.join("sluiced.sock");
+    let config = dir.join("sluiced.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[daemon]\nsocket = {:?}\nrealtime_priority = 0\nlock_memory = false\n\n\
+             [clients]\narena_bytes = 65536\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+            socket.display().to_string()
+        ),
+    )
+    .unwrap();
+    let log = std::fs::File::create(dir.join("sluiced.log")).unwrap();
+    let mut daemon = ChildGuard::spawn(
+        Command::new(&sluiced)
+            .arg("--config")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log),
+    )
+    .expect("spawn sluiced");
+    let log_text = || std::fs::read_to_string(dir.join("sluiced.log")).unwrap_or_default();
+    assert!(
+        wait_for(|| query_status(&socket).is_ok(), secs(30)),
+        "sluiced never answered; log:\n{}",
+        log_text()
+    );
+    let at = query_status(&socket).unwrap().metrics;
+    assert!(at.starts_with("127.0.0.1:") && !at.ends_with(":0"), "{at}");
+    let mut c = connect(&socket, "binary-metrics");
+    let echo = lookup(&mut c, "echo_small");
+    for i in 0..20 {
+        run_one(&mut c, &echo, 22, i).expect("request served by sluiced");
+    }
+    let mut s = std::net::TcpStream::connect(&at).unwrap();
+    s.set_read_timeout(Some(secs(30))).unwrap();
+    std::io::Write::write_all(&mut s, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut got = String::new();
+    std::io::Read::read_to_string(&mut s, &mut got).unwrap();
+    assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+    assert!(got.ends_with("# EOF\n"), "{got}");
+    let st = query_status(&socket).unwrap();
+    assert_eq!(st.completed, 20);
+    for line in [
+        "sluice_requests_received_total 20".to_owned(),
+        format!(
+            "sluice_requests_completed_total{{model=\"echo_small\",priority=\"rt\",status=\"ok\"}} {}",
+            st.completed
+        ),
+        "sluice_request_latency_seconds_count{model=\"echo_small\",priority=\"rt\"} 20".to_owned(),
+    ] {
+        assert!(
+            got.lines().any(|l| l == line),
+            "no line {line:?} in:\n{got}"
+        );
+    }
+    let exit = daemon
+        .signal_and_wait(Signal::TERM, secs(30))
+        .unwrap_or_else(|| panic!("sluiced ignored SIGTERM; log:\n{}", log_text()));
+    assert!(exit.success(), "{exit}; log:\n{}", log_text());
+}
+
+#[test]
 fn sighup_rescans_the_model_directory_without_a_restart() {
     let _w = sluice_tests::watchdog("sighup_rescans_the_model_directory", 120);
     let Some(sluiced) = sluiced_or_skip("sighup_rescans") else {

@@ -137,7 +137,7 @@ pub fn table(s: &Status) -> String {
     let mut out = format!(
         "sluiced pid {} v{} (protocol {}), up {:.0} s, socket {}\n\
          device: {}   dispatcher: {}\n{}\
-         kill mechanism: {}\n\
+         kill mechanism: {}\n{}\
          models: {}\n{}\
          requests: {} submitted, {} completed, {} errors; {} on the device\n\
          {}\
@@ -156,6 +156,11 @@ pub fn table(s: &Status) -> String {
             format!("WARNING: {}\n", s.dispatcher_warning)
         },
         s.kill_mechanism,
+        if s.metrics.is_empty() {
+            String::new()
+        } else {
+            format!("metrics: GET /metrics on {}\n", s.metrics)
+        },
         s.models.join(", "),
         versions_lines(s),
         s.submitted,

@@ -87,6 +87,59 @@ pub struct Config {
     pub models: ModelsConfig,
     /// `[cluster]`: several GPUs, request rates, batching, partitions.
     pub cluster: ClusterConfig,
+    /// `[metrics]`: the Prometheus endpoint.
+    pub metrics: MetricsConfig,
+}
+
+/// `[metrics]`: the Prometheus endpoint (docs/metrics.md).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MetricsConfig {
+    /// Where to serve `GET /metrics`; `None` (the default): no endpoint.
+    pub listen: Option<MetricsListen>,
+}
+
+/// Where the metrics endpoint listens (`metrics.listen`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MetricsListen {
+    /// A TCP address, `"127.0.0.1:9400"` or `"[::1]:9400"`; port 0 takes
+    /// a free port (`sluice status` shows the one bound).
+    Tcp(std::net::SocketAddr),
+    /// A Unix socket, `"unix:/run/sluice/metrics.sock"` or the absolute
+    /// path alone.
+    Unix(PathBuf),
+}
+
+impl fmt::Display for MetricsListen {
+    /// As written in the file: `127.0.0.1:9400` or `unix:/path`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Tcp(a) => write!(f, "{a}"),
+            Self::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+impl MetricsListen {
+    /// Parses a `metrics.listen` value; `Err` says what is wrong with it.
+    pub fn parse(s: &str) -> Result<Self, &'static str> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            return if path.starts_with('/') && path.len() > 1 {
+                Ok(Self::Unix(PathBuf::from(path)))
+            } else {
+                Err("is not an absolute socket path after `unix:`")
+            };
+        }
+        if s.starts_with('/') {
+            return if s.len() > 1 {
+                Ok(Self::Unix(PathBuf::from(s)))
+            } else {
+                Err("is the root directory, not a socket path")
+            };
+        }
+        s.parse::<std::net::SocketAddr>()
+            .map(Self::Tcp)
+            .map_err(|_| "is neither an IP address with a port nor a Unix socket path")
+    }
 }
 
 /// `[daemon]`.
@@ -540,6 +593,7 @@ impl Config {
             device: v.device(raw.device),
             models: v.models(raw.models, origin),
             cluster: v.cluster(raw.cluster),
+            metrics: v.metrics(raw.metrics),
         };
         if v.errors.is_empty() {
             Ok(config)
@@ -698,6 +752,20 @@ impl Config {
             }
         }
         self.cluster.render(&mut s);
+
+        let _ = writeln!(s, "\n[metrics]");
+        match &self.metrics.listen {
+            Some(l) => {
+                let _ = writeln!(
+                    s,
+                    "listen = {}  # GET /metrics, unauthenticated",
+                    toml_string(&l.to_string())
+                );
+            }
+            None => {
+                let _ = writeln!(s, "# listen unset: no metrics endpoint");
+            }
+        }
         s
     }
 }
@@ -814,6 +882,14 @@ struct RawConfig {
     models: RawModels,
     #[serde(default)]
     cluster: cluster::RawCluster,
+    #[serde(default)]
+    metrics: RawMetrics,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, expecting = "a table ([metrics])")]
+struct RawMetrics {
+    listen: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -1357,6 +1433,27 @@ impl Validator {
         d
     }
 
+    fn metrics(&mut self, raw: RawMetrics) -> MetricsConfig {
+        let Some(listen) = raw.listen else {
+            return MetricsConfig::default();
+        };
+        match MetricsListen::parse(&listen) {
+            Ok(l) => MetricsConfig { listen: Some(l) },
+            Err(problem) => {
+                self.fail(
+                    "metrics.listen",
+                    toml_string(&listen),
+                    problem,
+                    "write \"127.0.0.1:9400\" (an IP address and a port; 0 takes a free \
+                     port), \"unix:/run/sluice/metrics.sock\" or an absolute socket path, \
+                     or remove the key for no endpoint"
+                        .to_owned(),
+                );
+                MetricsConfig::default()
+            }
+        }
+    }
+
     fn models(&mut self, raw: RawModels, origin: &Path) -> ModelsConfig {
         let Some(dir) = raw.dir else {
             return ModelsConfig::default();
@@ -1723,6 +1820,8 @@ mod tests {
                  scaling = true\nburst_overflow = 0.01\n[cluster.util_names]\nresnet50 = \"resnet50\"\n",
             )
             .unwrap(),
+            load("[metrics]\nlisten = \"127.0.0.1:9400\"\n").unwrap(),
+            load("[metrics]\nlisten = \"unix:/run/sluice/metrics.sock\"\n").unwrap(),
         ];
         for c in configs {
             let summary = c.summary();
@@ -1735,6 +1834,57 @@ mod tests {
         assert!(s.contains("SCHED_FIFO priority 50"), "{s}");
         assert!(s.contains("16 MiB"), "{s}");
         assert!(s.contains("built into the binary"), "{s}");
+    }
+
+    #[test]
+    fn metrics_listen_takes_an_address_or_a_socket_path() {
+        assert_eq!(Config::default().metrics.listen, None);
+        let cases = [
+            (
+                "127.0.0.1:9400",
+                MetricsListen::Tcp("127.0.0.1:9400".parse().unwrap()),
+            ),
+            ("[::1]:0", MetricsListen::Tcp("[::1]:0".parse().unwrap())),
+            (
+                "unix:/run/sluice/metrics.sock",
+                MetricsListen::Unix("/run/sluice/metrics.sock".into()),
+            ),
+            ("/tmp/m.sock", MetricsListen::Unix("/tmp/m.sock".into())),
+        ];
+        for (text, want) in cases {
+            let c = load(&format!("[metrics]\nlisten = {text:?}\n")).unwrap();
+            assert_eq!(c.metrics.listen.as_ref(), Some(&want), "{text}");
+            // Written back as loaded.
+            let back = want.to_string();
+            assert_eq!(MetricsListen::parse(&back), Ok(want), "{back}");
+        }
+        for bad in [
+            "",
+            "localhost:9400",
+            "127.0.0.1",
+            "127.0.0.1:99999",
+            "unix:",
+            "unix:relative.sock",
+            "/",
+            ":9400",
+        ] {
+            let e = invalid(&format!("[metrics]\nlisten = {bad:?}\n"));
+            assert_eq!(e.key, "metrics.listen", "{bad:?}");
+            assert_eq!(e.value, format!("{bad:?}"), "the value as written");
+            assert!(e.fix.contains("127.0.0.1:9400"), "{e}");
+        }
+        match load("[metrics]\nport = 9400\n") {
+            Err(ConfigError::Parse { message, .. }) => {
+                assert!(message.contains("unknown field"), "{message}")
+            }
+            other => panic!("an unknown [metrics] key must be refused: {other:?}"),
+        }
+        match load("[metrics]\nlisten = 9400\n") {
+            Err(ConfigError::Parse { message, .. }) => {
+                assert!(message.contains("invalid type"), "{message}")
+            }
+            other => panic!("a number is not an address: {other:?}"),
+        }
     }
 
     #[test]

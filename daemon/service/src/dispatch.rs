@@ -61,6 +61,7 @@ use shm_proto::{Completion, Priority, Request, status};
 
 use crate::backend::fair::{Done, FairShare};
 use crate::config::ClientsConfig;
+use crate::metrics::RequestMetrics;
 use crate::region::Region;
 use crate::repo::{LiveModels, Served};
 use crate::slots::SlotTable;
@@ -438,6 +439,9 @@ pub struct Counters {
     pub parks: AtomicU64,
     /// Requests completed with `DEADLINE_MISSED` (never started).
     pub deadline_missed: MissedCounters,
+    /// Per model and class: latency, queue wait, batch, completions by
+    /// status; refusals by status (the metrics endpoint reads them).
+    pub requests: RequestMetrics,
 }
 
 /// Requests that completed with `DEADLINE_MISSED` (their deadline passed
@@ -564,6 +568,7 @@ impl<H: Host> Dispatcher<H> {
         }
         let models_generation = shared.models().generation();
         let served = shared.models().current();
+        shared.counters().requests.ensure(&served.registry);
         let limits = shared.clients_config();
         let max_in_flight = limits.max_in_flight_per_client.unwrap_or(u32::MAX);
         let device = FairShare::new(device, limits.on_device_per_client);
@@ -603,6 +608,12 @@ impl<H: Host> Dispatcher<H> {
             if generation != self.models_generation {
                 self.served = self.shared.models().current();
                 self.models_generation = generation;
+                // A model new to this daemon gets its metrics block here,
+                // before its first request is validated.
+                self.shared
+                    .counters()
+                    .requests
+                    .ensure(&self.served.registry);
             }
             // The clock as read for the last request taken, if any: the
             // device is polled at that time, not at a second reading.
@@ -774,6 +785,10 @@ impl<H: Host> Dispatcher<H> {
             bump(&counters.submitted);
             match validate(&req, registry, c.region.geometry(), c.region.as_ref()) {
                 Ok(valid) => {
+                    let batch = valid.tensors.as_ref().map_or(1, |t| t.batch);
+                    counters
+                        .requests
+                        .submitted(req.model_id, valid.priority, batch);
                     c.set_on_device(c.on_device + 1);
                     self.device_idle = false;
                     self.device.submit(
@@ -807,6 +822,7 @@ impl<H: Host> Dispatcher<H> {
                     };
                     bump(&c.stats.errors);
                     bump(&counters.errors);
+                    counters.requests.refused(refusal.status);
                     match c.cq.push(completion) {
                         Ok(()) => woke = true,
                         Err(PushError::Full) => {
@@ -847,6 +863,14 @@ impl<H: Host> Dispatcher<H> {
             if f.status == status::DEADLINE_MISSED {
                 counters.deadline_missed.count(d.model, d.priority);
             }
+            counters.requests.finished(
+                d.model,
+                d.priority,
+                f.status,
+                f.received_ns,
+                f.started_ns,
+                f.finished_ns,
+            );
             let (mine, all) = if ok {
                 (&c.stats.completed, &counters.completed)
             } else {

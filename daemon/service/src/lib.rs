@@ -15,11 +15,14 @@
 //! - [`dispatch`]: the dispatcher thread (rings → backend → completions);
 //!   its clients live in a slot table (`slots`).
 //! - [`server`]: the control socket and the [`Daemon`] handle.
+//! - [`metrics`]: what the dispatcher records for the metrics endpoint
+//!   (`[metrics] listen`, served by a thread of its own in [`server`]).
 //! - [`kill_capability`]: which kill mechanism the patched drivers offer.
 pub mod backend;
 pub mod config;
 pub mod dispatch;
 pub mod kill_capability;
+pub mod metrics;
 pub mod region;
 pub mod repo;
 pub mod server;

@@ -28,6 +28,7 @@
 //! unmaps its region.
 
 mod control_plane;
+mod metrics;
 
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
@@ -149,6 +150,8 @@ pub struct Shared {
     control: Arc<OwnedFd>,
     /// The repository's thread, when reloads are supported.
     repo: Option<Mutex<Sender<RepoJob>>>,
+    /// Where the metrics endpoint listens (the address bound), or empty.
+    metrics_at: String,
 }
 
 impl Host for Shared {
@@ -260,6 +263,7 @@ impl Shared {
             protocol: shm_proto::PROTOCOL_VERSION,
             uptime_s: self.started.elapsed().as_secs_f64(),
             socket: self.config.daemon.socket.display().to_string(),
+            metrics: self.metrics_at.clone(),
             device: self.device_name.clone(),
             cluster: self
                 .layout
@@ -414,6 +418,10 @@ pub struct Status {
     pub uptime_s: f64,
     /// Control socket.
     pub socket: String,
+    /// Where `GET /metrics` is served (`[metrics] listen`, with the port
+    /// bound when 0 was asked for); empty when there is no endpoint.
+    #[serde(default)]
+    pub metrics: String,
     /// Device backend.
     pub device: String,
     /// With `[cluster]`: each GPU's partitions, what runs where, and each
@@ -545,6 +553,18 @@ pub enum StartError {
         /// What went wrong and the fix.
         why: String,
     },
+    /// The metrics endpoint could not be bound.
+    #[error(
+        "cannot serve metrics on {listen}: choose a free port or another socket path in \
+         [metrics] listen, or remove the key"
+    )]
+    Metrics {
+        /// `metrics.listen`.
+        listen: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A thread, eventfd or epoll instance could not be created.
     #[error("cannot start the daemon's {what}")]
     Os {
@@ -563,6 +583,7 @@ pub struct Daemon {
     dispatcher: Option<JoinHandle<()>>,
     acceptor: Option<JoinHandle<()>>,
     repo_thread: Option<JoinHandle<()>>,
+    metrics_thread: Option<JoinHandle<()>>,
     control_wake: Arc<OwnedFd>,
 }
 
@@ -619,6 +640,12 @@ impl Daemon {
             ),
         }
         let listener = bind(&path, config.access.socket_group.as_deref())?;
+        let metrics_listener = config
+            .metrics
+            .listen
+            .as_ref()
+            .map(metrics::Listener::bind)
+            .transpose()?;
         let control_wake = Arc::new(
             eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).map_err(|e| {
                 StartError::Os {
@@ -650,6 +677,7 @@ impl Daemon {
             repo: repo.as_ref().map(|_| Mutex::new(repo_tx)),
             counters: Counters {
                 deadline_missed: crate::dispatch::MissedCounters::for_models(model_slots),
+                requests: crate::metrics::RequestMetrics::for_models(model_slots),
                 ..Counters::default()
             },
             heartbeat: AtomicU64::new(0),
@@ -667,6 +695,10 @@ impl Daemon {
             started: Instant::now(),
             tx: Mutex::new(tx),
             control: control.clone(),
+            metrics_at: metrics_listener
+                .as_ref()
+                .map(|(_, at)| at.clone())
+                .unwrap_or_default(),
         });
         let dispatcher =
             Dispatcher::new(shared.clone(), device, rx, control).map_err(|e| StartError::Os {
@@ -730,12 +762,31 @@ impl Daemon {
                 what: "control-plane thread",
                 source: e,
             })?;
+        let metrics_thread = match metrics_listener {
+            Some((listener, at)) => {
+                let s = shared.clone();
+                let t = std::thread::Builder::new()
+                    .name("sluice-metrics".into())
+                    .spawn(move || metrics::serve(listener, s))
+                    .map_err(|e| StartError::Os {
+                        what: "metrics thread",
+                        source: e,
+                    })?;
+                tracing::info!(
+                    metrics = %at,
+                    "serving GET /metrics (unauthenticated: keep it on loopback)"
+                );
+                Some(t)
+            }
+            None => None,
+        };
         tracing::info!(socket = %path.display(), "sluiced listening");
         Ok(Self {
             shared,
             dispatcher: Some(dispatcher),
             acceptor: Some(acceptor),
             repo_thread,
+            metrics_thread,
             control_wake,
         })
     }
@@ -786,6 +837,10 @@ impl Daemon {
         }
         if let Some(d) = self.dispatcher.take() {
             let _ = d.join();
+        }
+        // It looks at the stop flag at least every 100 ms.
+        if let Some(m) = self.metrics_thread.take() {
+            let _ = m.join();
         }
         // Closing the command channel ends the repository's thread once
         // it has finished what it is doing.
@@ -883,6 +938,7 @@ mod tests {
             protocol: 1,
             uptime_s: 1e9,
             socket: "/run/sluice/sluiced.sock".into(),
+            metrics: format!("unix:/run/sluice/{}.sock", "m".repeat(100)),
             device: "sim".into(),
             cluster: None,
             kill_mechanism: "none".into(),

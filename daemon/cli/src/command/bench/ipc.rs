@@ -22,6 +22,11 @@ pub struct Args {
     /// Requests kept in flight in the throughput phase.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..=65536))]
     inflight: u32,
+    /// Serve the daemon's metrics endpoint and scrape it every this many
+    /// ms during the daemon phases (0: no endpoint); compare runs with and
+    /// without it to see what being scraped costs the request path.
+    #[arg(long, value_name = "MS", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=60_000))]
+    scrape_every_ms: u32,
     /// Print one JSON object (nanoseconds) instead of a table.
     #[arg(long)]
     json: bool,
@@ -38,6 +43,7 @@ pub fn run(a: Args) -> ExitCode {
         samples: a.samples,
         seconds: a.seconds,
         inflight: a.inflight,
+        scrape_every_ms: a.scrape_every_ms,
     };
     match ipc::run(&exe, &o) {
         Ok(r) if a.json => print_json(&r),
