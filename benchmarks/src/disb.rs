@@ -90,7 +90,8 @@ use sluice_sched::{Policy, PolicyKind, make_policy};
 use crate::ModelError;
 use sluice_stats::quantile;
 
-use crate::svg::{self, Bar, Frame, Series, Svg};
+use crate::plot::{self, Bar, PlotError, Series};
+use crate::text_table;
 
 /// Virtual run time per workload and policy on the `mi50` profile when
 /// `--duration-ms` is not given. Chosen so that `--workload all` with every
@@ -231,6 +232,16 @@ pub enum TraceError {
         /// What the first line says.
         found: String,
     },
+    /// A line that is not CSV (an unclosed quote, text that is not UTF-8).
+    #[error("{file} line {line}: not CSV ({why}); write `client,priority,model,arrival_ms` rows")]
+    Csv {
+        /// The file.
+        file: String,
+        /// 1-based line number.
+        line: u64,
+        /// What the CSV reader said.
+        why: String,
+    },
     /// A line has the wrong number of columns.
     #[error(
         "{file} line {line}: {found} column(s) in `{text}`; expected 4: \
@@ -240,7 +251,7 @@ pub enum TraceError {
         /// The file.
         file: String,
         /// 1-based line number.
-        line: usize,
+        line: u64,
         /// How many there were.
         found: usize,
         /// The line.
@@ -252,7 +263,7 @@ pub enum TraceError {
         /// The file.
         file: String,
         /// 1-based line number.
-        line: usize,
+        line: u64,
         /// Column name.
         column: &'static str,
         /// The value as written.
@@ -723,34 +734,38 @@ pub fn parse_trace(
     text: &str,
     models: &ModelRegistry,
 ) -> Result<Vec<TraceClient>, TraceError> {
-    let mut lines = text.lines().enumerate();
-    let header = lines
-        .by_ref()
-        .find(|(_, l)| !l.trim().is_empty())
-        .map(|(_, l)| l.trim())
-        .unwrap_or("");
-    let cols: Vec<&str> = header.split(',').map(str::trim).collect();
+    let mut records = csv::ReaderBuilder::new()
+        .has_headers(false)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .comment(Some(b'#'))
+        .from_reader(text.as_bytes())
+        .into_records();
+    let not_csv = |e: csv::Error| TraceError::Csv {
+        file: file.into(),
+        line: e.position().map_or(0, |p| p.line()),
+        why: e.to_string(),
+    };
+    let joined = |r: &csv::StringRecord| r.iter().collect::<Vec<_>>().join(",");
+    let header = records.next().transpose().map_err(not_csv)?;
+    let cols: Vec<&str> = header.iter().flatten().collect();
     if cols != ["client", "priority", "model", "arrival_ms"] {
         return Err(TraceError::Header {
             file: file.into(),
-            found: header.into(),
+            found: header.as_ref().map(joined).unwrap_or_default(),
         });
     }
     let mut clients: Vec<TraceClient> = Vec::new();
-    let mut first_line: Vec<usize> = Vec::new();
-    for (i, raw) in lines {
-        let line = i + 1;
-        let l = raw.trim();
-        if l.is_empty() || l.starts_with('#') {
-            continue;
-        }
-        let f: Vec<&str> = l.split(',').map(str::trim).collect();
+    let mut first_line: Vec<u64> = Vec::new();
+    for record in records {
+        let f = record.map_err(not_csv)?;
+        let line = f.position().map_or(0, |p| p.line());
         if f.len() != 4 {
             return Err(TraceError::Columns {
                 file: file.into(),
                 line,
                 found: f.len(),
-                text: l.into(),
+                text: joined(&f),
             });
         }
         let bad = |column: &'static str, value: &str, why: String| TraceError::Value {
@@ -760,7 +775,7 @@ pub fn parse_trace(
             value: value.into(),
             why,
         };
-        let (name, prio, model, arr) = (f[0], f[1], f[2], f[3]);
+        let (name, prio, model, arr) = (&f[0], &f[1], &f[2], &f[3]);
         if name.is_empty() {
             return Err(bad(
                 "client",
@@ -1579,19 +1594,32 @@ pub fn table(r: &DisbReport) -> String {
             r.device
         )
     };
-    s += &format!(
-        "{:<10} {:>14} {:>12} {:>10}  kernels from\n",
-        "model", "standalone ms", "manifest ms", "max req/s"
+    let mut t = text_table::new(
+        &[
+            "model",
+            "standalone ms",
+            "manifest ms",
+            "max req/s",
+            "kernels from",
+        ],
+        1,
     );
     for m in &r.standalone {
         // The provenance's first word: measured (the REEF artifact, by
         // its authors on an MI50), estimated or synthetic.
         let from = m.provenance.split([' ', ':']).next().unwrap_or("");
-        s += &format!(
-            "{:<10} {:>14.3} {:>12.3} {:>10.1}  {from}\n",
-            m.model, m.time_ms, m.manifest_ms, m.max_rps
-        );
+        t.add_row(vec![
+            m.model.clone(),
+            format!("{:.3}", m.time_ms),
+            format!("{:.3}", m.manifest_ms),
+            format!("{:.1}", m.max_rps),
+            from.to_owned(),
+        ]);
     }
+    if let Some(c) = t.column_mut(4) {
+        c.set_cell_alignment(comfy_table::CellAlignment::Left);
+    }
+    s += &text_table::lines(&t);
     for w in &r.workloads {
         s += &format!("\nworkload {} ({:.0} ms):", w.workload, w.duration_ms);
         for c in &w.clients {
@@ -1602,43 +1630,33 @@ pub fn table(r: &DisbReport) -> String {
         if let Some(n) = &w.note {
             s += &format!("note: {n}\n");
         }
-        s += &format!(
-            "{:<13} {:>6} {:>6} {:>6} {:>7} {:>6} | {:>6} {:>6} | {:>8} {:>8} | {:>6} {:>6} {:>6} | {:>5}\n",
-            "policy",
-            "RT n",
-            "mean",
-            "p50",
-            "p99",
-            "p99.9",
-            "thr",
-            "BE thr",
-            "pre p50",
-            "pre p99",
-            "dec50",
-            "dec99",
-            "cb99",
-            "util"
+        let mut t = text_table::new(
+            &[
+                "policy", "RT n", "mean", "p50", "p99", "p99.9", "thr", "BE thr", "pre p50",
+                "pre p99", "dec50", "dec99", "cb99", "util",
+            ],
+            1,
         );
         for c in r.results.iter().filter(|c| c.workload == w.workload) {
             let l = &c.rt_norm_latency;
-            s += &format!(
-                "{:<13} {:>6} {:>6.3} {:>6.3} {:>7.3} {:>6.3} | {:>6.3} {:>6.3} | {:>8} {:>8} | {:>6} {:>6} {:>6} | {:>5.2}\n",
-                c.policy,
-                l.count,
-                l.mean,
-                l.p50,
-                l.p99,
-                l.p999,
-                c.throughput_norm,
-                c.be_throughput_norm,
+            t.add_row(vec![
+                c.policy.clone(),
+                l.count.to_string(),
+                format!("{:.3}", l.mean),
+                format!("{:.3}", l.p50),
+                format!("{:.3}", l.p99),
+                format!("{:.3}", l.p999),
+                format!("{:.3}", c.throughput_norm),
+                format!("{:.3}", c.be_throughput_norm),
                 opt_us(c.preempt_latency_us.p50),
                 opt_us(c.preempt_latency_us.p99),
-                c.decision_ns.p50,
-                c.decision_ns.p99,
-                c.callback_ns.p99,
-                c.utilisation
-            );
+                c.decision_ns.p50.to_string(),
+                c.decision_ns.p99.to_string(),
+                c.callback_ns.p99.to_string(),
+                format!("{:.2}", c.utilisation),
+            ]);
         }
+        s += &text_table::lines(&t);
     }
     s += "\nRT latency: end-to-end / standalone time. thr: sum of every client's throughput / its \
           standalone maximum. pre: preemption latency, us. dec: policy decision cost, ns (the GPU \
@@ -1649,100 +1667,88 @@ pub fn table(r: &DisbReport) -> String {
 }
 
 /// The colour of a policy in plots: fixed per policy, so every plot agrees.
-fn policy_color(name: &str) -> &'static str {
+fn policy_color(name: &str) -> plotters::style::RGBColor {
     let i = PolicyKind::ALL
         .iter()
         .position(|k| k.as_str() == name)
         .unwrap_or(PolicyKind::ALL.len());
-    svg::PALETTE[i % svg::PALETTE.len()]
+    plot::color(i)
 }
 
 /// An SVG with one row per workload: the CDF of RT normalised latency per
 /// policy (left) and the overall normalised throughput per policy (right).
-pub fn plot(r: &DisbReport) -> String {
-    let (w, row_h, head) = (980.0, 270.0, 34.0);
+pub fn plot(r: &DisbReport) -> Result<String, PlotError> {
+    let (w, row_h, head) = (980u32, 270u32, 34u32);
     let rows = r.workloads.len().max(1);
-    let mut doc = Svg::new(w, head + row_h * rows as f64 + 8.0);
-    doc.text(
-        w / 2.0,
-        20.0,
-        &format!(
-            "DISB on the simulated {} GPU ({} ms virtual per run) - RT latency CDF and throughput",
-            r.device,
-            r.workloads.first().map_or(0.0, |c| c.duration_ms).round()
-        ),
-        svg::Anchor::Middle,
-        13.0,
-        true,
+    let h = plot::span(rows, row_h).saturating_add(head + 8);
+    let title = format!(
+        "DISB on the simulated {} GPU ({} ms virtual per run) - RT latency CDF and throughput",
+        r.device,
+        r.workloads.first().map_or(0.0, |c| c.duration_ms).round()
     );
-    for (row, wl) in r.workloads.iter().enumerate() {
-        let y = head + row_h * row as f64;
-        let res: Vec<&CaseResult> = r
-            .results
-            .iter()
-            .filter(|c| c.workload == wl.workload)
-            .collect();
-        let series: Vec<Series> = res
-            .iter()
-            .map(|c| Series {
-                name: c.policy.clone(),
-                color: policy_color(&c.policy).into(),
-                sorted: c.rt_sorted.clone(),
-                dashed: c.policy == PolicyKind::RtOnly.as_str(),
-            })
-            .collect();
-        let lo = res
-            .iter()
-            .filter_map(|c| c.rt_sorted.first().copied())
-            .fold(f64::INFINITY, f64::min);
-        let hi = res
-            .iter()
-            .filter(|c| c.rt_norm_latency.count > 0)
-            .map(|c| c.rt_norm_latency.p999)
-            .fold(0.0, f64::max);
-        let lo = if lo.is_finite() {
-            (lo * 0.98).clamp(0.1, 1.0)
-        } else {
-            0.9
-        };
-        let hi = (hi * 1.05).clamp(lo * 1.2, 100.0);
-        svg::cdf_chart(
-            &mut doc,
-            Frame {
-                x: 0.0,
-                y,
-                w: 580.0,
-                h: row_h,
-            },
-            &format!("{}: RT end-to-end latency / standalone", wl.workload),
-            "normalised latency (log scale)",
-            &series,
-            (lo, hi),
-        );
-        let bars: Vec<Bar> = res
-            .iter()
-            .map(|c| Bar {
-                label: c.policy.clone(),
-                value: c.throughput_norm,
-                color: policy_color(&c.policy).into(),
-            })
-            .collect();
-        svg::bar_chart(
-            &mut doc,
-            Frame {
-                x: 590.0,
-                y,
-                w: 380.0,
-                h: row_h,
-            },
-            &format!("{}: overall normalised throughput", wl.workload),
-            "throughput / standalone max",
-            &bars,
-            1.0,
-            Some(1.0),
-        );
-    }
-    doc.finish()
+    plot::figure("disb.svg", (w, h), Some(&title), |area| {
+        let body = area.margin(0, 8, 0, 0);
+        for (wl, row) in r.workloads.iter().zip(body.split_evenly((rows, 1))) {
+            let res: Vec<&CaseResult> = r
+                .results
+                .iter()
+                .filter(|c| c.workload == wl.workload)
+                .collect();
+            let series: Vec<Series> = res
+                .iter()
+                .map(|c| Series {
+                    name: c.policy.clone(),
+                    color: policy_color(&c.policy),
+                    sorted: c.rt_sorted.clone(),
+                    dashed: c.policy == PolicyKind::RtOnly.as_str(),
+                })
+                .collect();
+            let lo = res
+                .iter()
+                .filter_map(|c| c.rt_sorted.first().copied())
+                .fold(f64::INFINITY, f64::min);
+            let hi = res
+                .iter()
+                .filter(|c| c.rt_norm_latency.count > 0)
+                .map(|c| c.rt_norm_latency.p999)
+                .fold(0.0, f64::max);
+            let lo = if lo.is_finite() {
+                (lo * 0.98).clamp(0.1, 1.0)
+            } else {
+                0.9
+            };
+            let hi = (hi * 1.05).clamp(lo * 1.2, 100.0);
+            let (left, right) = row.split_horizontally(585);
+            let (cdf, key) = left.split_horizontally(470);
+            plot::cdf_chart(
+                &cdf,
+                &format!("{}: RT end-to-end latency / standalone", wl.workload),
+                "normalised latency (log scale)",
+                &series,
+                (lo, hi),
+                false,
+            )?;
+            let keys: Vec<plot::Key> = series.iter().map(Series::key).collect();
+            plot::legend(&key.margin(30, 0, 0, 0), &keys, None)?;
+            let bars: Vec<Bar> = res
+                .iter()
+                .map(|c| Bar {
+                    label: c.policy.clone(),
+                    value: c.throughput_norm,
+                    color: policy_color(&c.policy),
+                })
+                .collect();
+            plot::bar_chart(
+                &right,
+                &format!("{}: overall normalised throughput", wl.workload),
+                "throughput / standalone max",
+                &bars,
+                1.0,
+                Some(1.0),
+            )?;
+        }
+        Ok(())
+    })
 }
 
 #[cfg(test)]
@@ -1852,7 +1858,7 @@ mod tests {
             assert_eq!(c.clients.len(), 2);
             assert!(c.clients.iter().all(|k| k.completed > 0), "{c:?}");
         }
-        svg::check_well_formed(&plot(&r)).unwrap();
+        plot::check_well_formed(&plot(&r).unwrap()).unwrap();
     }
 
     #[test]
@@ -1885,7 +1891,7 @@ mod tests {
                 assert!(v.is_finite() && v >= 0.0, "{c:?}");
             }
         }
-        svg::check_well_formed(&plot(&r)).unwrap();
+        plot::check_well_formed(&plot(&r).unwrap()).unwrap();
     }
 
     #[test]

@@ -977,6 +977,7 @@ pub fn run(
 
 /// The human-readable report.
 pub fn table(r: &GpuletReport) -> String {
+    use crate::text_table;
     use std::fmt::Write;
     let mut s = String::new();
     let _ = writeln!(
@@ -996,47 +997,53 @@ pub fn table(r: &GpuletReport) -> String {
             "\nFig. 5 / Fig. 16: schedulable scenarios of 3^9 - 1 on 4 GPUs (simulated, {}), {:.1} s on {} threads",
             r.device, f.wall_s, f.threads
         );
-        let _ = writeln!(
-            s,
-            "{:<16} {:<10} {:>9} {:>9} {:>10} {:>10}",
-            "model", "manifest", "paper SLO", "our SLO", "rate lvl1", "rate lvl2"
+        let mut t = text_table::new(
+            &[
+                "model",
+                "manifest",
+                "paper SLO",
+                "our SLO",
+                "rate lvl1",
+                "rate lvl2",
+            ],
+            2,
         );
         for m in &f.models {
-            let _ = writeln!(
-                s,
-                "{:<16} {:<10} {:>9} {:>9.1} {:>10.2} {:>10.2}",
-                m.name,
-                m.model,
+            t.add_row(vec![
+                m.name.clone(),
+                m.model.clone(),
                 m.paper_slo_ms.map_or("-".into(), |v| format!("{v}")),
-                m.slo_ms,
-                m.rates_rps[1],
-                m.rates_rps[2]
-            );
+                format!("{:.1}", m.slo_ms),
+                format!("{:.2}", m.rates_rps[1]),
+                format!("{:.2}", m.rates_rps[2]),
+            ]);
         }
-        let pct = |n: usize| 100.0 * n as f64 / f.scenarios.max(1) as f64;
-        let _ = writeln!(s, "{:<24} {:>9} {:>8}   paper", "planner", "count", "%");
+        s += &text_table::lines(&t);
+        let pct = |n: usize| format!("{:.1}%", 100.0 * n as f64 / f.scenarios.max(1) as f64);
+        let mut t = text_table::new(&["planner", "count", "%", "paper"], 1);
+        if let Some(c) = t.column_mut(3) {
+            c.set_cell_alignment(comfy_table::CellAlignment::Left);
+        }
         for (name, n, paper) in [
             ("sbp", f.sbp, "5,772 (Fig. 5)"),
             ("sbp_1to1", f.sbp_1to1, "19,682 (Fig. 5)"),
             ("gpulet+int", f.gpulet_int, "ideal - 520 (Fig. 16)"),
             ("ideal (+int)", f.ideal, "(Fig. 16)"),
+            (
+                "ideal, not gpulet+int",
+                f.ideal_not_gpulet_int,
+                "520 (2.6 %)",
+            ),
+            ("gpulet+int, not ideal", f.gpulet_int_not_ideal, ""),
         ] {
-            let _ = writeln!(s, "{name:<24} {n:>9} {:>7.1}%   {paper}", pct(n));
+            t.add_row(vec![
+                name.to_owned(),
+                n.to_string(),
+                pct(n),
+                paper.to_owned(),
+            ]);
         }
-        let _ = writeln!(
-            s,
-            "{:<24} {:>9} {:>7.1}%   520 (2.6 %)",
-            "ideal, not gpulet+int",
-            f.ideal_not_gpulet_int,
-            pct(f.ideal_not_gpulet_int)
-        );
-        let _ = writeln!(
-            s,
-            "{:<24} {:>9} {:>7.1}%",
-            "gpulet+int, not ideal",
-            f.gpulet_int_not_ideal,
-            pct(f.gpulet_int_not_ideal)
-        );
+        s += &text_table::lines(&t);
         let _ = writeln!(
             s,
             "gpulet+int schedules {:.2} % of the scenarios the ideal schedules",
@@ -1052,25 +1059,33 @@ pub fn table(r: &GpuletReport) -> String {
             "\nFig. 17: max schedulable rate, gpulet+int / ideal (both with interference; simulated, {})",
             r.device
         );
-        let _ = writeln!(
-            s,
-            "{:<9} {:>12} {:>12} {:>10} {:>12} {:>7}  limits (gpulet+int | ideal)",
-            "scenario", "gpulet+int", "ideal", "normalised", "bisect norm.", "wall s"
+        let mut t = text_table::new(
+            &[
+                "scenario",
+                "gpulet+int",
+                "ideal",
+                "normalised",
+                "bisect norm.",
+                "wall s",
+                "limits (gpulet+int | ideal)",
+            ],
+            1,
         );
-        for x in rows {
-            let _ = writeln!(
-                s,
-                "{:<9} {:>12.1} {:>12.1} {:>9.1}% {:>11.1}% {:>7.2}  {} | {}",
-                x.scenario,
-                x.gpulet_int_rps,
-                x.ideal_rps,
-                100.0 * x.normalised_rate,
-                100.0 * x.normalised_rate_bisect,
-                x.wall_s,
-                x.gpulet_int.limit,
-                x.ideal.limit
-            );
+        if let Some(c) = t.column_mut(6) {
+            c.set_cell_alignment(comfy_table::CellAlignment::Left);
         }
+        for x in rows {
+            t.add_row(vec![
+                x.scenario.clone(),
+                format!("{:.1}", x.gpulet_int_rps),
+                format!("{:.1}", x.ideal_rps),
+                format!("{:.1}%", 100.0 * x.normalised_rate),
+                format!("{:.1}%", 100.0 * x.normalised_rate_bisect),
+                format!("{:.2}", x.wall_s),
+                format!("{} | {}", x.gpulet_int.limit, x.ideal.limit),
+            ]);
+        }
+        s += &text_table::lines(&t);
         if let Some(a) = r.fig17_average {
             let _ = writeln!(s, "average normalised: {:.1} % (paper: 92.6 %)", 100.0 * a);
         }
@@ -1081,18 +1096,28 @@ pub fn table(r: &GpuletReport) -> String {
             "\nFig. 6: max schedulable rate of a pair on 2 GPUs, equal rates, normalised to greedy (no interference; simulated, {})",
             r.device
         );
-        let _ = writeln!(
-            s,
-            "{:<8} {:>10} {:>10} {:>10} {:>9} {:>9}",
-            "pair", "sbp rps", "greedy rps", "ideal rps", "sbp norm", "ideal nrm"
+        let mut t = text_table::new(
+            &[
+                "pair",
+                "sbp rps",
+                "greedy rps",
+                "ideal rps",
+                "sbp norm",
+                "ideal nrm",
+            ],
+            1,
         );
         for x in rows {
-            let _ = writeln!(
-                s,
-                "{:<8} {:>10.1} {:>10.1} {:>10.1} {:>9.3} {:>9.3}",
-                x.pair, x.sbp_rps, x.greedy_rps, x.ideal_rps, x.sbp_normalised, x.ideal_normalised
-            );
+            t.add_row(vec![
+                x.pair.clone(),
+                format!("{:.1}", x.sbp_rps),
+                format!("{:.1}", x.greedy_rps),
+                format!("{:.1}", x.ideal_rps),
+                format!("{:.3}", x.sbp_normalised),
+                format!("{:.3}", x.ideal_normalised),
+            ]);
         }
+        s += &text_table::lines(&t);
         let (g_over_s, i_over_g) = fig6_gains(rows);
         let _ = writeln!(
             s,
@@ -1123,26 +1148,26 @@ pub fn fig6_gains(rows: &[Fig6Row]) -> (f64, f64) {
 }
 
 /// The SVG charts: `(file name, svg)` for the figures in `r`.
-pub fn plots(r: &GpuletReport) -> Vec<(&'static str, String)> {
-    use crate::svg::{self, Bar, Frame, PALETTE, Svg};
-    let frame = |w| Frame {
-        x: 0.0,
-        y: 0.0,
-        w,
-        h: 320.0,
-    };
+pub fn plots(r: &GpuletReport) -> Result<Vec<(&'static str, String)>, crate::plot::PlotError> {
+    use crate::plot::{self, Bar};
     let bar = |label: &str, value: f64, i: usize| Bar {
         label: label.into(),
         value,
-        color: PALETTE[i % PALETTE.len()].into(),
+        color: plot::color(i),
     };
+    let chart =
+        |name: &'static str, w: u32, title: String, y_label: &str, bars: &[Bar], top: f64| {
+            plot::figure(name, (w, 320), None, |area| {
+                plot::bar_chart(area, &title, y_label, bars, top, Some(top))
+            })
+            .map(|svg| (name, svg))
+        };
     let mut out = Vec::new();
     if let Some(f) = &r.fig16 {
-        let mut doc = Svg::new(520.0, 320.0);
-        svg::bar_chart(
-            &mut doc,
-            frame(520.0),
-            &format!(
+        out.push(chart(
+            "gpulet-fig16.svg",
+            520,
+            format!(
                 "gpulet Fig. 5/16: schedulable of {} scenarios (simulated, {})",
                 f.scenarios, r.device
             ),
@@ -1154,9 +1179,7 @@ pub fn plots(r: &GpuletReport) -> Vec<(&'static str, String)> {
                 bar("ideal", f.ideal as f64, 3),
             ],
             f.scenarios as f64,
-            Some(f.scenarios as f64),
-        );
-        out.push(("gpulet-fig16.svg", doc.finish()));
+        )?);
     }
     if let Some(rows) = &r.fig17 {
         let mut bars: Vec<Bar> = rows
@@ -1166,20 +1189,17 @@ pub fn plots(r: &GpuletReport) -> Vec<(&'static str, String)> {
         if let Some(a) = r.fig17_average {
             bars.push(bar("average", a, 3));
         }
-        let mut doc = Svg::new(620.0, 320.0);
-        svg::bar_chart(
-            &mut doc,
-            frame(620.0),
-            &format!(
+        out.push(chart(
+            "gpulet-fig17.svg",
+            620,
+            format!(
                 "gpulet Fig. 17: max rate, gpulet+int / ideal (simulated, {})",
                 r.device
             ),
             "normalised to ideal",
             &bars,
             1.0,
-            Some(1.0),
-        );
-        out.push(("gpulet-fig17.svg", doc.finish()));
+        )?);
     }
     if let Some(rows) = &r.fig6 {
         let mut bars = Vec::new();
@@ -1188,22 +1208,19 @@ pub fn plots(r: &GpuletReport) -> Vec<(&'static str, String)> {
             bars.push(bar(&format!("{} greedy", x.pair), 1.0, 1));
             bars.push(bar(&format!("{} ideal", x.pair), x.ideal_normalised, 3));
         }
-        let mut doc = Svg::new(900.0, 320.0);
-        svg::bar_chart(
-            &mut doc,
-            frame(900.0),
-            &format!(
+        out.push(chart(
+            "gpulet-fig6.svg",
+            900,
+            format!(
                 "gpulet Fig. 6: max rate on 2 GPUs, normalised to greedy (simulated, {})",
                 r.device
             ),
             "normalised to greedy",
             &bars,
             1.0,
-            Some(1.0),
-        );
-        out.push(("gpulet-fig6.svg", doc.finish()));
+        )?);
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -1414,8 +1431,16 @@ mem_mb = 1220
             "{t}"
         );
         assert!(t.contains("rate rule") && t.contains("SLO rule"), "{t}");
-        let plots = plots(&r);
+        let plots = plots(&r).unwrap();
         assert_eq!(plots.len(), 1);
-        crate::svg::check_well_formed(&plots[0].1).unwrap();
+        crate::plot::check_well_formed(&plots[0].1).unwrap();
+        let texts = crate::plot::texts(&plots[0].1);
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.contains("Fig. 17") && t.contains("simulated, mi50")),
+            "{texts:?}"
+        );
+        assert!(texts.iter().any(|t| t == "average"), "{texts:?}");
     }
 }

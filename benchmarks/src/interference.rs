@@ -440,8 +440,10 @@ const PLOT_FLOOR_PCT: f64 = 0.01;
 /// and the gpulet authors' coefficients on their measured utilisations for
 /// the same pairs) beside gpulet Fig. 7, and the error of the linear model
 /// fitted to the GPU model's points beside Fig. 10.
-pub fn plot(r: &InterferenceReport) -> String {
-    use crate::svg::{self, Frame, Series, Svg};
+pub fn plot(r: &InterferenceReport) -> Result<String, crate::plot::PlotError> {
+    use crate::plot::{self, Series};
+    use plotters::style::RGBColor;
+    const BLUE: RGBColor = RGBColor(0x1f, 0x77, 0xb4);
     let sorted = |mut v: Vec<f64>| {
         v.iter_mut().for_each(|x| *x = x.max(PLOT_FLOOR_PCT));
         v.sort_by(f64::total_cmp);
@@ -449,7 +451,7 @@ pub fn plot(r: &InterferenceReport) -> String {
     };
     let mut slow = vec![Series {
         name: format!("GPU model ({}, simulated)", r.device),
-        color: "#1f77b4".into(),
+        color: BLUE,
         sorted: sorted(
             r.cases
                 .iter()
@@ -468,7 +470,11 @@ pub fn plot(r: &InterferenceReport) -> String {
         if !v.is_empty() {
             slow.push(Series {
                 name: format!("gpulet coefficients, {gpu} (measured inputs)"),
-                color: if g == 0 { "#d62728" } else { "#2ca02c" }.into(),
+                color: if g == 0 {
+                    RGBColor(0xd6, 0x27, 0x28)
+                } else {
+                    RGBColor(0x2c, 0xa0, 0x2c)
+                },
                 sorted: sorted(v),
                 dashed: true,
             });
@@ -479,38 +485,29 @@ pub fn plot(r: &InterferenceReport) -> String {
             "fit to the GPU model ({} checked points)",
             r.fit.errors_sorted.len()
         ),
-        color: "#1f77b4".into(),
+        color: BLUE,
         sorted: sorted(r.fit.errors_sorted.clone()),
         dashed: false,
     }];
-    let mut doc = Svg::new(580.0, 640.0);
-    svg::cdf_chart(
-        &mut doc,
-        Frame {
-            x: 0.0,
-            y: 0.0,
-            w: 580.0,
-            h: 320.0,
-        },
-        "Slowdown beside another partition (gpulet Fig. 7: 90 % under 18 %)",
-        "slowdown % (log; 0.01 % and below at the left edge)",
-        &slow,
-        (PLOT_FLOOR_PCT, 100.0),
-    );
-    svg::cdf_chart(
-        &mut doc,
-        Frame {
-            x: 0.0,
-            y: 320.0,
-            w: 580.0,
-            h: 320.0,
-        },
-        "Error of gpulet's linear model (Fig. 10: 95 % within 13.98 %)",
-        "|predicted - simulated| / simulated, % (log)",
-        &err,
-        (PLOT_FLOOR_PCT, 100.0),
-    );
-    doc.finish()
+    plot::figure("interference.svg", (580, 640), None, |area| {
+        let (top, bottom) = area.split_vertically(320);
+        plot::cdf_chart(
+            &top,
+            "Slowdown beside another partition (gpulet Fig. 7: 90 % under 18 %)",
+            "slowdown % (log; 0.01 % and below at the left edge)",
+            &slow,
+            (PLOT_FLOOR_PCT, 100.0),
+            true,
+        )?;
+        plot::cdf_chart(
+            &bottom,
+            "Error of gpulet's linear model (Fig. 10: 95 % within 13.98 %)",
+            "|predicted - simulated| / simulated, % (log)",
+            &err,
+            (PLOT_FLOOR_PCT, 100.0),
+            true,
+        )
+    })
 }
 
 /// A summary table.
@@ -615,7 +612,8 @@ mod tests {
                 errors_sorted: vec![0.5],
             },
         };
-        let svg = plot(&r);
+        let svg = plot(&r).unwrap();
+        crate::plot::check_well_formed(&svg).unwrap();
         for want in [
             "GPU model (mi50, simulated)",
             "gpulet coefficients, 2080ti",

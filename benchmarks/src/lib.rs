@@ -35,7 +35,8 @@
 //! - [`roles`]: the client processes the benchmarks and the demo start
 //!   (the `sluice` binary's hidden `__client` and `__bench-client`);
 //! - [`runs`]: independent runs spread over worker threads, with progress;
-//! - [`svg`]: the plots the benchmarks draw.
+//! - [`plot`]: the figures the benchmarks draw (plotters, SVG);
+//! - [`text_table`]: the text tables they print (comfy-table).
 //!
 //! Every scheduling figure here comes from the GPU model unless a module
 //! says it runs on a device. This crate sits above `sluice-service` (the
@@ -53,13 +54,14 @@ pub mod ipc;
 pub mod ipc_floor;
 pub mod padding;
 pub mod paella;
+pub mod plot;
 pub mod preempt;
 pub mod roles;
 pub mod runs;
 pub mod served;
 pub mod sim;
 pub mod split;
-pub mod svg;
+pub mod text_table;
 
 use std::path::PathBuf;
 

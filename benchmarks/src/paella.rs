@@ -786,13 +786,11 @@ fn write_figure(
     cells: &[Cell<'_>],
     sustained: impl Fn(f64, f64, &str) -> bool,
 ) {
-    use std::fmt::Write;
     for &sigma in sigmas {
-        let _ = write!(s, "sigma {sigma}\n  {:>9}", "load r/s");
-        for p in policies {
-            let _ = write!(s, " {:>19}", p);
-        }
-        let _ = writeln!(s);
+        s.push_str(&format!("sigma {sigma}\n"));
+        let mut header = vec!["load r/s"];
+        header.extend_from_slice(policies);
+        let mut t = crate::text_table::new(&header, 0);
         let mut loads: Vec<f64> = cells
             .iter()
             .filter(|c| c.sigma == sigma)
@@ -801,23 +799,24 @@ fn write_figure(
         loads.sort_by(f64::total_cmp);
         loads.dedup();
         for &l in &loads {
-            let _ = write!(s, "  {l:>9.1}");
+            let mut row = vec![format!("{l:.1}")];
             for &p in policies {
-                match cells
-                    .iter()
-                    .find(|c| c.sigma == sigma && c.policy == p && c.load == l)
-                {
-                    Some(c) => {
-                        let mark = if sustained(sigma, l, p) { '*' } else { ' ' };
-                        let _ = write!(s, " {}{mark}", c.text);
-                    }
-                    None => {
-                        let _ = write!(s, " {:>19}", "-");
-                    }
-                }
+                row.push(
+                    match cells
+                        .iter()
+                        .find(|c| c.sigma == sigma && c.policy == p && c.load == l)
+                    {
+                        Some(c) => {
+                            let mark = if sustained(sigma, l, p) { '*' } else { ' ' };
+                            format!("{}{mark}", c.text)
+                        }
+                        None => "- ".to_owned(),
+                    },
+                );
             }
-            let _ = writeln!(s);
+            t.add_row(row);
         }
+        s.push_str(&crate::text_table::lines(&t));
     }
 }
 
@@ -892,13 +891,15 @@ pub fn table(r: &PaellaBenchResult) -> String {
         }
     );
     let _ = writeln!(s, "\nModels (standalone: one request alone under seq):");
+    let mut t = crate::text_table::new(&["model", "kernels", "standalone ms"], 1);
     for m in r.models.iter().chain([&r.short, &r.long]) {
-        let _ = writeln!(
-            s,
-            "  {:<12} {:>4} kernels  {:>8.3} ms",
-            m.name, m.kernels, m.standalone_ms
-        );
+        t.add_row(vec![
+            m.name.clone(),
+            m.kernels.to_string(),
+            format!("{:.3}", m.standalone_ms),
+        ]);
     }
+    s.push_str(&crate::text_table::lines(&t));
     let _ = writeln!(
         s,
         "Fig. 11 serial capacity {:.1} req/s; Fig. 12 ({} : {}) {:.1} req/s",
@@ -951,7 +952,7 @@ pub fn table(r: &PaellaBenchResult) -> String {
             sigma: x.sigma,
             policy: &x.policy,
             load: x.load_rps,
-            text: format!("{:>9.2} /{:>7.1}", x.p99_ms, x.throughput_rps),
+            text: format!("{:.2} / {:.1}", x.p99_ms, x.throughput_rps),
         })
         .collect();
     write_figure(&mut s, &sigmas, &policies, &fig11, |sigma, l, p| {
@@ -969,7 +970,7 @@ pub fn table(r: &PaellaBenchResult) -> String {
             sigma: x.sigma,
             policy: &x.policy,
             load: x.load_rps,
-            text: format!("{:>8.2} /{:>8.2}", x.short_p99_ms, x.long_p99_ms),
+            text: format!("{:.2} / {:.2}", x.short_p99_ms, x.long_p99_ms),
         })
         .collect();
     write_figure(&mut s, &sigmas, &policies, &fig12, |sigma, l, p| {

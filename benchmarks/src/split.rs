@@ -1097,141 +1097,127 @@ pub fn markdown(r: &SplitReport) -> String {
 /// The SVG plots: `(file name, svg)`: Fig. 6 (violation rate against α,
 /// one panel per scenario, a line per policy) and Fig. 7 (jitter bars, one
 /// panel per scenario, a bar per model and policy).
-pub fn plots(r: &SplitReport) -> Vec<(String, String)> {
-    use crate::svg::{self, Anchor, Bar, Frame, PALETTE, Svg};
-    let color = |i: usize| PALETTE[i % PALETTE.len()];
+pub fn plots(r: &SplitReport) -> Result<Vec<(String, String)>, crate::plot::PlotError> {
+    use crate::plot::{self, Axes, Bar, Key, Line, Mark};
     let n = r.scenarios.len();
+    let keys = |mark| -> Vec<Key> {
+        r.labels
+            .iter()
+            .enumerate()
+            .map(|(i, l)| Key {
+                name: l.label.clone(),
+                color: plot::color(i),
+                mark,
+            })
+            .collect()
+    };
     // Fig. 6: a grid of panels, three a row.
     let cols = 3usize.min(n.max(1));
     let rows = n.div_ceil(cols).max(1);
-    let (pw, ph) = (330.0, 260.0);
-    let legend = 22.0 + 14.0 * r.labels.len() as f64;
-    let mut doc = Svg::new(pw * cols as f64, ph * rows as f64 + legend);
-    doc.text(
-        pw * cols as f64 / 2.0,
-        16.0,
-        &format!(
+    let (pw, ph) = (330u32, 260u32);
+    let legend = plot::span(r.labels.len(), 14).saturating_add(8);
+    let (a0, a1) = (f64::from(*ALPHAS.start()), f64::from(*ALPHAS.end()));
+    let x_ticks: Vec<f64> = ALPHAS.step_by(2).map(f64::from).collect();
+    let y_ticks = [0.0, 0.25, 0.5, 0.75, 1.0];
+    let fig6 = plot::figure(
+        "split-fig6.svg",
+        (
+            plot::span(cols, pw),
+            plot::span(rows, ph).saturating_add(legend + 24),
+        ),
+        Some(&format!(
             "SPLIT Fig. 6: latency violation rate vs target α (SIMULATED, {})",
             r.device
-        ),
-        Anchor::Middle,
-        12.0,
-        true,
-    );
-    for (i, l) in r.labels.iter().enumerate() {
-        let y = 30.0 + 14.0 * i as f64;
-        doc.line(20.0, y - 4.0, 44.0, y - 4.0, color(i), 2.0, None);
-        doc.text(50.0, y, &l.label, Anchor::Start, 10.0, false);
-    }
-    let (a0, a1) = (*ALPHAS.start() as f64, *ALPHAS.end() as f64);
-    for (si, sc) in r.scenarios.iter().enumerate() {
-        let fx = pw * (si % cols) as f64;
-        let fy = legend + ph * (si / cols) as f64;
-        let (x0, y0, w, h) = (fx + 48.0, fy + 24.0, pw - 64.0, ph - 60.0);
-        doc.text(
-            fx + pw / 2.0,
-            fy + 16.0,
-            &format!("{} (λ = {} ms)", sc.scenario, sc.mean_gap_ms),
-            Anchor::Middle,
-            11.0,
-            true,
-        );
-        doc.rect(x0, y0, w, h, "#ffffff", Some("#888888"));
-        let sx = |a: f64| x0 + (a - a0) / (a1 - a0) * w;
-        let sy = |v: f64| y0 + h - v.clamp(0.0, 1.0) * h;
-        for k in 0..=4 {
-            let v = f64::from(k) * 0.25;
-            doc.line(x0, sy(v), x0 + w, sy(v), "#e4e4e4", 1.0, None);
-            doc.text(
-                x0 - 4.0,
-                sy(v) + 4.0,
-                &format!("{:.0}%", v * 100.0),
-                Anchor::End,
-                9.5,
-                false,
-            );
-        }
-        for a in ALPHAS.step_by(2) {
-            let x = sx(f64::from(a));
-            doc.text(x, y0 + h + 13.0, &a.to_string(), Anchor::Middle, 9.5, false);
-        }
-        doc.text(
-            x0 + w / 2.0,
-            y0 + h + 28.0,
-            "α (× Ext)",
-            Anchor::Middle,
-            10.0,
-            false,
-        );
-        for (li, l) in r.labels.iter().enumerate() {
-            let pts: Vec<(f64, f64)> = r
-                .violation
-                .iter()
-                .filter(|v| v.scenario == sc.scenario && v.policy == l.policy)
-                .map(|v| (sx(f64::from(v.alpha)), sy(v.rate)))
-                .collect();
-            doc.polyline(&pts, color(li), 1.8, None);
-        }
-    }
-    let mut out = vec![("split-fig6.svg".to_owned(), doc.finish())];
+        )),
+        |area| {
+            let (top, grid) = area.split_vertically(legend);
+            plot::legend(&top, &keys(Mark::Line), None)?;
+            for (sc, panel) in r.scenarios.iter().zip(grid.split_evenly((rows, cols))) {
+                let lines: Vec<Line> = r
+                    .labels
+                    .iter()
+                    .enumerate()
+                    .map(|(li, l)| Line {
+                        color: plot::color(li),
+                        points: r
+                            .violation
+                            .iter()
+                            .filter(|v| v.scenario == sc.scenario && v.policy == l.policy)
+                            .map(|v| (f64::from(v.alpha), v.rate))
+                            .collect(),
+                    })
+                    .collect();
+                plot::line_chart(
+                    &panel,
+                    &format!("{} (λ = {} ms)", sc.scenario, sc.mean_gap_ms),
+                    &Axes {
+                        x: (a0, a1),
+                        y: (0.0, 1.0),
+                        x_ticks: &x_ticks,
+                        y_ticks: &y_ticks,
+                        x_label: "α (× Ext)",
+                        y_label: "",
+                        y_format: &|v| format!("{:.0}%", v * 100.0),
+                    },
+                    &lines,
+                )?;
+            }
+            Ok(())
+        },
+    )?;
+    let mut out = vec![("split-fig6.svg".to_owned(), fig6)];
     // Fig. 7: a bar chart per scenario, bars grouped by model.
-    let bw = (60.0 * (r.models.len() * r.labels.len()) as f64).max(400.0) + 80.0;
-    let mut doc = Svg::new(bw, 280.0 * n as f64 + legend);
-    doc.text(
-        bw / 2.0,
-        16.0,
-        &format!(
+    let bw = plot::span(r.models.len() * r.labels.len(), 60)
+        .max(400)
+        .saturating_add(80);
+    let fig7 = plot::figure(
+        "split-fig7.svg",
+        (bw, plot::span(n, 280).saturating_add(legend + 24)),
+        Some(&format!(
             "SPLIT Fig. 7: std. dev. of end-to-end latency per model (SIMULATED, {})",
             r.device
-        ),
-        Anchor::Middle,
-        12.0,
-        true,
-    );
-    for (i, l) in r.labels.iter().enumerate() {
-        let y = 30.0 + 14.0 * i as f64;
-        doc.rect(20.0, y - 9.0, 20.0, 9.0, color(i), None);
-        doc.text(50.0, y, &l.label, Anchor::Start, 10.0, false);
-    }
-    for (si, sc) in r.scenarios.iter().enumerate() {
-        let mut bars = Vec::new();
-        for m in &r.models {
-            for (li, l) in r.labels.iter().enumerate() {
-                let v = r
-                    .jitter
-                    .iter()
-                    .find(|j| {
-                        j.scenario == sc.scenario && j.policy == l.policy && j.model == m.model
-                    })
-                    .map_or(0.0, |j| j.std_ms);
-                bars.push(Bar {
-                    label: if li == 0 {
-                        m.paper.clone()
-                    } else {
-                        String::new()
-                    },
-                    value: v,
-                    color: color(li).to_owned(),
-                });
+        )),
+        |area| {
+            let (top, grid) = area.split_vertically(legend);
+            plot::legend(&top, &keys(Mark::Box), None)?;
+            for (sc, panel) in r.scenarios.iter().zip(grid.split_evenly((n.max(1), 1))) {
+                let mut bars = Vec::new();
+                for m in &r.models {
+                    for (li, l) in r.labels.iter().enumerate() {
+                        let v = r
+                            .jitter
+                            .iter()
+                            .find(|j| {
+                                j.scenario == sc.scenario
+                                    && j.policy == l.policy
+                                    && j.model == m.model
+                            })
+                            .map_or(0.0, |j| j.std_ms);
+                        bars.push(Bar {
+                            label: if li == 0 {
+                                m.paper.clone()
+                            } else {
+                                String::new()
+                            },
+                            value: v,
+                            color: plot::color(li),
+                        });
+                    }
+                }
+                plot::bar_chart(
+                    &panel,
+                    &format!("{} (λ = {} ms)", sc.scenario, sc.mean_gap_ms),
+                    "std. dev. (ms)",
+                    &bars,
+                    0.0,
+                    None,
+                )?;
             }
-        }
-        svg::bar_chart(
-            &mut doc,
-            Frame {
-                x: 0.0,
-                y: legend + 280.0 * si as f64,
-                w: bw,
-                h: 280.0,
-            },
-            &format!("{} (λ = {} ms)", sc.scenario, sc.mean_gap_ms),
-            "std. dev. (ms)",
-            &bars,
-            0.0,
-            None,
-        );
-    }
-    out.push(("split-fig7.svg".to_owned(), doc.finish()));
-    out
+            Ok(())
+        },
+    )?;
+    out.push(("split-fig7.svg".to_owned(), fig7));
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -1446,8 +1432,15 @@ mod tests {
             assert!(json[key].is_array(), "{key}");
         }
         assert!(markdown(&r).contains("SIMULATED"));
-        for (_, svg) in plots(&r) {
-            crate::svg::check_well_formed(&svg).unwrap();
+        let plots = plots(&r).unwrap();
+        assert_eq!(plots.len(), 2);
+        for (_, svg) in &plots {
+            crate::plot::check_well_formed(svg).unwrap();
+            let texts = crate::plot::texts(svg);
+            assert!(texts.iter().any(|t| t.contains("SIMULATED")), "{texts:?}");
+            for l in &r.labels {
+                assert!(texts.contains(&l.label), "{} in {texts:?}", l.label);
+            }
         }
     }
 
@@ -1474,7 +1467,7 @@ mod tests {
         )
         .unwrap();
         std::fs::write(out.join("split.md"), markdown(&r)).unwrap();
-        for (name, svg) in plots(&r) {
+        for (name, svg) in plots(&r).unwrap() {
             std::fs::write(out.join(name), svg).unwrap();
         }
     }

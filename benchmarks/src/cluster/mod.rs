@@ -1221,9 +1221,11 @@ pub fn scaled(t: &LatencyTable, k: f64) -> LatencyTable {
 /// search) or without SBP among the planners. The file name says the rule
 /// (`gpulet-fig13.svg` for the mean, `gpulet-fig13-burst.svg` for the burst
 /// rule).
-pub fn fig13_plot(r: &ClusterReport) -> Option<(String, String)> {
-    use crate::svg::{self, Anchor, Bar, Frame, PALETTE, Svg};
-    let rows = r.fig13.as_ref()?;
+pub fn fig13_plot(r: &ClusterReport) -> Result<Option<(String, String)>, crate::plot::PlotError> {
+    use crate::plot::{self, Bar, Key, Mark};
+    let Some(rows) = r.fig13.as_ref() else {
+        return Ok(None);
+    };
     let mut scenarios: Vec<&str> = Vec::new();
     for x in rows {
         if !scenarios.contains(&x.scenario.as_str()) {
@@ -1242,7 +1244,9 @@ pub fn fig13_plot(r: &ClusterReport) -> Option<(String, String)> {
     let mut bars = Vec::new();
     let mut ratios = Vec::new();
     for sc in &scenarios {
-        let base = rps(sc, "sbp").filter(|&b| b > 0.0)?;
+        let Some(base) = rps(sc, "sbp").filter(|&b| b > 0.0) else {
+            return Ok(None);
+        };
         for (k, p) in others.iter().enumerate() {
             let v = rps(sc, p).unwrap_or(0.0) / base;
             if *p == "gpulet+int" {
@@ -1255,7 +1259,7 @@ pub fn fig13_plot(r: &ClusterReport) -> Option<(String, String)> {
                     String::new()
                 },
                 value: v,
-                color: PALETTE[k % PALETTE.len()].into(),
+                color: plot::color(k),
             });
         }
     }
@@ -1263,43 +1267,44 @@ pub fn fig13_plot(r: &ClusterReport) -> Option<(String, String)> {
         bars.push(Bar {
             label: "g+int mean".into(),
             value: ratios.iter().sum::<f64>() / ratios.len() as f64,
-            color: PALETTE[others.len().saturating_sub(1) % PALETTE.len()].into(),
+            color: plot::color(others.len().saturating_sub(1)),
         });
     }
     let rule = match r.burst_overflow {
         None => "mean rule".to_owned(),
         Some(eps) => format!("burst rule {eps}"),
     };
-    let (w, h) = (90.0 + 34.0 * bars.len() as f64, 340.0);
-    let mut doc = Svg::new(w, h);
-    svg::bar_chart(
-        &mut doc,
-        Frame {
-            x: 0.0,
-            y: 0.0,
-            w,
-            h: h - 20.0,
-        },
-        &format!(
-            "gpulet Fig. 13: SLO-preserved max rps / SBP's (simulated, {}; {rule})",
-            r.device
-        ),
-        "max rps / SBP's",
-        &bars,
-        1.0,
-        Some(1.0),
-    );
-    for (k, p) in others.iter().enumerate() {
-        let x = 60.0 + 110.0 * k as f64;
-        doc.rect(x, h - 14.0, 10.0, 10.0, PALETTE[k % PALETTE.len()], None);
-        doc.text(x + 14.0, h - 5.0, p, Anchor::Start, 10.0, false);
-    }
     let name = if r.burst_overflow.is_some() {
         "gpulet-fig13-burst.svg"
     } else {
         "gpulet-fig13.svg"
     };
-    Some((name.to_owned(), doc.finish()))
+    let keys: Vec<Key> = others
+        .iter()
+        .enumerate()
+        .map(|(k, p)| Key {
+            name: (*p).to_owned(),
+            color: plot::color(k),
+            mark: Mark::Box,
+        })
+        .collect();
+    let w = plot::span(bars.len(), 34).saturating_add(90);
+    let svg = plot::figure(name, (w, 340), None, |area| {
+        let (chart, key_row) = area.split_vertically(320);
+        plot::bar_chart(
+            &chart,
+            &format!(
+                "gpulet Fig. 13: SLO-preserved max rps / SBP's (simulated, {}; {rule})",
+                r.device
+            ),
+            "max rps / SBP's",
+            &bars,
+            1.0,
+            Some(1.0),
+        )?;
+        plot::legend(&key_row.margin(0, 0, 40, 0), &keys, Some(110))
+    })?;
+    Ok(Some((name.to_owned(), svg)))
 }
 
 /// The human-readable report.
@@ -1355,40 +1360,33 @@ pub fn table(r: &ClusterReport) -> String {
     }
     let _ = writeln!(s);
     let head = if r.search { "max rps" } else { "offered rps" };
-    let _ = writeln!(
-        s,
-        "{:<14} {:<10} {:>8} {:>7} {:>7} {:>7} {:>10} {:>9} {:>8} {:>6} {:>8}  limit",
-        "scenario",
-        "planner",
-        head,
-        "viol %",
-        "worst %",
-        "GPUs",
-        "part. %",
-        "busy GPU",
-        "factor",
-        "probes",
-        "wall s"
+    let mut t = crate::text_table::new(
+        &[
+            "scenario", "planner", head, "viol %", "worst %", "GPUs", "part. %", "busy GPU",
+            "factor", "probes", "wall s", "limit",
+        ],
+        2,
     );
-    for x in &r.scenarios {
-        let _ = writeln!(
-            s,
-            "{:<14} {:<10} {:>8.1} {:>7.2} {:>7.2} {:>3}/{:<3} {:>10} {:>9.2} {:>8.3} {:>6} {:>8.2}  {}",
-            x.name,
-            x.planner,
-            x.max_rps.unwrap_or(x.offered_rps),
-            100.0 * x.violation_rate,
-            100.0 * x.worst_violation_rate,
-            x.gpus,
-            x.gpus_available,
-            x.partition_sum,
-            x.busy_gpus,
-            x.factor,
-            x.probes,
-            x.wall_s,
-            x.limit
-        );
+    if let Some(c) = t.column_mut(11) {
+        c.set_cell_alignment(comfy_table::CellAlignment::Left);
     }
+    for x in &r.scenarios {
+        t.add_row(vec![
+            x.name.clone(),
+            x.planner.clone(),
+            format!("{:.1}", x.max_rps.unwrap_or(x.offered_rps)),
+            format!("{:.2}", 100.0 * x.violation_rate),
+            format!("{:.2}", 100.0 * x.worst_violation_rate),
+            format!("{}/{}", x.gpus, x.gpus_available),
+            x.partition_sum.to_string(),
+            format!("{:.2}", x.busy_gpus),
+            format!("{:.3}", x.factor),
+            x.probes.to_string(),
+            format!("{:.2}", x.wall_s),
+            x.limit.clone(),
+        ]);
+    }
+    s += &crate::text_table::lines(&t);
     if r.search {
         let _ = writeln!(
             s,
@@ -1401,20 +1399,12 @@ pub fn table(r: &ClusterReport) -> String {
         "per model at the reported factor, simulated on device profile {} (SLO: used here / the source's):",
         devices(r)
     );
-    let _ = writeln!(
-        s,
-        "{:<14} {:<10} {:<16} {:<16} {:>15} {:>9} {:>9} {:>7} {:>9} {:>5} {:>5}",
-        "scenario",
-        "planner",
-        "model",
-        "manifest",
-        "SLO ms",
-        "rate",
-        "served",
-        "viol %",
-        "p99 ms",
-        "parts",
-        "intf"
+    let mut t = crate::text_table::new(
+        &[
+            "scenario", "planner", "model", "manifest", "SLO ms", "rate", "served", "viol %",
+            "p99 ms", "parts", "intf",
+        ],
+        4,
     );
     for x in &r.scenarios {
         for m in &x.models {
@@ -1422,23 +1412,22 @@ pub fn table(r: &ClusterReport) -> String {
                 Some(p) => format!("{:.1} / {p}", m.slo_ms),
                 None => format!("{:.1}", m.slo_ms),
             };
-            let _ = writeln!(
-                s,
-                "{:<14} {:<10} {:<16} {:<16} {:>15} {:>9.1} {:>9.1} {:>7.2} {:>9.1} {:>5} {:>5.2}",
-                x.name,
-                x.planner,
-                m.name,
-                m.model,
+            t.add_row(vec![
+                x.name.clone(),
+                x.planner.clone(),
+                m.name.clone(),
+                m.model.clone(),
                 slo,
-                m.rate_rps,
-                m.throughput_rps,
-                100.0 * m.violation_rate,
-                m.p99_ms,
-                m.partitions,
-                m.interference
-            );
+                format!("{:.1}", m.rate_rps),
+                format!("{:.1}", m.throughput_rps),
+                format!("{:.2}", 100.0 * m.violation_rate),
+                format!("{:.1}", m.p99_ms),
+                m.partitions.to_string(),
+                format!("{:.2}", m.interference),
+            ]);
         }
     }
+    s += &crate::text_table::lines(&t);
     let _ = writeln!(s);
     let _ = writeln!(
         s,
@@ -1838,19 +1827,29 @@ mem_mb = 100
         assert!(table(&r).contains("simulated on device profile mi50"));
         // Fig. 13 as a plot: greedy over SBP for the one scenario, and the
         // rule in the title and the file name.
-        let (name, svg) = fig13_plot(&r).unwrap();
+        let (name, svg) = fig13_plot(&r).unwrap().unwrap();
         assert_eq!(name, "gpulet-fig13.svg");
-        crate::svg::check_well_formed(&svg).unwrap();
-        assert!(svg.contains("simulated, mi50; mean rule"), "{svg}");
+        crate::plot::check_well_formed(&svg).unwrap();
+        let texts = crate::plot::texts(&svg);
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.contains("simulated, mi50; mean rule")),
+            "{texts:?}"
+        );
         let ratio = r.scenarios[1].max_rps.unwrap() / r.scenarios[0].max_rps.unwrap();
-        assert!(svg.contains(&format!("{ratio:.2}")), "{ratio} in {svg}");
+        assert!(
+            texts.contains(&format!("{ratio:.2}")),
+            "{ratio} in {texts:?}"
+        );
+        assert!(texts.iter().any(|t| t == "greedy"), "{texts:?}");
         let mut no_sbp = r.clone();
         no_sbp
             .fig13
             .as_mut()
             .unwrap()
             .retain(|x| x.planner != "sbp");
-        assert!(fig13_plot(&no_sbp).is_none());
+        assert!(fig13_plot(&no_sbp).unwrap().is_none());
     }
 
     /// `--interference gpulet-*` reads the built-in data/gpulet without

@@ -119,6 +119,22 @@ pub enum InterferenceError {
     },
 }
 
+/// A CSV reader over `text` that trims fields, skips blank lines, allows
+/// rows of different lengths (the artifact's rows end in a comma its
+/// header lacks) and, with `header`, takes the first row as the header.
+fn csv_reader(text: &str, header: bool) -> csv::Reader<&[u8]> {
+    csv::ReaderBuilder::new()
+        .has_headers(header)
+        .flexible(true)
+        .trim(csv::Trim::All)
+        .from_reader(text.as_bytes())
+}
+
+/// A record as its line reads, for messages.
+fn joined(r: &csv::StringRecord) -> String {
+    r.iter().collect::<Vec<_>>().join(",")
+}
+
 /// gpulet's five regression coefficients (§4.4): `c1..c5` for own L2,
 /// the other's L2, own DRAM, the other's DRAM and the constant, with
 /// utilisations as fractions of 1.
@@ -142,10 +158,14 @@ impl LinearCoefficients {
     /// row of five finite numbers, in that order.
     pub fn parse_csv(text: &str) -> Result<Self, InterferenceError> {
         let bad = |what: String| InterferenceError::Coefficients { what };
-        let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
-        let header = lines
-            .next()
-            .ok_or_else(|| bad("the file is empty".into()))?;
+        let mut records = csv_reader(text, false).into_records();
+        let mut next = || {
+            records
+                .next()
+                .transpose()
+                .map_err(|e| bad(format!("it is not CSV ({e})")))
+        };
+        let header = next()?.ok_or_else(|| bad("the file is empty".into()))?;
         let want = [
             "l2_util_m1",
             "l2_util_m2",
@@ -153,23 +173,26 @@ impl LinearCoefficients {
             "dram_util_m2",
             "constant",
         ];
-        let got: Vec<&str> = header.split(',').map(str::trim).collect();
-        if got != want {
-            return Err(bad(format!("the header is `{header}`")));
+        if !header.iter().eq(want) {
+            return Err(bad(format!("the header is `{}`", joined(&header))));
         }
-        let row = lines
-            .next()
-            .ok_or_else(|| bad("there is no row of values".into()))?;
+        let row = next()?.ok_or_else(|| bad("there is no row of values".into()))?;
         let v: Vec<f64> = row
-            .split(',')
-            .map(|t| t.trim().parse::<f64>())
+            .iter()
+            .map(str::parse::<f64>)
             .collect::<Result<_, _>>()
-            .map_err(|e| bad(format!("`{row}` is not five numbers ({e})")))?;
+            .map_err(|e| bad(format!("`{}` is not five numbers ({e})", joined(&row))))?;
         if v.len() != 5 || v.iter().any(|x| !x.is_finite()) {
-            return Err(bad(format!("`{row}` is not five finite numbers")));
+            return Err(bad(format!(
+                "`{}` is not five finite numbers",
+                joined(&row)
+            )));
         }
-        if let Some(extra) = lines.next() {
-            return Err(bad(format!("an extra line `{extra}` follows the values")));
+        if let Some(extra) = next()? {
+            return Err(bad(format!(
+                "an extra line `{}` follows the values",
+                joined(&extra)
+            )));
         }
         Ok(LinearCoefficients {
             l2_own: v[0],
@@ -257,23 +280,27 @@ impl UtilTable {
 /// percentages divided by 100.
 pub fn parse_util_csv(text: &str) -> Result<BTreeMap<String, UtilTable>, InterferenceError> {
     let mut rows: BTreeMap<String, Vec<(u32, f64, f64)>> = BTreeMap::new();
-    for (n, line) in text.lines().enumerate().skip(1) {
-        let line = line.trim();
-        if line.is_empty() {
-            continue;
-        }
-        let bad = |what: String| InterferenceError::UtilRow { line: n + 1, what };
-        let f: Vec<&str> = line.split(',').map(str::trim).collect();
+    for record in csv_reader(text, true).into_records() {
+        let f = record.map_err(|e| InterferenceError::UtilRow {
+            line: e
+                .position()
+                .map_or(0, |p| usize::try_from(p.line()).unwrap_or(usize::MAX)),
+            what: format!("not CSV ({e})"),
+        })?;
+        let line = f
+            .position()
+            .map_or(0, |p| usize::try_from(p.line()).unwrap_or(usize::MAX));
+        let bad = |what: String| InterferenceError::UtilRow { line, what };
         if f.len() < 6 {
             return Err(bad(format!("{} fields, need at least 6", f.len())));
         }
         let batch: u32 = f[1]
             .parse()
-            .map_err(|e| bad(format!("batch `{}` ({e})", f[1])))?;
+            .map_err(|e| bad(format!("batch `{}` ({e})", &f[1])))?;
         let pct = |i: usize, what: &str| -> Result<f64, InterferenceError> {
             let v: f64 = f[i]
                 .parse()
-                .map_err(|e| bad(format!("{what} `{}` ({e})", f[i])))?;
+                .map_err(|e| bad(format!("{what} `{}` ({e})", &f[i])))?;
             if !(0.0..=100.0).contains(&v) {
                 return Err(bad(format!("{what} {v}% is outside 0..=100")));
             }

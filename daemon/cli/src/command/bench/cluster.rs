@@ -235,10 +235,14 @@ pub fn run(a: Args) -> ExitCode {
         progress("sluice bench cluster", "scenario x planner runs"),
     );
     if let (Ok(r), Some(dir)) = (&r, &a.plot) {
-        let Some((name, svg)) = bc::fig13_plot(r) else {
-            return fail(
-                "--plot: no Fig. 13 to draw; it needs sbp among the planners and the served search (drop --pass planned and --no-search)",
-            );
+        let (name, svg) = match bc::fig13_plot(r) {
+            Ok(Some(plot)) => plot,
+            Ok(None) => {
+                return fail(
+                    "--plot: no Fig. 13 to draw; it needs sbp among the planners and the served search (drop --pass planned and --no-search)",
+                );
+            }
+            Err(e) => return fail(e),
         };
         if let Err(e) = std::fs::create_dir_all(dir) {
             return fail(format!(

@@ -115,10 +115,14 @@ pub fn run(a: Args) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail_chain(&e),
     };
-    if let Some(path) = a.plot
-        && let Err(e) = std::fs::write(&path, disb::plot(&r))
-    {
-        return fail(format!("cannot write the plot to {}: {e}", path.display()));
+    if let Some(path) = a.plot {
+        let svg = match disb::plot(&r) {
+            Ok(svg) => svg,
+            Err(e) => return fail(e),
+        };
+        if let Err(e) = std::fs::write(&path, svg) {
+            return fail(format!("cannot write the plot to {}: {e}", path.display()));
+        }
     }
     if a.json {
         print_json(&r)

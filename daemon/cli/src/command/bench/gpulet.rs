@@ -92,7 +92,11 @@ pub fn run(a: Args) -> ExitCode {
         Err(e) => return fail_chain(&e),
     };
     if let Some(dir) = a.plot {
-        for (name, svg) in bg::plots(&r) {
+        let plots = match bg::plots(&r) {
+            Ok(plots) => plots,
+            Err(e) => return fail(e),
+        };
+        for (name, svg) in plots {
             let path = dir.join(name);
             if let Err(e) = std::fs::write(&path, svg) {
                 return fail(format!("--plot: cannot write {}: {e}", path.display()));

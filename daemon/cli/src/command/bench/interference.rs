@@ -63,10 +63,14 @@ pub fn run(a: Args) -> ExitCode {
         gpulet_data: a.data_dir,
     };
     let r = bi::run(&opts, progress("sluice bench interference", "cases"));
-    if let (Ok(r), Some(path)) = (&r, &a.plot)
-        && let Err(e) = std::fs::write(path, bi::plot(r))
-    {
-        return fail(format!("cannot write the plot to {}: {e}", path.display()));
+    if let (Ok(r), Some(path)) = (&r, &a.plot) {
+        let svg = match bi::plot(r) {
+            Ok(svg) => svg,
+            Err(e) => return fail(e),
+        };
+        if let Err(e) = std::fs::write(path, svg) {
+            return fail(format!("cannot write the plot to {}: {e}", path.display()));
+        }
     }
     match r {
         Ok(r) if a.json => print_json(&r),

@@ -94,7 +94,11 @@ pub fn run(a: Args) -> ExitCode {
                 dir.display()
             ));
         }
-        for (name, svg) in bs::plots(&r) {
+        let plots = match bs::plots(&r) {
+            Ok(plots) => plots,
+            Err(e) => return fail(e),
+        };
+        for (name, svg) in plots {
             let path = dir.join(name);
             if let Err(e) = std::fs::write(&path, svg) {
                 return fail(format!("cannot write the plot to {}: {e}", path.display()));
