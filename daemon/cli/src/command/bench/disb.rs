@@ -164,7 +164,7 @@ fn on_cuda_served(
     dir: &std::path::Path,
     progress: &mut dyn FnMut(&disb::Progress),
 ) -> Result<disb::DisbReport, disb::DisbError> {
-    use crate::error_chain;
+    use sluice_cli::error_chain;
     use sluice_cuda::serve::{CudaServer, ServeOptions};
     use sluice_cuda::{Kill, open_gpu};
     let info = sluice_cuda::real::probe().map_err(|e| disb::DisbError::Device(e.to_string()))?;
