@@ -13,6 +13,12 @@
 //! for the GPU model's policy). Without the fair share it is up to 255 of
 //! them, which `unfair_share_lets_the_flood_go_first` shows on purpose.
 //!
+//! Every echo runs while the flood is backlogged, by construction: after
+//! each echo the test reads the flood's queue from the daemon and stops
+//! once 16 or fewer of its requests remain (a machine slow enough to run
+//! 100 echoes only after the flood's 3.4 s of device work drained stops
+//! early), and then requires that at least 10 echoes ran.
+//!
 //! The client-side wall-clock round trip of every echo is measured and
 //! printed (`@@sluice` lines, `--no-capture`); it is asserted only when
 //! `SLUICE_FAIRNESS_MAX_MS` is set (a wall-clock bound would be flaky on a
@@ -55,6 +61,14 @@ struct Seen {
     flood_taken: u64,
 }
 
+/// Flood requests still queued when the echoes stop early: about 200 ms
+/// of device work (resnet152's 13.4 ms each), more than the few status
+/// queries the run makes after the last echo take on a busy machine.
+const FLOOD_MARGIN: u64 = 16;
+
+/// The fewest echoes a run must get in while the flood is backlogged.
+const MIN_ECHOES: u64 = 10;
+
 fn resnet152_ns() -> u64 {
     sluice_model::ModelRegistry::builtin()
         .lookup("resnet152")
@@ -94,6 +108,7 @@ fn run(scheduler: &'static str, on_device: u32, flood: u64, echoes: u64) -> Seen
     let mut rtts = Vec::with_capacity(echoes as usize);
     let mut max_wait_ns = 0;
     let (mut max_take_ns, mut max_post_ns) = (0u64, 0u64);
+    let mut ran = 0u64;
     for i in 0..echoes {
         let input = test_input(77, i, model.input_bytes as usize);
         c.write_arena(input_span.off, &input).unwrap();
@@ -120,6 +135,16 @@ fn run(scheduler: &'static str, on_device: u32, flood: u64, echoes: u64) -> Seen
         check_completion(&c, &model, &done, &input, out)
             .unwrap_or_else(|e| panic!("{scheduler}: echo {i}: {e}"));
         max_wait_ns = max_wait_ns.max(done.started_ns.saturating_sub(done.received_ns));
+        ran += 1;
+        // The echoes run while the flood is backlogged, by construction: on
+        // a machine slow enough to drain the flood first, the loop stops
+        // with `FLOOD_MARGIN` requests still queued (the run then checks
+        // that enough echoes ran).
+        let left = client_by_id(&daemon.status(), flood_id)
+            .map_or(0, |f| f.submitted.saturating_sub(f.completed));
+        if left <= FLOOD_MARGIN {
+            break;
+        }
         // Land at different points of the flood's requests.
         std::thread::sleep(Duration::from_micros(700 + (i * 2_377) % 9_000));
     }
@@ -130,7 +155,7 @@ fn run(scheduler: &'static str, on_device: u32, flood: u64, echoes: u64) -> Seen
     flooder.kill();
     rtts.sort();
     Seen {
-        echoes,
+        echoes: ran,
         max_wait_ns,
         max_rtt: *rtts.last().unwrap(),
         p50_rtt: rtts[rtts.len() / 2],
@@ -161,6 +186,13 @@ fn report(scheduler: &str, s: &Seen) {
 fn bounded(scheduler: &'static str) {
     let s = run(scheduler, 1, 0, 100);
     report(scheduler, &s);
+    assert!(
+        s.echoes >= MIN_ECHOES,
+        "{scheduler}: only {} echoes ran before the flood's backlog fell to {FLOOD_MARGIN} \
+         requests (this machine took {:?} per echo at the median); {s:?}",
+        s.echoes,
+        s.p50_rtt
+    );
     // The flood was still backlogged when the last echo ran, so every echo
     // had it to contend with.
     assert!(
