@@ -13,49 +13,45 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use shm_proto::{Priority, status};
-use sluice_backend::{Backend, Finished, Job, TensorMemory};
+use sluice_backend::{Backend, Finished, Job, VecMemory};
 use sluice_gpu::{GpuError, Ns};
 use sluice_model::ModelRegistry;
 use sluice_sched::workload::{Arrival, ArrivalTimes, DRAIN_NS, RunResult, Workload};
 use sluice_sched::{PolicyStats, Task, TaskDone, TaskFailed};
 
-/// A client's arena: its requests' input (zeros) and output bytes.
-#[derive(Debug)]
-struct Arena(Mutex<Vec<u8>>);
-
-impl TensorMemory for Arena {
-    fn len(&self) -> u64 {
-        self.0.lock().map_or(0, |v| v.len() as u64)
+/// An untyped request of `model` (`sizes`: its input and output bytes)
+/// from `client`: input at the arena's start, output after it.
+fn untyped_job(
+    client: u32,
+    request_id: u64,
+    model: u32,
+    priority: Priority,
+    sizes: (u64, u64),
+    memory: &Arc<VecMemory>,
+    received_ns: u64,
+) -> Job {
+    Job {
+        client,
+        request_id,
+        model,
+        priority,
+        deadline_ns: 0,
+        input_off: 0,
+        input_len: sizes.0,
+        output_off: sizes.0,
+        output_len: sizes.1,
+        memory: memory.clone(),
+        received_ns,
+        tensors: None,
     }
+}
 
-    fn read(&self, offset: u64, buf: &mut [u8]) -> bool {
-        let Ok(v) = self.0.lock() else { return false };
-        let Some(src) = usize::try_from(offset)
-            .ok()
-            .and_then(|o| v.get(o..o.checked_add(buf.len())?))
-        else {
-            return false;
-        };
-        buf.copy_from_slice(src);
-        true
-    }
-
-    fn write(&self, offset: u64, data: &[u8]) -> bool {
-        let Ok(mut v) = self.0.lock() else {
-            return false;
-        };
-        let Some(dst) = usize::try_from(offset)
-            .ok()
-            .and_then(|o| v.get_mut(o..o.checked_add(data.len())?))
-        else {
-            return false;
-        };
-        dst.copy_from_slice(data);
-        true
-    }
+/// A zeroed arena for one request of `sizes` at a time.
+fn arena(sizes: (u64, u64)) -> Arc<VecMemory> {
+    VecMemory::new(usize::try_from(sizes.0 + sizes.1).unwrap_or(0))
 }
 
 /// A workload the real-time driver cannot run.
@@ -122,13 +118,8 @@ pub fn run(
         if matches!(c.arrival, Arrival::Pool { .. }) {
             return Err(ServedError::Pool { client: i });
         }
-        let bytes = m.input_bytes + m.output_bytes;
-        arenas.push(Arc::new(Arena(Mutex::new(vec![
-            0u8;
-            usize::try_from(bytes)
-                .unwrap_or(0)
-        ]))));
         sizes.push((m.input_bytes, m.output_bytes));
+        arenas.push(arena((m.input_bytes, m.output_bytes)));
         times.push(ArrivalTimes::new(i, c));
     }
     let t0 = shm_proto::now_ns();
@@ -155,7 +146,6 @@ pub fn run(
             }
             arrivals.pop();
             let c = &workload.clients[ci as usize];
-            let (input_len, output_len) = sizes[ci as usize];
             let id = next_id;
             next_id += 1;
             let task = Task {
@@ -174,20 +164,15 @@ pub fn run(
                 },
             );
             backend.submit(
-                Job {
-                    client: ci,
-                    request_id: id,
-                    model: c.model,
-                    priority: c.priority,
-                    deadline_ns: 0,
-                    input_off: 0,
-                    input_len,
-                    output_off: input_len,
-                    output_len,
-                    memory: arenas[ci as usize].clone(),
-                    received_ns: t0 + at,
-                    tensors: None,
-                },
+                untyped_job(
+                    ci,
+                    id,
+                    c.model,
+                    c.priority,
+                    sizes[ci as usize],
+                    &arenas[ci as usize],
+                    t0 + at,
+                ),
                 now,
             );
             if c.arrival != Arrival::ClosedLoop
@@ -277,32 +262,22 @@ pub fn standalone_ns(
     let m = models
         .get(model)
         .ok_or_else(|| format!("no model with id {model}"))?;
-    let arena = Arc::new(Arena(Mutex::new(vec![
-        0u8;
-        usize::try_from(
-            m.input_bytes + m.output_bytes
-        )
-        .unwrap_or(0)
-    ])));
+    let sizes = (m.input_bytes, m.output_bytes);
+    let memory = arena(sizes);
     let mut samples = Vec::new();
     let mut finished = Vec::new();
     for rep in 0..=reps.max(1) {
         let now = shm_proto::now_ns();
         backend.submit(
-            Job {
-                client: 0,
-                request_id: u64::from(rep),
+            untyped_job(
+                0,
+                u64::from(rep),
                 model,
-                priority: Priority::RealTime,
-                deadline_ns: 0,
-                input_off: 0,
-                input_len: m.input_bytes,
-                output_off: m.input_bytes,
-                output_len: m.output_bytes,
-                memory: arena.clone(),
-                received_ns: now,
-                tensors: None,
-            },
+                Priority::RealTime,
+                sizes,
+                &memory,
+                now,
+            ),
             now,
         );
         let give_up = now + DRAIN_NS;

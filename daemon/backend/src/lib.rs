@@ -47,6 +47,57 @@ pub trait TensorMemory: Send + Sync {
     fn write(&self, offset: u64, data: &[u8]) -> bool;
 }
 
+/// A heap-backed arena (for requests made in the daemon's own process,
+/// such as the benchmarks that drive a backend directly, and for tests).
+#[derive(Debug)]
+pub struct VecMemory(Mutex<Vec<u8>>);
+
+impl VecMemory {
+    /// `len` zero bytes.
+    pub fn new(len: usize) -> Arc<Self> {
+        Arc::new(Self(Mutex::new(vec![0; len])))
+    }
+
+    /// A copy of bytes `off..off + len`.
+    ///
+    /// # Panics
+    ///
+    /// If the range lies outside the arena or the lock is poisoned.
+    pub fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
+        self.0.lock().unwrap()[off..off + len].to_vec()
+    }
+}
+
+impl TensorMemory for VecMemory {
+    fn len(&self) -> u64 {
+        self.0.lock().map_or(0, |v| v.len() as u64)
+    }
+    fn read(&self, offset: u64, buf: &mut [u8]) -> bool {
+        let Ok(mem) = self.0.lock() else { return false };
+        let Some(src) = usize::try_from(offset)
+            .ok()
+            .and_then(|o| mem.get(o..o.checked_add(buf.len())?))
+        else {
+            return false;
+        };
+        buf.copy_from_slice(src);
+        true
+    }
+    fn write(&self, offset: u64, data: &[u8]) -> bool {
+        let Ok(mut mem) = self.0.lock() else {
+            return false;
+        };
+        let Some(dst) = usize::try_from(offset)
+            .ok()
+            .and_then(|o| mem.get_mut(o..o.checked_add(data.len())?))
+        else {
+            return false;
+        };
+        dst.copy_from_slice(data);
+        true
+    }
+}
+
 /// A validated request, ready for a device.
 #[derive(Clone)]
 pub struct Job {

@@ -1,55 +1,11 @@
-//! Client arenas for backend tests (feature `test-util`): one on the heap,
-//! one that always fails.
-
-use std::sync::{Arc, Mutex};
+//! Client arenas for backend tests (feature `test-util`): the heap one
+//! ([`VecMemory`], also outside tests) and one that always fails.
 
 use shm_proto::Priority;
 
 use crate::{Job, TensorMemory};
 
-/// A heap-backed arena.
-#[derive(Debug)]
-pub struct VecMemory(Mutex<Vec<u8>>);
-
-impl VecMemory {
-    /// `len` zero bytes.
-    pub fn new(len: usize) -> Arc<Self> {
-        Arc::new(Self(Mutex::new(vec![0; len])))
-    }
-
-    /// A copy of bytes `off..off + len`.
-    pub fn bytes(&self, off: usize, len: usize) -> Vec<u8> {
-        self.0.lock().unwrap()[off..off + len].to_vec()
-    }
-}
-
-impl TensorMemory for VecMemory {
-    fn len(&self) -> u64 {
-        self.0.lock().unwrap().len() as u64
-    }
-    fn read(&self, offset: u64, buf: &mut [u8]) -> bool {
-        let mem = self.0.lock().unwrap();
-        let Some(src) = usize::try_from(offset)
-            .ok()
-            .and_then(|o| mem.get(o..o.checked_add(buf.len())?))
-        else {
-            return false;
-        };
-        buf.copy_from_slice(src);
-        true
-    }
-    fn write(&self, offset: u64, data: &[u8]) -> bool {
-        let mut mem = self.0.lock().unwrap();
-        let Some(dst) = usize::try_from(offset)
-            .ok()
-            .and_then(|o| mem.get_mut(o..o.checked_add(data.len())?))
-        else {
-            return false;
-        };
-        dst.copy_from_slice(data);
-        true
-    }
-}
+pub use crate::VecMemory;
 
 /// An arena whose every access fails.
 #[derive(Debug)]

@@ -506,21 +506,7 @@ impl<'s> Ctx<'s> {
                 continue;
             };
             if data.contains(&k) {
-                let (dt, shape) = self
-                    .s
-                    .info(v)
-                    .map(|(d, s)| (d, s.to_vec()))
-                    .unwrap_or((DType::F32, Vec::new()));
-                if dt != DType::F32 {
-                    return Err(node_err(
-                        n,
-                        format!(
-                            "input '{}' is {dt}; the kernels move f32 data only",
-                            self.s.name(v)
-                        ),
-                    ));
-                }
-                let len: usize = shape.iter().product();
+                let (numbered, len) = self.numbered_source(n, v, next)?;
                 if srcs.len() == GATHER_SOURCES {
                     return Err(node_err(n, "more than 4 sources (the kernel's limit)"));
                 }
@@ -535,11 +521,8 @@ impl<'s> Ctx<'s> {
                         ),
                     ));
                 }
-                let iota = (next..next + len).map(|i| i as f32).collect();
                 next += len;
-                ins.push(Some(
-                    Tensor::f32(shape, iota).map_err(|e| node_err(n, e.0))?,
-                ));
+                ins.push(Some(numbered));
             } else if matches!(n.op, Op::Pad { .. }) && k == 2 {
                 // The pad value: -1 marks a padded element, the kernel writes `fill`.
                 if let Some(t) = self.s.constant(v) {
@@ -604,6 +587,35 @@ impl<'s> Ctx<'s> {
 }
 
 impl Ctx<'_> {
+    /// Data input `v` of `n` as a tensor of its shape holding element
+    /// numbers `first..` (what an index table is evaluated on), and its
+    /// element count; refused unless f32.
+    fn numbered_source(
+        &self,
+        n: &sluice_graph::Node,
+        v: ValueId,
+        first: usize,
+    ) -> Result<(Tensor, usize), LowerError> {
+        let (dt, shape) = self
+            .s
+            .info(v)
+            .map(|(d, s)| (d, s.to_vec()))
+            .unwrap_or((DType::F32, Vec::new()));
+        if dt != DType::F32 {
+            return Err(node_err(
+                n,
+                format!(
+                    "input '{}' is {dt}; the kernels move f32 data only",
+                    self.s.name(v)
+                ),
+            ));
+        }
+        let len: usize = shape.iter().product();
+        let iota = (first..first + len).map(|i| i as f32).collect();
+        let t = Tensor::f32(shape, iota).map_err(|e| node_err(n, e.0))?;
+        Ok((t, len))
+    }
+
     /// A Concat of more inputs than the gather kernel's sources: one
     /// gather of the first four inputs (the others' elements filled), then
     /// each further gather takes the output so far and up to three more
@@ -620,23 +632,8 @@ impl Ctx<'_> {
         let mut sources = Vec::with_capacity(n.inputs.len());
         let mut next = 0usize;
         for v in n.inputs.iter().flatten() {
-            let (dt, shape) = self
-                .s
-                .info(*v)
-                .map(|(d, s)| (d, s.to_vec()))
-                .unwrap_or((DType::F32, Vec::new()));
-            if dt != DType::F32 {
-                return Err(node_err(
-                    n,
-                    format!(
-                        "input '{}' is {dt}; the kernels move f32 data only",
-                        self.s.name(*v)
-                    ),
-                ));
-            }
-            let len: usize = shape.iter().product();
-            let iota = (next..next + len).map(|i| i as f32).collect();
-            ins.push(Tensor::f32(shape, iota).map_err(|e| node_err(n, e.0))?);
+            let (numbered, len) = self.numbered_source(n, *v, next)?;
+            ins.push(numbered);
             bases.push((next, len));
             sources.push(self.operand(n, Some(*v))?);
             next += len;
