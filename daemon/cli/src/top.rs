@@ -266,7 +266,7 @@ pub fn render(screen: &Screen<'_>, area: Rect, buf: &mut Buffer) -> Drawn {
     let model_rows = s.map_or(0, |s| model_table_rows(s, screen.latency).len());
     let parts_text = s.map(partition_lines).unwrap_or_default();
     let [head, models, parts, clients] = Layout::vertical([
-        Constraint::Length(3),
+        Constraint::Length(if screen.gone.is_some() { 4 } else { 3 }),
         Constraint::Length(model_rows.clamp(1, MODEL_ROWS) as u16 + 3),
         Constraint::Length(parts_text.len().clamp(1, PARTITION_LINES) as u16 + 2),
         Constraint::Min(4),
@@ -323,18 +323,30 @@ fn render_header(screen: &Screen<'_>, area: Rect, buf: &mut Buffer) {
             lines.push(Line::from(""));
         }
     }
-    lines.push(match screen.gone {
-        Some(why) => Line::styled(
-            fit(
-                &format!("daemon gone: {why}, retrying"),
-                area.width as usize,
-            ),
-            Style::new()
-                .fg(Color::White)
-                .bg(Color::Red)
-                .add_modifier(Modifier::BOLD),
-        ),
-        None => Line::styled(
+    let [top, bottom] = Layout::vertical([Constraint::Length(2), Constraint::Min(1)]).areas(area);
+    Paragraph::new(lines).render(top, buf);
+    match screen.gone {
+        Some(why) => {
+            // The banner wraps over its lines; a reason too long for them
+            // is cut, never the ", retrying" after it.
+            let (head, tail) = ("daemon gone: ", ", retrying");
+            let room = (bottom.width as usize * bottom.height as usize)
+                .saturating_sub(head.len() + tail.len() + 1);
+            let text = format!("{head}{}{tail}", fit(why, room));
+            let lines: Vec<Line> = hard_wrap(&text, bottom.width as usize)
+                .into_iter()
+                .map(Line::from)
+                .collect();
+            Paragraph::new(lines)
+                .style(
+                    Style::new()
+                        .fg(Color::White)
+                        .bg(Color::Red)
+                        .add_modifier(Modifier::BOLD),
+                )
+                .render(bottom, buf);
+        }
+        None => Paragraph::new(Line::styled(
             format!(
                 "every {} ms · latency of OK requests over the last {:.1} s · q quit · \
                  ↑↓ PgUp PgDn Home End scroll clients",
@@ -342,9 +354,28 @@ fn render_header(screen: &Screen<'_>, area: Rect, buf: &mut Buffer) {
                 screen.covered.as_secs_f64()
             ),
             DIM,
-        ),
-    });
-    Paragraph::new(lines).render(area, buf);
+        ))
+        .render(bottom, buf),
+    }
+}
+
+/// `s` cut into lines of at most `width` cells, anywhere (a reason is one
+/// long line of paths and OS errors, not prose).
+fn hard_wrap(s: &str, width: usize) -> Vec<String> {
+    let mut lines = vec![String::new()];
+    let mut used = 0;
+    for c in s.chars() {
+        let w = c.width().unwrap_or(0);
+        if used + w > width.max(1) {
+            lines.push(String::new());
+            used = 0;
+        }
+        used += w;
+        if let Some(l) = lines.last_mut() {
+            l.push(c);
+        }
+    }
+    lines
 }
 
 fn fmt_uptime(s: f64) -> String {
@@ -843,6 +874,22 @@ mod tests {
             lines.join("\n")
         );
         assert_eq!(d.client_rows, 0);
+        // A reason too long for the banner's two lines is cut before
+        // ", retrying".
+        let long = format!("{}: Connection refused (os error 111)", "x y".repeat(100));
+        gone.gone = Some(&long);
+        let (lines, _) = draw(&gone, 100, 24);
+        assert!(
+            lines[2].starts_with("daemon gone: x yx y"),
+            "{}",
+            lines.join("\n")
+        );
+        assert!(
+            lines[3].trim_end().ends_with("…, retrying"),
+            "{}",
+            lines.join("\n")
+        );
+        gone.gone = Some("cannot connect to sluiced at /run/s.sock: Connection refused");
         // Gone after being seen: the last figures stay under the banner.
         let mut stale = screen(Some(&s), &[]);
         stale.gone = gone.gone;
