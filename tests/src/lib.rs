@@ -1829,10 +1829,16 @@ impl Drop for ChildGuard {
 /// The `sluiced` binary next to this test binary (`target/<profile>/sluiced`,
 /// the test binary being `target/<profile>/deps/<name>-<hash>`), if built.
 pub fn find_sluiced() -> Option<PathBuf> {
+    find_binary("sluiced")
+}
+
+/// The workspace binary `name` (`sluiced`, `sluice`) next to this test
+/// binary, as [`find_sluiced`] looks for it, if built.
+pub fn find_binary(name: &str) -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let deps = exe.parent()?;
     let profile = deps.parent()?;
-    [profile.join("sluiced"), deps.join("sluiced")]
+    [profile.join(name), deps.join(name)]
         .into_iter()
         .find(|p| p.is_file())
 }

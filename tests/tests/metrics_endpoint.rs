@@ -512,6 +512,41 @@ fn a_scrape_matches_the_requests_sent_and_sluice_status() {
         0.0,
         "no echo_small request finished within 25 µs of arriving"
     );
+    // sluice status carries the same latency histograms (what `sluice
+    // top` reads): the same counts per bucket, the classes with an OK
+    // completion only.
+    assert_eq!(
+        st.latency_bounds_ns,
+        sluice_service::metrics::LATENCY_BOUNDS_NS
+    );
+    for (model, p, want) in [("echo_small", "rt", RT), ("null", "be", BE)] {
+        let h = st
+            .latency
+            .iter()
+            .find(|h| h.model == model && h.priority == p)
+            .unwrap_or_else(|| panic!("no {model} {p} latency in {:?}", st.latency));
+        assert_eq!(h.counts.iter().sum::<u64>(), want, "{model} {p}");
+        let labels = [("model", model), ("priority", p)];
+        let mut below = 0;
+        for (i, &c) in h.counts.iter().enumerate() {
+            below += c;
+            let Some(&bound) = st.latency_bounds_ns.get(i) else {
+                continue;
+            };
+            let le = bound as f64 / 1e9;
+            assert_eq!(
+                s.bucket("sluice_request_latency_seconds", &labels, le),
+                n(below),
+                "{model} {p} le {le}"
+            );
+        }
+    }
+    assert!(
+        !st.latency
+            .iter()
+            .any(|h| h.model == "echo_small" && h.priority == "be"),
+        "a class without OK completions has no histogram"
+    );
     // Batch: every request handed to the device, batch 1.
     assert_eq!(
         s.histogram(

@@ -9,6 +9,8 @@
 //!
 //! - [`status`]: `sluice status`, every page of the daemon's status, and
 //!   its table;
+//! - [`top`]: `sluice top`, the live view: latency over a window of
+//!   status documents, and the screen drawn from one;
 //! - [`models`]: `sluice models list|load|unload|rescan`, a running
 //!   daemon's model repository;
 //! - [`profile_sim`]: `sluice profile --device <profile>`, a model's
@@ -26,5 +28,6 @@ pub mod models;
 pub mod profile_sim;
 pub mod split_cmd;
 pub mod status;
+pub mod top;
 
 pub use sluice_service::error_chain;

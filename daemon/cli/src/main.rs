@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 use command::{
     bench, bench_client, check, client, completions, demo, inspect, kernels, models, profile, run,
-    split, status, train,
+    split, status, top, train,
 };
 
 /// sluice: share a GPU between real-time and best-effort DNN inference
@@ -34,6 +34,7 @@ enum Cmd {
     Train(train::Train),
     Demo(demo::Args),
     Status(status::Args),
+    Top(top::Args),
     Models(models::Args),
     /// Benchmarks.
     #[command(subcommand)]
@@ -64,6 +65,7 @@ fn main() -> ExitCode {
         Cmd::Train(t) => train::run(t),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Status(a) => status::run(a),
+        Cmd::Top(a) => top::run(a),
         Cmd::Models(a) => models::run(a),
         Cmd::Bench(b) => bench::run(b),
         Cmd::Kernels(k) => kernels::run(k),

@@ -32,7 +32,7 @@ pub mod sys;
 #[cfg(any(test, feature = "test-util"))]
 pub mod test_models;
 
-pub use server::{Daemon, MissedStatus, StartError, Status};
+pub use server::{Daemon, LatencyStatus, MissedStatus, StartError, Status};
 
 /// An error and every `source` below it, one per clause after a colon (a
 /// source whose message already ends the text is not repeated): how the

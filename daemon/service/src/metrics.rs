@@ -122,6 +122,15 @@ impl<const SLOTS: usize> Default for Histogram<SLOTS> {
     }
 }
 
+/// A histogram's counts as read at one time, in the recorded unit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RawHistogram<const SLOTS: usize> {
+    /// Observations per bucket (not cumulative), `+Inf` last.
+    pub counts: [u64; SLOTS],
+    /// Sum of the observations.
+    pub sum: u64,
+}
+
 /// A histogram as read at one time: `(upper bound, count)` per bucket, not
 /// cumulative, the last bound `f64::INFINITY` for `+Inf` (as
 /// `prometheus-client`'s encoder takes them), the sum and the count.
@@ -146,6 +155,15 @@ impl<const SLOTS: usize> Histogram<SLOTS> {
             add(c, 1);
         }
         add(&self.sum, v);
+    }
+
+    /// The counts and sum now, unscaled (relaxed loads: `sluice status`
+    /// reads them as the endpoint does).
+    pub fn raw(&self) -> RawHistogram<SLOTS> {
+        RawHistogram {
+            counts: std::array::from_fn(|i| self.counts[i].load(Ordering::Relaxed)),
+            sum: self.sum.load(Ordering::Relaxed),
+        }
     }
 
     /// The histogram now, bounds and sum divided by `per_unit` (1e9 for ns

@@ -222,7 +222,7 @@ impl Shared {
             .lock()
             .map(|v| v.iter().map(ClientInfo::status).collect())
             .unwrap_or_default();
-        let mut s = self.status_header(clients.len());
+        let mut s = self.status_header(clients.len(), true);
         s.clients = clients;
         s
     }
@@ -230,7 +230,8 @@ impl Shared {
     /// One page of status as JSON, at most
     /// [`STATUS_PAGE_BUDGET`] bytes: the clients with id `from_id` or
     /// more in id order, as many as fit, and `next_client_id` when more
-    /// remain.
+    /// remain. The latency histograms go in the first page only
+    /// (`from_id` 0), whose header a reader of every page keeps.
     pub fn status_page(&self, from_id: u32) -> String {
         let (total, mut clients): (usize, Vec<ClientStatus>) = self
             .clients
@@ -245,10 +246,14 @@ impl Shared {
             })
             .unwrap_or_default();
         clients.sort_unstable_by_key(|c| c.id);
-        page_json(self.status_header(total), clients, STATUS_PAGE_BUDGET)
+        page_json(
+            self.status_header(total, from_id == 0),
+            clients,
+            STATUS_PAGE_BUDGET,
+        )
     }
 
-    fn status_header(&self, clients_total: usize) -> Status {
+    fn status_header(&self, clients_total: usize, with_latency: bool) -> Status {
         let served = self.models.current();
         let c = &self.counters;
         let cc = &self.control_counters;
@@ -297,6 +302,16 @@ impl Shared {
             wakes: c.wakes.load(Ordering::Relaxed),
             parks: c.parks.load(Ordering::Relaxed),
             deadline_missed: self.missed_status(&served),
+            latency_bounds_ns: if with_latency {
+                crate::metrics::LATENCY_BOUNDS_NS.to_vec()
+            } else {
+                Vec::new()
+            },
+            latency: if with_latency {
+                self.latency_status(&served)
+            } else {
+                Vec::new()
+            },
             control: ControlStatus {
                 open_connections: cc.open.load(Ordering::Relaxed),
                 handshaking: cc.handshaking.load(Ordering::Relaxed),
@@ -332,6 +347,36 @@ impl Shared {
                 })
                 .collect(),
         }
+    }
+}
+
+impl Shared {
+    /// Each served model's latency histogram per class with a completion,
+    /// read from what the dispatcher records for the metrics endpoint
+    /// (relaxed loads; the dispatcher does nothing more for it). At most
+    /// [`MODEL_VERSIONS_IN_STATUS`] models, in id order.
+    fn latency_status(&self, served: &Served) -> Vec<LatencyStatus> {
+        let rm = &self.counters.requests;
+        let mut out = Vec::new();
+        for (id, model) in served.registry.iter().take(MODEL_VERSIONS_IN_STATUS) {
+            let Some(mm) = rm.model(id) else { continue };
+            for p in [
+                shm_proto::Priority::RealTime,
+                shm_proto::Priority::BestEffort,
+            ] {
+                let h = mm.of(p).latency.raw();
+                let Some(last) = h.counts.iter().rposition(|&n| n > 0) else {
+                    continue;
+                };
+                out.push(LatencyStatus {
+                    model: model.name().to_owned(),
+                    priority: p.as_str().to_owned(),
+                    counts: h.counts[..=last].to_vec(),
+                    sum_ns: h.sum,
+                });
+            }
+        }
+        out
     }
 }
 
@@ -475,6 +520,17 @@ pub struct Status {
     /// passed before they started, and none of their kernels ran.
     #[serde(default)]
     pub deadline_missed: MissedStatus,
+    /// Upper bounds, ns, of the buckets of [`Status::latency`]'s
+    /// histograms (a last bucket, `+Inf`, follows them). Empty from a
+    /// daemon that predates it, and on status pages after the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latency_bounds_ns: Vec<u64>,
+    /// Each served model's latency histogram, per priority class that has
+    /// had an OK completion: the counts behind the metrics endpoint's
+    /// `sluice_request_latency_seconds`, since start. The first
+    /// [`MODEL_VERSIONS_IN_STATUS`] models; first page only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latency: Vec<LatencyStatus>,
     /// The control socket's connections and what it turned away.
     #[serde(default)]
     pub control: ControlStatus,
@@ -502,6 +558,25 @@ pub struct MissedStatus {
     /// By model name; models with none are left out.
     #[serde(default)]
     pub by_model: std::collections::BTreeMap<String, u64>,
+}
+
+/// One model's latency histogram in one class, in [`Status::latency`]:
+/// received (taken off the ring) to finished on the device, of the requests
+/// completed OK, since the daemon started.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct LatencyStatus {
+    /// The model's name.
+    pub model: String,
+    /// Its class: `rt` (real-time) or `be` (best-effort).
+    pub priority: String,
+    /// Completions per bucket, not cumulative: bucket `i` holds latencies
+    /// up to [`Status::latency_bounds_ns`]`[i]` (above the one before);
+    /// the bucket after the last bound is `+Inf`. Trailing empty buckets
+    /// are left out.
+    pub counts: Vec<u64>,
+    /// Sum of the latencies, ns (read apart from the counts: it may lag
+    /// them by the completion being recorded).
+    pub sum_ns: u64,
 }
 
 /// The control plane in [`Status`].
@@ -974,6 +1049,16 @@ mod tests {
                 best_effort: u64::MAX,
                 by_model: (0..32).map(|i| (format!("model_{i}"), u64::MAX)).collect(),
             },
+            latency_bounds_ns: crate::metrics::LATENCY_BOUNDS_NS.to_vec(),
+            // Every model in both classes, every bucket at its maximum.
+            latency: (0..MODEL_VERSIONS_IN_STATUS * 2)
+                .map(|i| LatencyStatus {
+                    model: format!("model_{:025}", i / 2),
+                    priority: ["rt", "be"][i % 2].into(),
+                    counts: vec![u64::MAX; crate::metrics::LATENCY_SLOTS],
+                    sum_ns: u64::MAX,
+                })
+                .collect(),
             control: ControlStatus::default(),
             clients_total: 4096,
             next_client_id: None,

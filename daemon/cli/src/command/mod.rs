@@ -22,6 +22,7 @@ pub mod profile;
 pub mod run;
 pub mod split;
 pub mod status;
+pub mod top;
 pub mod train;
 
 use std::path::PathBuf;
