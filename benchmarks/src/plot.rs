@@ -419,10 +419,14 @@ pub fn bar_chart(
             EmptyElement::at((i as f64, 0.0)) + Text::new(b.label.clone(), (0, 6), x_style.clone())
         }))?;
     }
-    let above = TextStyle::from(font(9.5)).pos(Pos::new(HPos::Center, VPos::Bottom));
-    chart.draw_series(bars.iter().enumerate().map(|(i, b)| {
-        let v = value(b);
-        EmptyElement::at((i as f64, v)) + Text::new(format!("{v:.2}"), (0, -3), above.clone())
+    // The value over each bar, in a font small enough that neighbours do not
+    // overlap; a bar without a value (a run that did not happen) says so.
+    let texts: Vec<String> = bars.iter().map(|b| bar_value(b.value)).collect();
+    let longest_text = texts.iter().map(|t| t.chars().count()).max().unwrap_or(1);
+    let above_px = (slot / (0.6 * longest_text as f64)).clamp(6.5, 9.5);
+    let above = TextStyle::from(font(above_px)).pos(Pos::new(HPos::Center, VPos::Bottom));
+    chart.draw_series(bars.iter().zip(texts).enumerate().map(|(i, (b, t))| {
+        EmptyElement::at((i as f64, value(b))) + Text::new(t, (0, -3), above.clone())
     }))?;
     if let Some(r) = reference
         && r <= top
@@ -435,6 +439,19 @@ pub fn bar_chart(
         ))?;
     }
     Ok(())
+}
+
+/// The text over a bar: two decimals, none from 100 up (a request rate's
+/// hundredths only crowd the bar's neighbours); `not run` for a bar without
+/// a value.
+pub fn bar_value(v: f64) -> String {
+    if !v.is_finite() {
+        "not run".to_owned()
+    } else if v.abs() >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
 }
 
 /// One line of a [`line_chart`].
@@ -605,6 +622,14 @@ pub(crate) fn texts(svg: &str) -> Vec<String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn bar_values_are_short_and_a_missing_one_says_so() {
+        assert_eq!(bar_value(0.5), "0.50");
+        assert_eq!(bar_value(99.994), "99.99");
+        assert_eq!(bar_value(3543.45), "3543");
+        assert_eq!(bar_value(f64::NAN), "not run");
+    }
+
     fn sample() -> String {
         let series = vec![
             Series {
@@ -678,7 +703,7 @@ mod tests {
             "empty",
             "bars",
             "1.50",
-            "0.00",
+            "not run",
             "nan",
             "lines",
             "100%",

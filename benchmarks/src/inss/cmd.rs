@@ -861,7 +861,7 @@ pub fn plots(r: &InssReport) -> Result<Vec<(&'static str, String)>, crate::plot:
                 span(planners.len(), ph).saturating_add(30),
             ),
             Some(&format!(
-                "Bursty trace: late + dropped per {} s window, SIMULATED ({} profile)",
+                "Bursty trace: % late + dropped per {} s window, SIMULATED ({} profile)",
                 crate::inss::trace::WINDOW_S,
                 r.device
             )),
@@ -874,7 +874,7 @@ pub fn plots(r: &InssReport) -> Result<Vec<(&'static str, String)>, crate::plot:
                     line_panel(
                         &panels[row * periods.len() + col],
                         &format!(
-                            "{}, re-planned every {} s: {} late + dropped (%)",
+                            "{}, re-planned every {} s: {} in all",
                             t.planner,
                             t.period_s,
                             pct(t.violation)
@@ -897,7 +897,7 @@ pub fn plots(r: &InssReport) -> Result<Vec<(&'static str, String)>, crate::plot:
     if let Some(first) = fixed.first() {
         // One panel per GPU count, every planner on one axis from 0, so that
         // the gaps between planners read as they are.
-        let (pw, ph) = (560, 240);
+        let (pw, ph) = (600, 240);
         let mut gpus: Vec<usize> = fixed.iter().map(|f| f.gpus).collect();
         gpus.dedup();
         let svg = plot::figure(
@@ -944,7 +944,7 @@ pub fn plots(r: &InssReport) -> Result<Vec<(&'static str, String)>, crate::plot:
                             mark: Mark::Line,
                         })
                         .collect();
-                    let (chart, side) = panel.split_horizontally(pw - 150);
+                    let (chart, side) = panel.split_horizontally(pw - 200);
                     plot::line_chart(
                         &chart,
                         &format!("{g} GPUs: requests within SLO per second"),

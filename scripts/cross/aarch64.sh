@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# sluice for arm64 edge boxes (Jetson-class aarch64 Linux), built on an x86-64 Debian host:
+#
+#   1. sluiced, sluice and the client library (libsluice_client.so/.a) cross-built for
+#      aarch64-unknown-linux-gnu in release;
+#   2. the shared-memory protocol's, the client library's and the request path's tests
+#      (a real sluiced process and real client processes) run under qemu-user.
+#
+# The compiler is Debian's rustc-web with Debian's aarch64 standard library
+# (libstd-rust-web-dev:arm64, the same source package, so the two always agree); rustup's
+# aarch64 target is not needed. Linking uses Debian's aarch64-linux-gnu-gcc. Child processes
+# the tests start (the daemon, client roles) run under qemu through binfmt_misc, registered
+# here when the kernel lets root do it.
+#
+# What qemu-user cannot show: it runs the aarch64 code on this x86-64 host, whose memory
+# model (TSO) is stronger than aarch64's, so a missing Acquire/Release would still pass
+# here. The loom models of the rings and the wake protocol (scripts/test-all.sh) are the
+# check of the memory orderings. Timing under qemu is not the device's either.
+#
+# Usage: scripts/cross/aarch64.sh [--no-tests]     (root, for apt-get and binfmt_misc)
+# Output: target/cross/aarch64-unknown-linux-gnu/release/{sluiced,sluice,libsluice_client.*}
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+TARGET=aarch64-unknown-linux-gnu
+RUN_TESTS=1
+for a in "$@"; do
+  case "$a" in
+    --no-tests) RUN_TESTS=0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    *) echo "aarch64.sh: unknown argument '$a' (use --no-tests or --help)" >&2; exit 2 ;;
+  esac
+done
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "toolchain (Debian rustc-web + its arm64 std, aarch64-linux-gnu-gcc, qemu-user)"
+if ! dpkg-query -W -f='${Status}' libstd-rust-web-dev:arm64 2>/dev/null | grep -q "ok installed" \
+   || ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
+  flock /tmp/sluice-apt.lock sh -c '
+    dpkg --add-architecture arm64 &&
+    apt-get update -qq &&
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustc-web libstd-rust-web-dev:arm64 \
+      gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user qemu-user-binfmt \
+      libc6:arm64 libgcc-s1:arm64 >/dev/null'
+fi
+RUSTC_DEB=/usr/bin/rustc
+host_v=$("$RUSTC_DEB" --version | awk '{print $2}')
+std_v=$(dpkg-query -W -f='${Version}' libstd-rust-web-dev:arm64)
+echo "rustc $host_v (Debian rustc-web), aarch64 std $std_v"
+case "$std_v" in "$host_v"+*) ;; *)
+  echo "aarch64.sh: Debian's rustc ($host_v) and its arm64 std ($std_v) differ; run apt-get install --only-upgrade rustc-web libstd-rust-web-dev:arm64" >&2
+  exit 1 ;;
+esac
+
+# Children the tests start are aarch64 programs too: the kernel hands them to qemu.
+if [ ! -e /proc/sys/fs/binfmt_misc/register ]; then
+  mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc 2>/dev/null || true
+fi
+if [ -e /proc/sys/fs/binfmt_misc/register ] && [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+  cat /usr/lib/binfmt.d/qemu-aarch64.conf > /proc/sys/fs/binfmt_misc/register || true
+fi
+if [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then echo "binfmt_misc: aarch64 programs run under qemu"
+else echo "binfmt_misc: not available (tests that start child processes will fail)"; fi
+
+export RUSTC="$RUSTC_DEB"
+export CARGO_TARGET_DIR=target/cross
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
+export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
+
+step "cross-build sluiced, sluice and the client library for $TARGET (release)"
+cargo build --release --target "$TARGET" -p sluice-service --bin sluiced -p sluice-cli --bin sluice -p sluice-client
+out="$CARGO_TARGET_DIR/$TARGET/release"
+for f in sluiced sluice libsluice_client.so; do
+  file -b "$out/$f" | grep -q "ARM aarch64" || { echo "aarch64.sh: $out/$f is not an aarch64 ELF: $(file -b "$out/$f")" >&2; exit 1; }
+  echo "$out/$f: $(file -b "$out/$f" | cut -d, -f1-2), $(du -h "$out/$f" | cut -f1)"
+done
+"$out/sluice" --version
+
+[ "$RUN_TESTS" = 1 ] || exit 0
+step "under qemu-user: shm-proto, the client library, and the request path (real daemon and client processes)"
+# One test thread: spin-waiting tests sharing two emulated cores make no progress otherwise.
+cargo test --release --target "$TARGET" -p shm-proto -p sluice-client -q -- --test-threads=1
+cargo test --release --target "$TARGET" -p sluice-tests \
+  --test sluiced_binary --test typed_tensors --test ring_full_backpressure \
+  --test client_killed_in_flight --test hostile_client -q -- --test-threads=1
