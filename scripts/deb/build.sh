@@ -6,7 +6,8 @@
 #   2. what the package ships that is generated, never committed:
 #      target/deb-assets/  the systemd unit with the packaged paths, man
 #                          pages (sluice.1 and its subcommands', sluiced.8),
-#                          bash/zsh/fish completions, sluice-client.pc
+#                          bash/zsh/fish completions, sluice-client.pc, the
+#                          package's Debian changelog
 #      <profile dir>/deb-assets/  libsluice_client.so.<abi> with its SONAME
 #   3. cargo deb --no-build -p sluice-service, which writes the .deb into
 #      <target dir>/debian/ and prints its path
@@ -129,16 +130,38 @@ if grep -q '@[A-Z]*@' "$assets/sluice-client.pc"; then
   exit 1
 fi
 
+# Debian's changelog of the package (lintian requires one); what changed in
+# sluice itself is CHANGELOG.md. Dated by the last commit, so that a rebuild
+# of one commit is identical.
+date=$(git log -1 --format=%cD 2>/dev/null || date -R)
+cat >"$assets/changelog" <<CHANGELOG
+sluice ($version-1) unstable; urgency=medium
+
+  * Package of sluice $version, built by scripts/deb/build.sh.
+
+ -- sluice maintainers <sluice@example.invalid>  $date
+CHANGELOG
+
 # The shared library as installed: a SONAME, so that programs linked with
 # -lsluice_client record libsluice_client.so.<abi>. A copy: the build
 # tree's library stays as the C example links it.
 mkdir -p "$profile_dir/deb-assets"
 cp "$profile_dir/libsluice_client.so" "$profile_dir/deb-assets/libsluice_client.so.$abi"
 patchelf --set-soname "$soname" "$profile_dir/deb-assets/libsluice_client.so.$abi"
+# cargo deb strips what cargo built, not this copy. STRIP names the tool for
+# another architecture (default: the GNU triple's, aarch64-linux-gnu-strip).
+strip_tool=${STRIP:-strip}
+if [[ -z ${STRIP:-} && -n $triple && $triple != "$host" ]]; then
+  strip_tool=${triple/-unknown-/-}-strip
+fi
+"$strip_tool" --strip-unneeded "$profile_dir/deb-assets/libsluice_client.so.$abi" ||
+  { echo "build.sh: $strip_tool failed on libsluice_client.so.$abi; set STRIP to a strip for $triple" >&2; exit 1; }
 grep -q "libsluice_client.so.$abi\"" daemon/service/Cargo.toml || {
   echo "build.sh: daemon/service/Cargo.toml does not package libsluice_client.so.$abi; set the library's file names in [package.metadata.deb] assets to version $abi" >&2
   exit 1
 }
 
-echo "==> cargo deb --no-build -p sluice-service ${target_args[*]}"
-cargo deb --no-build -p sluice-service "${target_args[@]}"
+# --strip: the release profile keeps line tables (debug = 1) for
+# backtraces in the build tree; the package ships stripped binaries.
+echo "==> cargo deb --no-build --strip -p sluice-service ${target_args[*]}"
+cargo deb --no-build --strip -p sluice-service "${target_args[@]}"
