@@ -15,6 +15,8 @@
 #
 #   scripts/deb/check.sh        (as root: chroot and mount /proc)
 #
+# SLUICE_DEB=FILE checks that .deb instead of building one.
+#
 # Installs lintian, debootstrap and patchelf with apt-get when missing.
 # SLUICE_DEB_MIRROR overrides the Debian mirror (http://deb.debian.org/debian).
 set -euo pipefail
@@ -37,12 +39,17 @@ if [[ ${#missing[@]} -gt 0 ]]; then
     die "cannot install ${missing[*]} with apt-get; install them and run again"
 fi
 
-phase "scripts/deb/build.sh"
-build_log=$(mktemp)
-bash scripts/deb/build.sh 2>&1 | tee "$build_log"
-deb=$(grep -o '/[^ ]*/sluice_[^ /]*\.deb' "$build_log" | tail -n 1 || true)
-rm -f "$build_log"
-[[ -n $deb && -f $deb ]] || die "build.sh printed no .deb path (cargo deb prints it last)"
+if [[ -n ${SLUICE_DEB:-} ]]; then
+  deb=$SLUICE_DEB
+  [[ -f $deb ]] || die "SLUICE_DEB=$deb is not a file; name a .deb that scripts/deb/build.sh built, or unset it to build one"
+else
+  phase "scripts/deb/build.sh"
+  build_log=$(mktemp)
+  bash scripts/deb/build.sh 2>&1 | tee "$build_log"
+  deb=$(grep -o '/[^ ]*/sluice_[^ /]*\.deb' "$build_log" | tail -n 1 || true)
+  rm -f "$build_log"
+  [[ -n $deb && -f $deb ]] || die "build.sh printed no .deb path (cargo deb prints it last)"
+fi
 phase "built $deb ($(du -k "$deb" | cut -f1) KiB)"
 
 phase "lintian $deb"
@@ -92,9 +99,10 @@ mount -t proc proc "$chroot_dir/proc"
 printf '#!/bin/sh\n# No services are started in this throwaway root.\nexit 101\n' >"$chroot_dir/usr/sbin/policy-rc.d"
 chmod 755 "$chroot_dir/usr/sbin/policy-rc.d"
 
-# Every path of the root before the install, to compare after the purge.
+# Every path of the root before the install, to compare after the purge;
+# not dpkg's database and logs, nor adduser's lock file /run/adduser.
 snapshot() {
-  in_root find / -xdev \( -path /proc -o -path /tmp -o -path /var/lib/dpkg -o -path /var/log -o -path /var/cache/debconf \) -prune -o -print |
+  in_root find / -xdev \( -path /proc -o -path /tmp -o -path /var/lib/dpkg -o -path /var/log -o -path /var/cache/debconf -o -path /run/adduser \) -prune -o -print |
     grep -v -E '^/etc/(passwd|group|shadow|gshadow|subuid|subgid)-?$' | sort
 }
 snapshot >"$work/before"
@@ -110,7 +118,7 @@ for p in /usr/bin/sluiced /usr/bin/sluice /etc/sluice/sluiced.toml /usr/lib/libs
   /usr/lib/libsluice_client.so /usr/include/sluice.h /usr/lib/pkgconfig/sluice-client.pc \
   /usr/share/man/man8/sluiced.8.gz /usr/share/man/man1/sluice.1.gz \
   /usr/share/bash-completion/completions/sluice /etc/systemd/system/multi-user.target.wants/sluiced.service; do
-  [[ -e $chroot_dir$p ]] || die "the installed package lacks $p"
+  in_root test -e "$p" || die "the installed package lacks $p"
 done
 [[ -d $chroot_dir/var/lib/sluice/models ]] || die "postinst did not create /var/lib/sluice/models"
 # shellcheck disable=SC2016 # dpkg-query's own ${...} format
@@ -131,7 +139,9 @@ phase "starting sluiced as user sluice with /etc/sluice/sluiced.toml"
 sock=/run/sluice/sluiced.sock
 install -d -m 0750 "$chroot_dir/run/sluice"
 in_root chown sluice:sluice /run/sluice
-in_root setpriv --reuid=sluice --regid=sluice --init-groups \
+# chroot itself, not in_root: a function would run in a subshell, and $!
+# would be the subshell's pid, not the daemon's (chroot and setpriv exec).
+chroot "$chroot_dir" setpriv --reuid=sluice --regid=sluice --init-groups \
   /usr/bin/sluiced --config /etc/sluice/sluiced.toml >"$work/sluiced.log" 2>&1 &
 daemon_pid=$!
 for _ in $(seq 300); do
