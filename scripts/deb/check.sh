@@ -53,7 +53,7 @@ fi
 phase "built $deb ($(du -k "$deb" | cut -f1) KiB)"
 
 phase "lintian $deb"
-lintian --fail-on error --display-info "$deb" || die "lintian reports errors in $deb (above); fix them, or override one in scripts/deb/lintian-overrides with the reason"
+lintian --fail-on error "$deb" || die "lintian reports errors in $deb (above); fix them, or override one in scripts/deb/lintian-overrides with the reason"
 
 # The throwaway root.
 arch=$(dpkg --print-architecture)
