@@ -40,6 +40,11 @@ struct Args {
     /// Override daemon.socket.
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
+    /// Write the man page `sluiced.8`, generated from these options, into
+    /// DIR (created if missing) and exit, e.g. `sluiced --man
+    /// /usr/share/man/man8`.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "check_config", "socket"])]
+    man: Option<PathBuf>,
 }
 
 fn print_error(e: &dyn std::error::Error) {
@@ -86,8 +91,37 @@ fn check_config(file: Option<&Path>, socket: Option<PathBuf>) -> Result<(), Star
     Ok(())
 }
 
+/// `--man DIR`: writes `DIR/sluiced.8` and names it on stdout.
+fn write_man(dir: &Path) -> ExitCode {
+    let page = dir.join("sluiced.8");
+    let mut roff = Vec::new();
+    let written = std::fs::create_dir_all(dir)
+        .and_then(|()| {
+            // NAME's one line: the package description `-h` shows is longer.
+            let cmd = Args::command().about("the sluice GPU inference scheduling daemon");
+            clap_mangen::Man::new(cmd).section("8").render(&mut roff)
+        })
+        .and_then(|()| std::fs::write(&page, &roff));
+    match written {
+        Ok(()) => {
+            println!("sluiced: wrote {}", page.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!(
+                "sluiced: error: cannot write {}: {e}; give --man a folder this user may write",
+                page.display()
+            );
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(dir) = &args.man {
+        return write_man(dir);
+    }
     startup::init_tracing();
     if let Some(check_file) = args.check_config {
         let file = match (check_file, args.config) {
@@ -166,4 +200,36 @@ fn main() -> ExitCode {
 fn start(file: Option<&Path>, socket: Option<PathBuf>) -> Result<Daemon, StartupError> {
     let config = load_config(file, socket)?;
     startup::serve(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_are_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn man_page_is_section_8_and_lists_the_options() {
+        let dir = std::env::temp_dir().join(format!("sluiced-man-{}", std::process::id()));
+        assert_eq!(write_man(&dir), ExitCode::SUCCESS);
+        let page = std::fs::read_to_string(dir.join("sluiced.8")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(page.contains(".TH sluiced 8"), "{page}");
+        for option in ["config", "check\\-config", "socket", "man"] {
+            assert!(
+                page.contains(&format!("\\-\\-{option}")),
+                "no --{option} in {page}"
+            );
+        }
+    }
+
+    #[test]
+    fn man_refuses_the_serving_options() {
+        let e = Args::try_parse_from(["sluiced", "--man", "/tmp/m", "--config", "/etc/x.toml"])
+            .unwrap_err();
+        assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict);
+    }
 }
