@@ -4,7 +4,8 @@
 #   1. sluiced, sluice and the client library (libsluice_client.so/.a) cross-built for
 #      aarch64-unknown-linux-gnu in release;
 #   2. the shared-memory protocol's, the client library's and the request path's tests
-#      (a real sluiced process and real client processes) run under qemu-user.
+#      (a real sluiced process and real client processes) run under qemu-user;
+#   3. the arm64 Debian package (scripts/deb/build.sh --target), checked by lintian.
 #
 # The compiler is Debian's rustc-web with Debian's aarch64 standard library
 # (libstd-rust-web-dev:arm64, the same source package, so the two always agree); rustup's
@@ -17,18 +18,24 @@
 # here. The loom models of the rings and the wake protocol (scripts/test-all.sh) are the
 # check of the memory orderings. Timing under qemu is not the device's either.
 #
-# Usage: scripts/cross/aarch64.sh [--no-tests]     (root, for apt-get and binfmt_misc)
+# Usage: scripts/cross/aarch64.sh [--no-tests] [--no-deb]   (root: apt-get, binfmt_misc)
 # Output: target/cross/aarch64-unknown-linux-gnu/release/{sluiced,sluice,libsluice_client.*}
+#         and target/cross/aarch64-unknown-linux-gnu/debian/sluice_<version>-1_arm64.deb
+# The package's man pages and completions come from this machine's binaries:
+# target/release/{sluiced,sluice} when built (scripts/deb/check.sh builds them), else
+# build.sh builds them.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 TARGET=aarch64-unknown-linux-gnu
 RUN_TESTS=1
+BUILD_DEB=1
 for a in "$@"; do
   case "$a" in
     --no-tests) RUN_TESTS=0 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
-    *) echo "aarch64.sh: unknown argument '$a' (use --no-tests or --help)" >&2; exit 2 ;;
+    --no-deb) BUILD_DEB=0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    *) echo "aarch64.sh: unknown argument '$a' (use --no-tests, --no-deb or --help)" >&2; exit 2 ;;
   esac
 done
 
@@ -79,10 +86,35 @@ for f in sluiced sluice libsluice_client.so; do
 done
 "$out/sluice" --version
 
-[ "$RUN_TESTS" = 1 ] || exit 0
+if [ "$RUN_TESTS" = 1 ]; then
 step "under qemu-user: shm-proto, the client library, and the request path (real daemon and client processes)"
 # One test thread: spin-waiting tests sharing two emulated cores make no progress otherwise.
 cargo test --release --target "$TARGET" -p shm-proto -p sluice-client -q -- --test-threads=1
 cargo test --release --target "$TARGET" -p sluice-tests \
   --test sluiced_binary --test typed_tensors --test ring_full_backpressure \
   --test client_killed_in_flight --test hostile_client -q -- --test-threads=1
+fi
+
+[ "$BUILD_DEB" = 1 ] || exit 0
+step "the arm64 Debian package"
+command -v cargo-deb >/dev/null || cargo install cargo-deb --locked
+command -v patchelf >/dev/null && command -v lintian >/dev/null || \
+  flock /tmp/sluice-apt.lock sh -c 'DEBIAN_FRONTEND=noninteractive apt-get install -y -qq patchelf lintian >/dev/null'
+host_bin=
+if [ -x target/release/sluiced ] && [ -x target/release/sluice ]; then host_bin=target/release; fi
+log=$(mktemp)
+SLUICE_DEB_HOST_BIN="$host_bin" STRIP=aarch64-linux-gnu-strip \
+  bash scripts/deb/build.sh --target "$TARGET" 2>&1 | tee "$log" | grep -vE '^ *(Compiling|Finished)|Only source paths' || true
+deb=$(grep -o '/[^ ]*/sluice_[^ /]*_arm64\.deb' "$log" | tail -n 1 || true)
+rm -f "$log"
+[ -n "$deb" ] && [ -f "$deb" ] || { echo "aarch64.sh: scripts/deb/build.sh --target $TARGET wrote no arm64 .deb" >&2; exit 1; }
+dpkg-deb --field "$deb" Package Version Architecture Depends
+dpkg-deb -c "$deb" | awk '{print $6}' | grep -E 'usr/bin/|\.so|\.a$' 
+for f in usr/bin/sluiced usr/bin/sluice; do
+  dpkg-deb --fsys-tarfile "$deb" | tar -xO "./$f" > "$CARGO_TARGET_DIR/deb-check-$(basename "$f")"
+  file -b "$CARGO_TARGET_DIR/deb-check-$(basename "$f")" | grep -q "ARM aarch64" || { echo "aarch64.sh: $f in $deb is not aarch64" >&2; exit 1; }
+done
+echo "lintian $deb:"
+lintian --fail-on error "$deb" || \
+  { echo "aarch64.sh: lintian reports errors on $deb" >&2; exit 1; }
+echo "arm64 package: $deb ($(du -h "$deb" | cut -f1))"

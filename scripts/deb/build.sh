@@ -13,6 +13,7 @@
 #      <target dir>/debian/ and prints its path
 #
 #   scripts/deb/build.sh [--target TRIPLE]
+#   SLUICE_DEB_HOST_BIN=target/release scripts/deb/build.sh --target TRIPLE
 #
 # --target is passed to cargo build and cargo deb (cross builds need the
 # target's linker and strip configured for cargo; see cargo-deb's README).
@@ -77,15 +78,23 @@ build() {
   cargo build --release "$@"
 }
 build "${target_args[@]}" -p sluice-service --bin sluiced
-build "${target_args[@]}" -p sluice-cli --bin sluice
-build "${target_args[@]}" -p sluice-client --lib
+# The CLI and the client library in one invocation: built apart, each run
+# rewrites the library the other depends on and the next one rebuilds it.
+build "${target_args[@]}" -p sluice-cli --bin sluice -p sluice-client --lib
 for f in sluiced sluice libsluice_client.a libsluice_client.so; do
   [[ -f $profile_dir/$f ]] || { echo "build.sh: $profile_dir/$f is missing after the build" >&2; exit 1; }
 done
 
 # The generators run here, so they need binaries for this machine.
+# SLUICE_DEB_HOST_BIN=DIR: use this machine's sluiced and sluice from DIR
+# (e.g. target/release) instead of building them again for a cross build.
 bin_dir=$profile_dir
-if [[ -n $triple && $triple != "$host" ]]; then
+if [[ -n ${SLUICE_DEB_HOST_BIN:-} ]]; then
+  bin_dir=$(cd "$SLUICE_DEB_HOST_BIN" && pwd)
+  for f in sluiced sluice; do
+    [[ -x $bin_dir/$f ]] || { echo "build.sh: SLUICE_DEB_HOST_BIN=$SLUICE_DEB_HOST_BIN has no $f; build it with \`cargo build --release -p sluice-service --bin sluiced\` and \`-p sluice-cli --bin sluice\`, or unset SLUICE_DEB_HOST_BIN" >&2; exit 1; }
+  done
+elif [[ -n $triple && $triple != "$host" ]]; then
   build -p sluice-service --bin sluiced
   build -p sluice-cli --bin sluice
   bin_dir=$target_dir/release
