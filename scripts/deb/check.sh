@@ -34,8 +34,9 @@ for tool in lintian debootstrap patchelf; do
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
   phase "apt-get install ${missing[*]}"
-  apt-get install -y "${missing[@]}" >/dev/null ||
-    { apt-get update >/dev/null && apt-get install -y "${missing[@]}" >/dev/null; } ||
+  # The lock other scripts of the project take around apt-get (CI runs some side by side).
+  flock /tmp/sluice-apt.lock sh -c 'apt-get install -y "$@" >/dev/null ||
+    { apt-get update >/dev/null && apt-get install -y "$@" >/dev/null; }' sh "${missing[@]}" ||
     die "cannot install ${missing[*]} with apt-get; install them and run again"
 fi
 
