@@ -476,36 +476,9 @@ pub fn gemm(m: usize, n: usize, k: usize) -> Result<LaunchConfig, LaunchError> {
     Ok(LaunchConfig::new(g, [gx as u32, gy as u32, 1]))
 }
 
-/// Shape of a `sluice_conv2d` launch (batch 1, NCHW).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Conv2dShape {
-    /// Input channels.
-    pub cin: usize,
-    /// Input height.
-    pub h: usize,
-    /// Input width.
-    pub w: usize,
-    /// Output channels.
-    pub cout: usize,
-    /// Filter height.
-    pub kh: usize,
-    /// Filter width.
-    pub kw: usize,
-    /// Stride (both axes).
-    pub stride: usize,
-    /// Zero padding on each side (both axes).
-    pub pad: usize,
-}
-
-impl Conv2dShape {
-    /// Output `(OH, OW)`, `None` when the kernel does not fit the input.
-    pub fn out_hw(&self) -> Option<(usize, usize)> {
-        Some((
-            window_out(self.h, self.kh, self.stride, self.pad)?,
-            window_out(self.w, self.kw, self.stride, self.pad)?,
-        ))
-    }
-}
+/// The shapes of `sluice_conv2d` and `sluice_pool2d` are the CPU reference's: one
+/// definition of what the kernels compute, checked against it.
+pub use sluice_nn::reference::{Conv2dShape, Pool2dShape};
 
 /// `sluice_conv2d`: implicit GEMM with M = Cout, N = OH·OW, K = Cin·KH·KW.
 pub fn conv2d(s: &Conv2dShape) -> Result<LaunchConfig, LaunchError> {
@@ -543,33 +516,6 @@ pub fn conv2d(s: &Conv2dShape) -> Result<LaunchConfig, LaunchError> {
         MAX_GRID_YZ,
     )?;
     Ok(LaunchConfig::new(g, [gx as u32, gy as u32, 1]))
-}
-
-/// Shape of a `sluice_pool2d` launch (batch 1, NCHW, square window).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Pool2dShape {
-    /// Channels.
-    pub c: usize,
-    /// Input height.
-    pub h: usize,
-    /// Input width.
-    pub w: usize,
-    /// Window size (square).
-    pub k: usize,
-    /// Stride (both axes).
-    pub stride: usize,
-    /// Padding on each side (both axes).
-    pub pad: usize,
-}
-
-impl Pool2dShape {
-    /// Output `(OH, OW)`, `None` when the window does not fit the input.
-    pub fn out_hw(&self) -> Option<(usize, usize)> {
-        Some((
-            window_out(self.h, self.k, self.stride, self.pad)?,
-            window_out(self.w, self.k, self.stride, self.pad)?,
-        ))
-    }
 }
 
 /// `sluice_pool2d`: one thread per output element.
@@ -1175,7 +1121,7 @@ mod tests {
             stride: 2,
             pad: 3,
         };
-        assert_eq!(s.out_hw(), Some((112, 112)));
+        assert_eq!(s.out_hw().ok(), Some((112, 112)));
         let cfg = conv2d(&s).unwrap();
         assert_eq!(cfg.grid, [(112 * 112usize).div_ceil(64) as u32, 1, 1]);
         let small = Conv2dShape {
@@ -1246,7 +1192,7 @@ mod tests {
             stride: 2,
             pad: 1,
         };
-        assert_eq!(s.out_hw(), Some((56, 56)));
+        assert_eq!(s.out_hw().ok(), Some((56, 56)));
         let cfg = pool2d(&s).unwrap();
         let total = 64 * 56 * 56u64;
         let threads = cfg.blocks() * u64::from(cfg.block[0]);
