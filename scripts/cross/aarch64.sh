@@ -78,7 +78,11 @@ export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
 export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
 
 step "cross-build sluiced, sluice and the client library for $TARGET (release)"
-cargo build --release --target "$TARGET" -p sluice-service --bin sluiced -p sluice-cli --bin sluice -p sluice-client
+# As scripts/deb/build.sh builds them: sluiced on its own (built with the CLI it would get the
+# CLI's InSS planner and its ML framework by feature unification), then the CLI with the
+# client library's shared and static libraries.
+cargo build --release --target "$TARGET" -p sluice-service --bin sluiced
+cargo build --release --target "$TARGET" -p sluice-cli --bin sluice -p sluice-client --lib
 out="$CARGO_TARGET_DIR/$TARGET/release"
 for f in sluiced sluice libsluice_client.so; do
   file -b "$out/$f" | grep -q "ARM aarch64" || { echo "aarch64.sh: $out/$f is not an aarch64 ELF: $(file -b "$out/$f")" >&2; exit 1; }
