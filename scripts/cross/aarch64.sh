@@ -71,9 +71,13 @@ if [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then echo "binfmt_misc: aarch64
 else echo "binfmt_misc: not available (tests that start child processes will fail)"; fi
 
 export RUSTC="$RUSTC_DEB"
+export RUSTDOC=/usr/bin/rustdoc   # doctests: Debian's rustdoc knows its aarch64 std
 export CARGO_TARGET_DIR=target/cross
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+# The loader and C library come from Debian's arm64 packages (libc6:arm64 in /lib), not from the
+# cross toolchain's /usr/aarch64-linux-gnu: under `qemu-aarch64 -L /usr/aarch64-linux-gnu` the
+# clock test hangs in its first clock read.
+export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64"
 export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
 export AR_aarch64_unknown_linux_gnu=aarch64-linux-gnu-ar
 
