@@ -1826,6 +1826,37 @@ impl Drop for ChildGuard {
     }
 }
 
+/// The log a [`spawn_sluiced`] daemon writes: `dir/sluiced.log` (empty when it is
+/// not there yet).
+pub fn sluiced_log(dir: &Path) -> String {
+    std::fs::read_to_string(dir.join("sluiced.log")).unwrap_or_default()
+}
+
+/// Starts the `sluiced` binary as an operator would: writes `config` (TOML text) to
+/// `dir/sluiced.toml`, runs `sluiced --config` on it with its stderr in `dir/sluiced.log`
+/// ([`sluiced_log`]), and waits up to 30 s ([`secs`]-scaled) until it answers a status
+/// query on `socket`; panics with the log when it never does. SIGKILLed on drop.
+pub fn spawn_sluiced(sluiced: &Path, dir: &Path, socket: &Path, config: &str) -> ChildGuard {
+    let file = dir.join("sluiced.toml");
+    std::fs::write(&file, config).expect("write sluiced.toml");
+    let log = std::fs::File::create(dir.join("sluiced.log")).expect("create sluiced.log");
+    let daemon = ChildGuard::spawn(
+        std::process::Command::new(sluiced)
+            .arg("--config")
+            .arg(&file)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(log),
+    )
+    .expect("spawn sluiced");
+    assert!(
+        wait_for(|| query_status(socket).is_ok(), secs(30)),
+        "sluiced never answered; log:\n{}",
+        sluiced_log(dir)
+    );
+    daemon
+}
+
 /// The `sluiced` binary next to this test binary (`target/<profile>/sluiced`,
 /// the test binary being `target/<profile>/deps/<name>-<hash>`), if built.
 pub fn find_sluiced() -> Option<PathBuf> {

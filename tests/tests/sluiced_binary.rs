@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 
 use rustix::process::Signal;
 use sluice_client::Error;
-use sluice_tests::{ChildGuard, TestDir, connect, lookup, query_status, run_one, secs, wait_for};
+use sluice_tests::{TestDir, connect, lookup, query_status, run_one, secs, wait_for};
 
 sluice_tests::role_entry!();
 
@@ -77,32 +77,13 @@ fn binary_serves_clients_and_stops_on_sigterm() {
     };
     let dir = TestDir::new("binary");
     let socket = dir.join("sluiced.sock");
-    let config = dir.join("sluiced.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[daemon]\nsocket = {:?}\nrealtime_priority = 0\nlock_memory = false\n\n\
-             [clients]\nsq_entries = 8\ncq_entries = 8\narena_bytes = 65536\n",
-            socket.display().to_string()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.join("sluiced.log")).unwrap();
-    let mut daemon = ChildGuard::spawn(
-        Command::new(&sluiced)
-            .arg("--config")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log),
-    )
-    .expect("spawn sluiced");
-    let log_text = || std::fs::read_to_string(dir.join("sluiced.log")).unwrap_or_default();
-    assert!(
-        wait_for(|| query_status(&socket).is_ok(), secs(30)),
-        "sluiced never answered; log:\n{}",
-        log_text()
+    let config = format!(
+        "[daemon]\nsocket = {:?}\nrealtime_priority = 0\nlock_memory = false\n\n\
+         [clients]\nsq_entries = 8\ncq_entries = 8\narena_bytes = 65536\n",
+        socket.display().to_string()
     );
+    let mut daemon = sluice_tests::spawn_sluiced(&sluiced, dir.path(), &socket, &config);
+    let log_text = || sluice_tests::sluiced_log(dir.path());
     let st = query_status(&socket).unwrap();
     assert_eq!(st.pid, daemon.pid());
 
@@ -139,32 +120,13 @@ fn binary_serves_metrics_from_its_config_file() {
     };
     let dir = TestDir::new("binary-metrics");
     let socket = dir.join("sluiced.sock");
-    let config = dir.join("sluiced.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[daemon]\nsocket = {:?}\nrealtime_priority = 0\nlock_memory = false\n\n\
-             [clients]\narena_bytes = 65536\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
-            socket.display().to_string()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.join("sluiced.log")).unwrap();
-    let mut daemon = ChildGuard::spawn(
-        Command::new(&sluiced)
-            .arg("--config")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log),
-    )
-    .expect("spawn sluiced");
-    let log_text = || std::fs::read_to_string(dir.join("sluiced.log")).unwrap_or_default();
-    assert!(
-        wait_for(|| query_status(&socket).is_ok(), secs(30)),
-        "sluiced never answered; log:\n{}",
-        log_text()
+    let config = format!(
+        "[daemon]\nsocket = {:?}\nrealtime_priority = 0\nlock_memory = false\n\n\
+         [clients]\narena_bytes = 65536\n\n[metrics]\nlisten = \"127.0.0.1:0\"\n",
+        socket.display().to_string()
     );
+    let mut daemon = sluice_tests::spawn_sluiced(&sluiced, dir.path(), &socket, &config);
+    let log_text = || sluice_tests::sluiced_log(dir.path());
     let at = query_status(&socket).unwrap().metrics;
     assert!(at.starts_with("127.0.0.1:") && !at.ends_with(":0"), "{at}");
     let mut c = connect(&socket, "binary-metrics");
@@ -212,33 +174,14 @@ fn sighup_rescans_the_model_directory_without_a_restart() {
     std::fs::create_dir_all(&models).unwrap();
     let fc = |w: f32| sluice_onnx::test_models::gemm(2, 2, &[w; 4], &[0.0; 2], true);
     std::fs::write(models.join("a.onnx"), fc(1.0)).unwrap();
-    let config = dir.join("sluiced.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[daemon]\nsocket = {:?}\nrealtime_priority = 0\nlock_memory = false\n\n\
-             [device]\nbackend = \"cpu\"\n\n[models]\ndir = {:?}\n",
-            socket.display().to_string(),
-            models.display().to_string()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.join("sluiced.log")).unwrap();
-    let mut daemon = ChildGuard::spawn(
-        Command::new(&sluiced)
-            .arg("--config")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log),
-    )
-    .expect("spawn sluiced");
-    let log_text = || std::fs::read_to_string(dir.join("sluiced.log")).unwrap_or_default();
-    assert!(
-        wait_for(|| query_status(&socket).is_ok(), secs(30)),
-        "sluiced never answered; log:\n{}",
-        log_text()
+    let config = format!(
+        "[daemon]\nsocket = {:?}\nrealtime_priority = 0\nlock_memory = false\n\n\
+         [device]\nbackend = \"cpu\"\n\n[models]\ndir = {:?}\n",
+        socket.display().to_string(),
+        models.display().to_string()
     );
+    let mut daemon = sluice_tests::spawn_sluiced(&sluiced, dir.path(), &socket, &config);
+    let log_text = || sluice_tests::sluiced_log(dir.path());
     let versions = || {
         query_status(&socket)
             .map(|st| {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use sluice_cli::models::{Op, command};
 use sluice_client::{Client, Priority, Span, Submit, status};
 use sluice_onnx::test_models::gemm;
-use sluice_tests::{ChildGuard, TestDir, query_status, secs, skipped, wait_for};
+use sluice_tests::{TestDir, secs, skipped};
 
 sluice_tests::role_entry!();
 
@@ -140,34 +140,14 @@ fn top_shows_a_client_and_a_model_as_they_arrive() {
     std::fs::create_dir_all(&models).unwrap();
     write_model(&models, "base_fc");
     let socket = dir.join("sluiced.sock");
-    let config = dir.join("sluiced.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[daemon]\nsocket = {:?}\nrealtime_priority = 0\nlock_memory = false\n\n\
-             [device]\nbackend = \"cpu\"\ncpu_threads = 1\n\n[models]\ndir = {:?}\n\n\
-             [clients]\narena_bytes = 65536\n",
-            socket.display().to_string(),
-            models.display().to_string()
-        ),
-    )
-    .unwrap();
-    let log = std::fs::File::create(dir.join("sluiced.log")).unwrap();
-    let mut daemon = ChildGuard::spawn(
-        Command::new(&sluiced)
-            .arg("--config")
-            .arg(&config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log),
-    )
-    .expect("spawn sluiced");
-    let log_text = || std::fs::read_to_string(dir.join("sluiced.log")).unwrap_or_default();
-    assert!(
-        wait_for(|| query_status(&socket).is_ok(), secs(30)),
-        "sluiced never answered; log:\n{}",
-        log_text()
+    let config = format!(
+        "[daemon]\nsocket = {:?}\nrealtime_priority = 0\nlock_memory = false\n\n\
+         [device]\nbackend = \"cpu\"\ncpu_threads = 1\n\n[models]\ndir = {:?}\n\n\
+         [clients]\narena_bytes = 65536\n",
+        socket.display().to_string(),
+        models.display().to_string()
     );
+    let mut daemon = sluice_tests::spawn_sluiced(&sluiced, dir.path(), &socket, &config);
 
     let tmux = Tmux {
         socket: dir.join("tmux.sock"),
