@@ -1864,14 +1864,24 @@ pub fn find_sluiced() -> Option<PathBuf> {
 }
 
 /// The workspace binary `name` (`sluiced`, `sluice`) next to this test
-/// binary, as [`find_sluiced`] looks for it, if built.
+/// binary, as [`find_sluiced`] looks for it, if built. With
+/// `SLUICE_REQUIRE_BINARIES=1` (`scripts/test-all.sh`, which builds them
+/// first) a missing binary panics instead of letting the test skip.
 pub fn find_binary(name: &str) -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let deps = exe.parent()?;
-    let profile = deps.parent()?;
-    [profile.join(name), deps.join(name)]
-        .into_iter()
-        .find(|p| p.is_file())
+    let exe = std::env::current_exe().ok();
+    let found = exe.as_deref().and_then(|exe| {
+        let deps = exe.parent()?;
+        let profile = deps.parent()?;
+        [profile.join(name), deps.join(name)]
+            .into_iter()
+            .find(|p| p.is_file())
+    });
+    assert!(
+        found.is_some() || std::env::var_os("SLUICE_REQUIRE_BINARIES").is_none_or(|v| v != "1"),
+        "no {name} binary next to {exe:?} (SLUICE_REQUIRE_BINARIES=1); build the workspace's \
+         binaries first: cargo build --workspace --bins"
+    );
+    found
 }
 
 // ---------------------------------------------------------------------------
