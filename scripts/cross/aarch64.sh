@@ -98,7 +98,7 @@ if [ "$RUN_TESTS" = 1 ]; then
 step "under qemu-user: shm-proto, the client library, and the request path (real daemon and client processes)"
 # One test thread: spin-waiting tests sharing two emulated cores make no progress otherwise.
 cargo test --release --target "$TARGET" -p shm-proto -p sluice-client -q -- --test-threads=1
-cargo test --release --target "$TARGET" -p sluice-tests \
+SLUICE_REQUIRE_BINARIES=1 cargo test --release --target "$TARGET" -p sluice-tests \
   --test sluiced_binary --test typed_tensors --test ring_full_backpressure \
   --test client_killed_in_flight --test hostile_client -q -- --test-threads=1
 fi
