@@ -22,33 +22,6 @@ use sluice_model::ModelRegistry;
 use sluice_sched::workload::{Arrival, ArrivalTimes, DRAIN_NS, RunResult, Workload};
 use sluice_sched::{PolicyStats, Task, TaskDone, TaskFailed};
 
-/// An untyped request of `model` (`sizes`: its input and output bytes)
-/// from `client`: input at the arena's start, output after it.
-fn untyped_job(
-    client: u32,
-    request_id: u64,
-    model: u32,
-    priority: Priority,
-    sizes: (u64, u64),
-    memory: &Arc<VecMemory>,
-    received_ns: u64,
-) -> Job {
-    Job {
-        client,
-        request_id,
-        model,
-        priority,
-        deadline_ns: 0,
-        input_off: 0,
-        input_len: sizes.0,
-        output_off: sizes.0,
-        output_len: sizes.1,
-        memory: memory.clone(),
-        received_ns,
-        tensors: None,
-    }
-}
-
 /// A zeroed arena for one request of `sizes` at a time.
 fn arena(sizes: (u64, u64)) -> Arc<VecMemory> {
     VecMemory::new(usize::try_from(sizes.0 + sizes.1).unwrap_or(0))
@@ -164,13 +137,13 @@ pub fn run(
                 },
             );
             backend.submit(
-                untyped_job(
+                Job::untyped(
                     ci,
                     id,
                     c.model,
                     c.priority,
                     sizes[ci as usize],
-                    &arenas[ci as usize],
+                    arenas[ci as usize].clone(),
                     t0 + at,
                 ),
                 now,
@@ -269,13 +242,13 @@ pub fn standalone_ns(
     for rep in 0..=reps.max(1) {
         let now = shm_proto::now_ns();
         backend.submit(
-            untyped_job(
+            Job::untyped(
                 0,
                 u64::from(rep),
                 model,
                 Priority::RealTime,
                 sizes,
-                &memory,
+                memory.clone(),
                 now,
             ),
             now,

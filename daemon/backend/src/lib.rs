@@ -131,6 +131,36 @@ pub struct Job {
     pub tensors: Option<Arc<TensorSpans>>,
 }
 
+impl Job {
+    /// An untyped request of `model` from `client`, no deadline: `sizes` are
+    /// its input and output bytes, the input at offset 0 of `memory` and the
+    /// output right after it.
+    pub fn untyped(
+        client: u32,
+        request_id: u64,
+        model: u32,
+        priority: Priority,
+        sizes: (u64, u64),
+        memory: Arc<dyn TensorMemory>,
+        received_ns: u64,
+    ) -> Job {
+        Job {
+            client,
+            request_id,
+            model,
+            priority,
+            deadline_ns: 0,
+            input_off: 0,
+            input_len: sizes.0,
+            output_off: sizes.0,
+            output_len: sizes.1,
+            memory,
+            received_ns,
+            tensors: None,
+        }
+    }
+}
+
 /// Where each tensor of a typed request lies in the client's arena.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorSpans {

@@ -33,18 +33,14 @@ pub fn job(
     (input_bytes, output_bytes): (u64, u64),
     received_ns: u64,
 ) -> Job {
-    Job {
+    let memory = VecMemory::new((input_bytes + output_bytes) as usize);
+    Job::untyped(
         client,
         request_id,
         model,
         priority,
-        deadline_ns: 0,
-        input_off: 0,
-        input_len: input_bytes,
-        output_off: input_bytes,
-        output_len: output_bytes,
-        memory: VecMemory::new((input_bytes + output_bytes) as usize),
+        (input_bytes, output_bytes),
+        memory,
         received_ns,
-        tensors: None,
-    }
+    )
 }

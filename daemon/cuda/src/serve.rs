@@ -1184,20 +1184,15 @@ mod tests {
         assert_eq!(input.len() as u64, m.input_bytes);
         let memory = VecMemory::new((m.input_bytes + m.output_bytes) as usize);
         assert!(memory.write(0, &input));
-        let job = Job {
+        let job = Job::untyped(
             client,
             request_id,
             model,
             priority,
-            deadline_ns: 0,
-            input_off: 0,
-            input_len: m.input_bytes,
-            output_off: m.input_bytes,
-            output_len: m.output_bytes,
-            memory: memory.clone(),
-            received_ns: 0,
-            tensors: None,
-        };
+            (m.input_bytes, m.output_bytes),
+            memory.clone(),
+            0,
+        );
         (job, memory)
     }
 
