@@ -43,13 +43,14 @@ step() { printf '\n==> %s\n' "$*"; }
 
 step "toolchain (Debian rustc-web + its arm64 std, aarch64-linux-gnu-gcc, qemu-user)"
 if ! dpkg-query -W -f='${Status}' libstd-rust-web-dev:arm64 2>/dev/null | grep -q "ok installed" \
-   || ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null; then
+   || ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/dev/null \
+   || ! command -v file >/dev/null; then
   flock /tmp/sluice-apt.lock sh -c '
     dpkg --add-architecture arm64 &&
     apt-get update -qq &&
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rustc-web libstd-rust-web-dev:arm64 \
       gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user qemu-user-binfmt \
-      libc6:arm64 libgcc-s1:arm64 >/dev/null'
+      libc6:arm64 libgcc-s1:arm64 file >/dev/null'
 fi
 RUSTC_DEB=/usr/bin/rustc
 host_v=$("$RUSTC_DEB" --version | awk '{print $2}')
