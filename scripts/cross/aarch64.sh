@@ -18,7 +18,9 @@
 # here. The loom models of the rings and the wake protocol (scripts/test-all.sh) are the
 # check of the memory orderings. Timing under qemu is not the device's either.
 #
-# Usage: scripts/cross/aarch64.sh [--no-tests] [--no-deb]   (root: apt-get, binfmt_misc)
+# Usage: scripts/cross/aarch64.sh [--no-tests] [--no-deb] [--build-only]   (root: apt-get, binfmt_misc)
+#   --build-only  compile the binaries and the test executables, run nothing, build no package
+#                 (CI compiles in the background this way, then runs the script again whole)
 # Output: target/cross/aarch64-unknown-linux-gnu/release/{sluiced,sluice,libsluice_client.*}
 #         and target/cross/aarch64-unknown-linux-gnu/debian/sluice_<version>-1_arm64.deb
 # The package's man pages and completions come from this machine's binaries:
@@ -30,12 +32,14 @@ cd "$(dirname "$0")/../.."
 TARGET=aarch64-unknown-linux-gnu
 RUN_TESTS=1
 BUILD_DEB=1
+BUILD_ONLY=0
 for a in "$@"; do
   case "$a" in
     --no-tests) RUN_TESTS=0 ;;
     --no-deb) BUILD_DEB=0 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
-    *) echo "aarch64.sh: unknown argument '$a' (use --no-tests, --no-deb or --help)" >&2; exit 2 ;;
+    --build-only) BUILD_ONLY=1; BUILD_DEB=0 ;;
+    -h|--help) sed -n '2,/^set -e/{/^set -e/!p}' "$0"; exit 0 ;;
+    *) echo "aarch64.sh: unknown argument '$a' (use --no-tests, --no-deb, --build-only or --help)" >&2; exit 2 ;;
   esac
 done
 
@@ -75,6 +79,9 @@ export RUSTC="$RUSTC_DEB"
 export RUSTDOC=/usr/bin/rustdoc   # doctests: Debian's rustdoc knows its aarch64 std
 export CARGO_TARGET_DIR=target/cross
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+# No debug info in the arm64 build: the package strips it anyway, and generating it roughly
+# doubles the binaries (55 MiB sluiced) and lengthens the build and the link.
+export CARGO_PROFILE_RELEASE_DEBUG=0
 # The loader and C library come from Debian's arm64 packages (libc6:arm64 in /lib), not from the
 # cross toolchain's /usr/aarch64-linux-gnu: under `qemu-aarch64 -L /usr/aarch64-linux-gnu` the
 # clock test hangs in its first clock read.
@@ -95,13 +102,22 @@ for f in sluiced sluice libsluice_client.so; do
 done
 "$out/sluice" --version
 
+# The tests under qemu: the shared-memory protocol's and the client library's, and the request
+# path's (a real sluiced, the one built above, and real client processes).
+unit_tests=(-p shm-proto -p sluice-client)
+path_tests=(-p sluice-tests --test sluiced_binary --test typed_tensors --test ring_full_backpressure
+  --test client_killed_in_flight --test hostile_client)
+if [ "$BUILD_ONLY" = 1 ]; then
+  step "compiling the test executables for $TARGET (not run: --build-only)"
+  cargo test --release --target "$TARGET" "${unit_tests[@]}" --no-run -q
+  cargo test --release --target "$TARGET" "${path_tests[@]}" --no-run -q
+  exit 0
+fi
 if [ "$RUN_TESTS" = 1 ]; then
 step "under qemu-user: shm-proto, the client library, and the request path (real daemon and client processes)"
 # One test thread: spin-waiting tests sharing two emulated cores make no progress otherwise.
-cargo test --release --target "$TARGET" -p shm-proto -p sluice-client -q -- --test-threads=1
-SLUICE_REQUIRE_BINARIES=1 cargo test --release --target "$TARGET" -p sluice-tests \
-  --test sluiced_binary --test typed_tensors --test ring_full_backpressure \
-  --test client_killed_in_flight --test hostile_client -q -- --test-threads=1
+cargo test --release --target "$TARGET" "${unit_tests[@]}" -q -- --test-threads=1
+SLUICE_REQUIRE_BINARIES=1 cargo test --release --target "$TARGET" "${path_tests[@]}" -q -- --test-threads=1
 fi
 
 [ "$BUILD_DEB" = 1 ] || exit 0
