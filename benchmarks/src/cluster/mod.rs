@@ -35,6 +35,7 @@
 //! batch-axis error of the GPU model (docs/planners.md): a model whose
 //! simulated latency grows too fast with the batch gets a loose SLO.
 
+pub mod engine;
 pub mod scenario;
 pub mod sim;
 pub mod trace;
@@ -51,8 +52,22 @@ use sluice_planner::{GpuSpec, LatencyTable, ModelSpec, Placement};
 
 use crate::cluster::scenario::{PlannerKind, Scenario, ScenarioError, SloRule};
 use crate::cluster::sim::{
-    Batching, ModelOutcome, Rounds, Routing, SimModel, SimOptions, SimPartition, SimSlot,
+    Batching, Engine, ModelOutcome, Rounds, Routing, SimModel, SimOptions, SimPartition, SimSlot,
 };
+
+/// Serves `parts` for `models`' arrivals on the engine `opts` names: the
+/// daemon's cluster backend ([`engine::serve`]) or the request-level
+/// simulator ([`sim::simulate`]).
+pub fn serve(
+    models: &[SimModel],
+    parts: &[SimPartition],
+    opts: &SimOptions,
+) -> Result<sim::SimResult, sim::SimError> {
+    match opts.engine {
+        Engine::Daemon => engine::serve(models, parts, opts),
+        Engine::Sim => sim::simulate(models, parts, opts),
+    }
+}
 
 /// The violation rate a factor may reach and still pass (gpulet §5.2).
 pub const MAX_VIOLATION_RATE: f64 = 0.01;
@@ -115,6 +130,8 @@ pub struct ClusterOptions {
     pub rounds: Rounds,
     /// See [`Batching`].
     pub batching: Batching,
+    /// See [`Engine`].
+    pub engine: Engine,
     /// See [`Interference`].
     pub interference: Interference,
     /// gpulet's data folder (with `2080ti/` and `3080/`); `None`: the
@@ -187,6 +204,7 @@ impl Default for ClusterOptions {
             routing: Routing::Random,
             rounds: Rounds::WorkConserving,
             batching: Batching::Planned,
+            engine: Engine::Daemon,
             interference: Interference::None,
             gpulet_data: None,
             search: true,
@@ -569,7 +587,9 @@ pub struct ClusterReport {
     pub interference: Interference,
     /// Its description.
     pub interference_note: String,
-    /// Routing.
+    /// What served the plans.
+    pub engine: Engine,
+    /// Routing (the simulator's).
     pub routing: Routing,
     /// Rounds.
     pub rounds: Rounds,
@@ -796,7 +816,7 @@ fn probe(
         })
         .collect();
     let t0 = Instant::now();
-    let sim = crate::cluster::sim::simulate(
+    let sim = serve(
         &models,
         &parts,
         &SimOptions {
@@ -805,6 +825,7 @@ fn probe(
             routing: opts.routing,
             rounds: opts.rounds,
             batching: opts.batching,
+            engine: opts.engine,
         },
     )?;
     out.sim_wall_s = t0.elapsed().as_secs_f64();
@@ -1104,6 +1125,7 @@ pub fn run(
         slo_rule: "2 x L(32, 100%) of the model's manifest on the device profile (slo_rule \"app\": the largest over the application's models); a scenario's slo_ms overrides".into(),
         interference: opts.interference,
         interference_note: opts.interference.describe(opts.gpulet_data.as_deref()),
+        engine: opts.engine,
         routing: opts.routing,
         rounds: opts.rounds,
         batching: opts.batching,
@@ -1318,14 +1340,20 @@ pub fn table(r: &ClusterReport) -> String {
     );
     let _ = writeln!(s, "SLO rule: {}", r.slo_rule);
     let _ = writeln!(s, "interference: {}", r.interference_note);
+    let serving = match r.engine {
+        Engine::Daemon => "served by the daemon's cluster backend (one queue per model, adaptive batch, deadline drops)".to_string(),
+        Engine::Sim => format!(
+            "served by the request-level simulator, routing {}, rounds {}, batching {}",
+            json_name(r.routing),
+            json_name(r.rounds),
+            json_name(r.batching)
+        ),
+    };
     let _ = writeln!(
         s,
-        "{} virtual s of Poisson arrivals per simulation, seed {}, routing {}, rounds {}, batching {}, planned for {:.0} % over the offered rates; a point passes with at most {:.0} % of requests late, dropped or unserved",
+        "{} virtual s of Poisson arrivals per simulation, seed {}, {serving}, planned for {:.0} % over the offered rates; a point passes with at most {:.0} % of requests late, dropped or unserved",
         r.duration_s,
         r.seed,
-        json_name(r.routing),
-        json_name(r.rounds),
-        json_name(r.batching),
         100.0 * r.headroom,
         100.0 * r.max_violation_rate
     );

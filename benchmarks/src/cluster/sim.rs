@@ -65,6 +65,21 @@ pub enum Routing {
     Wrr,
 }
 
+/// Which code serves a placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Engine {
+    /// The daemon's own cluster backend, in virtual time
+    /// ([`crate::cluster::engine`]): its queues, adaptive batch and
+    /// deadline drops. [`Routing`], [`Rounds`] and [`Batching`] do not
+    /// apply.
+    #[default]
+    Daemon,
+    /// This module's request-level simulator (the planners' execution
+    /// model: routing by share, rounds, planned or deadline batches).
+    Sim,
+}
+
 /// When a partition's next round starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -128,6 +143,9 @@ pub struct SimOptions {
     pub rounds: Rounds,
     /// See [`Batching`].
     pub batching: Batching,
+    /// See [`Engine`]; [`simulate`] itself is always [`Engine::Sim`],
+    /// [`crate::cluster::serve`] picks by this.
+    pub engine: Engine,
 }
 
 /// How many queued requests a turn takes.
@@ -215,9 +233,13 @@ fn rate(violated: u64, arrived: u64) -> f64 {
     }
 }
 
-/// Why a run cannot start.
+/// Why a run cannot start (or, on the daemon's engine, went wrong).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SimError {
+    /// The daemon's cluster backend refused the run or failed a request
+    /// ([`crate::cluster::engine`]).
+    #[error("the daemon's cluster backend: {0}")]
+    Engine(String),
     /// A duration that is not positive and finite.
     #[error("duration {0} s is not a positive number of seconds; give e.g. --duration 60")]
     Duration(f64),
@@ -255,11 +277,13 @@ pub enum SimError {
     },
 }
 
-fn ns(ms: f64) -> u64 {
+pub(crate) fn ns(ms: f64) -> u64 {
     (ms * 1e6).round().max(0.0) as u64
 }
 
-struct Arrivals {
+/// One model's Poisson arrivals (the engines share them: one seed, one
+/// stream of arrivals).
+pub(crate) struct Arrivals {
     rng: Stream,
     /// Segments in seconds, rate in rps.
     rate: Vec<(f64, f64)>,
@@ -269,8 +293,18 @@ struct Arrivals {
 }
 
 impl Arrivals {
+    /// Model `index`'s arrivals at `rate` under the run's `seed`.
+    pub(crate) fn new(seed: u64, index: usize, rate: &[(f64, f64)]) -> Self {
+        Self {
+            rng: Stream::new(seed ^ (index as u64 + 1).wrapping_mul(0xd134_2543_de82_ef95)),
+            rate: rate.to_vec(),
+            seg: 0,
+            t: 0.0,
+        }
+    }
+
     /// The first arrival after `self.t`, or None past `end`.
-    fn advance(&mut self, end: f64) -> Option<f64> {
+    pub(crate) fn advance(&mut self, end: f64) -> Option<f64> {
         loop {
             let (_, r) = self.rate[self.seg];
             let seg_end = self.rate.get(self.seg + 1).map_or(end, |s| s.0).min(end);
@@ -336,6 +370,17 @@ pub fn simulate(
     parts: &[SimPartition],
     opts: &SimOptions,
 ) -> Result<SimResult, SimError> {
+    validate(models, parts, opts)?;
+    simulate_checked(models, parts, opts)
+}
+
+/// The checks [`simulate`] makes of its inputs (the daemon's engine,
+/// [`crate::cluster::engine`], makes them too).
+pub(crate) fn validate(
+    models: &[SimModel],
+    parts: &[SimPartition],
+    opts: &SimOptions,
+) -> Result<(), SimError> {
     if !(opts.duration_s.is_finite() && opts.duration_s > 0.0) {
         return Err(SimError::Duration(opts.duration_s));
     }
@@ -357,19 +402,7 @@ pub fn simulate(
         }
     }
     let nm = models.len();
-    let mut slots: Vec<Slot> = Vec::new();
-    let mut ps: Vec<Part> = Vec::with_capacity(parts.len());
-    let mut routes: Vec<Route> = (0..nm)
-        .map(|_| Route {
-            slots: Vec::new(),
-            cum: Vec::new(),
-            weight: Vec::new(),
-            current: Vec::new(),
-            total: 0.0,
-        })
-        .collect();
     for (pi, p) in parts.iter().enumerate() {
-        let start = slots.len();
         for (si, s) in p.slots.iter().enumerate() {
             let bad = s.model >= nm
                 || s.batch == 0
@@ -385,6 +418,31 @@ pub fn simulate(
                     latencies: s.latency_ms.len(),
                 });
             }
+        }
+    }
+    Ok(())
+}
+
+fn simulate_checked(
+    models: &[SimModel],
+    parts: &[SimPartition],
+    opts: &SimOptions,
+) -> Result<SimResult, SimError> {
+    let nm = models.len();
+    let mut slots: Vec<Slot> = Vec::new();
+    let mut ps: Vec<Part> = Vec::with_capacity(parts.len());
+    let mut routes: Vec<Route> = (0..nm)
+        .map(|_| Route {
+            slots: Vec::new(),
+            cum: Vec::new(),
+            weight: Vec::new(),
+            current: Vec::new(),
+            total: 0.0,
+        })
+        .collect();
+    for p in parts {
+        let start = slots.len();
+        for s in &p.slots {
             let mut lat = vec![0];
             lat.extend(s.latency_ms.iter().map(|&l| ns(l).max(1)));
             let w = if s.share_rps.is_finite() {
@@ -458,12 +516,7 @@ pub fn simulate(
     let mut arr: Vec<Arrivals> = models
         .iter()
         .enumerate()
-        .map(|(i, m)| Arrivals {
-            rng: Stream::new(opts.seed ^ (i as u64 + 1).wrapping_mul(0xd134_2543_de82_ef95)),
-            rate: m.rate.clone(),
-            seg: 0,
-            t: 0.0,
-        })
+        .map(|(i, m)| Arrivals::new(opts.seed, i, &m.rate))
         .collect();
     let mut route_rng = Stream::new(opts.seed ^ 0x5851_f42d_4c95_7f2d);
 
@@ -708,6 +761,7 @@ mod tests {
             routing: Routing::Random,
             rounds: Rounds::WorkConserving,
             batching: Batching::Planned,
+            engine: Engine::Sim,
         }
     }
 

@@ -36,7 +36,7 @@ use sluice_model::ModelRegistry;
 use sluice_planner::{GpuSpec, ModelSpec, PartitionSizes, Placement};
 
 use crate::cluster::scenario::{PlannerKind, Scenario};
-use crate::cluster::sim::{Batching, Rounds, Routing, SimModel, SimOptions, simulate};
+use crate::cluster::sim::{Batching, Engine, Rounds, Routing, SimModel, SimOptions};
 use crate::cluster::{
     ClusterError, Interference, TableInfo, batch_cap, interference_factors, linear_interference,
     load_gpulet, measure_tables, scaled, sim_partitions, slos,
@@ -72,6 +72,8 @@ pub struct TraceOptions {
     pub burst: sluice_planner::Burst,
     /// See [`Batching`].
     pub batching: Batching,
+    /// See [`Engine`].
+    pub engine: Engine,
     /// Interference (and the data for `gpulet+int`).
     pub interference: Interference,
     /// gpulet's data folder (with `2080ti/` and `3080/`); `None`: the
@@ -99,6 +101,7 @@ impl Default for TraceOptions {
             latency_margin: 1.1,
             burst: sluice_planner::Burst::Mean,
             batching: Batching::Deadline,
+            engine: Engine::Daemon,
             interference: Interference::Gpulet2080Ti,
             gpulet_data: None,
             gpulet_sizes: Some(PartitionSizes::gpulet()),
@@ -371,7 +374,7 @@ pub fn run(
                 }
                 None => (Vec::new(), 0, 0),
             };
-            let sim = simulate(
+            let sim = crate::cluster::serve(
                 &models,
                 &parts,
                 &SimOptions {
@@ -380,6 +383,7 @@ pub fn run(
                     routing: Routing::Random,
                     rounds: Rounds::WorkConserving,
                     batching: opts.batching,
+                    engine: opts.engine,
                 },
             )?;
             out.max_gpus = out.max_gpus.max(used);
@@ -434,7 +438,7 @@ pub fn run(
         scenario: sc.name.clone(),
         planner: opts.planner.as_str().into(),
         rules: format!(
-            "trace: two waves over {} s (gpulet Fig. 15 shape), total {} -> {} -> {} -> {} -> {} rps, equal per model; every period the planner re-plans with GPU scaling (gpulet Algorithm 2, up to {} GPUs) for the rate counted {} x {:.2}, latencies x {}, {}, partition sizes {}; an unschedulable period keeps the previous placement; each period is one simulation of bench cluster's serving (Poisson arrivals, work-conserving rounds, batching {:?}), queued requests drain on the placement they arrived under",
+            "trace: two waves over {} s (gpulet Fig. 15 shape), total {} -> {} -> {} -> {} -> {} rps, equal per model; every period the planner re-plans with GPU scaling (gpulet Algorithm 2, up to {} GPUs) for the rate counted {} x {:.2}, latencies x {}, {}, partition sizes {}; an unschedulable period keeps the previous placement; each period is one run of bench cluster's serving (Poisson arrivals, {}), queued requests drain on the placement they arrived under",
             opts.duration_s,
             opts.base_rps,
             opts.peak1_rps,
@@ -454,7 +458,13 @@ pub fn run(
                 Some(s) => format!("{:?} %", s.to_vec()),
                 None => "every multiple of the step".into(),
             },
-            opts.batching,
+            match opts.engine {
+                Engine::Daemon => "on the daemon's cluster backend".to_string(),
+                Engine::Sim => format!(
+                    "on the request-level simulator, work-conserving rounds, batching {:?}",
+                    opts.batching
+                ),
+            },
         ),
         slo_rule:
             "2 x L(32, 100%) of the model's manifest on the device profile (bench cluster's rule)"

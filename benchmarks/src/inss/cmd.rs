@@ -481,6 +481,12 @@ pub struct BenchInssArgs {
     /// Seed of arrivals and routing.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// What serves the plans: daemon (the daemon's cluster backend in
+    /// virtual time: its shared queue per model, adaptive batch and
+    /// deadline drops) or sim (the request-level simulator: routing by
+    /// share, deadline batches).
+    #[arg(long, value_enum, default_value = "daemon")]
+    pub engine: crate::cluster::sim::Engine,
     /// Device profile (InSS's testbed: a100).
     #[arg(long, default_value = "a100")]
     pub device: String,
@@ -650,6 +656,7 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
         fixed_load: args.fixed_load,
         bounds: !args.no_bounds,
         gpulet_margin: args.gpulet_margin,
+        engine: args.engine,
     };
     if args.show_plans {
         let g = opts.gpus[0];
@@ -727,6 +734,7 @@ pub fn bench_cmd(args: &BenchInssArgs) -> Result<InssReport, String> {
             gpus: opts.gpus[0],
             seed: opts.seed,
             gpulet_margin: opts.gpulet_margin,
+            engine: opts.engine,
             ..Default::default()
         };
         let mut tp = progress_line("bench inss: trace", "periods");
@@ -1057,6 +1065,7 @@ mod tests {
             fixed_load: 0.5,
             bounds: false,
             gpulet_margin: 1.0,
+            engine: crate::cluster::sim::Engine::Daemon,
         };
         let row = max_load(&s, None, PlannerKind::Gpulet, 4, &opts).unwrap();
         assert!(row.load_factor > 0.0, "{row:?}");
@@ -1191,6 +1200,7 @@ mod tests {
             fixed_load: 0.5,
             seed: 1,
             gpulet_margin: 1.0,
+            engine: crate::cluster::sim::Engine::Daemon,
             device: "a100".into(),
             json: false,
             plot: None,

@@ -35,7 +35,7 @@ use sluice_inss::{CoRunner, ExecModel, Instance, sms_of_pct};
 use sluice_model::{Model, ModelRegistry};
 
 use crate::cluster::sim::{
-    Batching, Rounds, Routing, SimModel, SimOptions, SimPartition, SimSlot, simulate,
+    Batching, Engine, Rounds, Routing, SimModel, SimOptions, SimPartition, SimSlot,
 };
 
 /// The paper's SLOs (§6.1), ms, in [`crate::inss::model::MODELS`] order.
@@ -290,9 +290,13 @@ pub fn serve(
     placement: &sluice_planner::Placement,
     duration_s: f64,
     seed: u64,
+    engine: Engine,
 ) -> Result<Served, InssBenchError> {
     let schedule: Vec<Vec<(f64, f64)>> = rates.iter().map(|&r| vec![(0.0, r)]).collect();
-    Ok(serve_schedule(truth, instances, &schedule, placement, duration_s, seed)?.0)
+    Ok(serve_schedule(
+        truth, instances, &schedule, placement, duration_s, seed, engine,
+    )?
+    .0)
 }
 
 /// [`serve`] with each instance's rate a piecewise-constant schedule of
@@ -305,6 +309,7 @@ pub fn serve_schedule(
     placement: &sluice_planner::Placement,
     duration_s: f64,
     seed: u64,
+    engine: Engine,
 ) -> Result<(Served, Vec<u64>, u64), InssBenchError> {
     let index: HashMap<&str, usize> = instances
         .iter()
@@ -351,8 +356,10 @@ pub fn serve_schedule(
         routing: Routing::Random,
         rounds: Rounds::WorkConserving,
         batching: Batching::Deadline,
+        engine,
     };
-    let mut r = simulate(&models, &parts, &opts).map_err(|e| InssBenchError::Run(e.to_string()))?;
+    let mut r = crate::cluster::serve(&models, &parts, &opts)
+        .map_err(|e| InssBenchError::Run(e.to_string()))?;
     let arrived: u64 = r.models.iter().map(|m| m.arrived).sum();
     let violated: u64 = r.models.iter().map(|m| m.violated).sum();
     let lost: u64 = r.models.iter().map(|m| m.dropped + m.unserved).sum();
@@ -648,6 +655,8 @@ pub struct InssBenchOptions {
     pub bounds: bool,
     /// [`PlanInputs::gpulet_margin`].
     pub gpulet_margin: f64,
+    /// Which code serves the plans ([`Engine`]).
+    pub engine: Engine,
 }
 
 impl Default for InssBenchOptions {
@@ -661,6 +670,7 @@ impl Default for InssBenchOptions {
             fixed_load: 0.5,
             bounds: true,
             gpulet_margin: 1.0,
+            engine: Engine::Daemon,
         }
     }
 }
@@ -702,6 +712,7 @@ pub fn at_load(
                 &p.placement,
                 opts.duration_s,
                 opts.seed,
+                opts.engine,
             )?;
             row.throughput_rps = sv.goodput_rps;
             row.goodput_per_s = sv.goodput_per_s;
@@ -936,6 +947,7 @@ pub fn max_load(
             &p.placement,
             opts.duration_s,
             opts.seed,
+            opts.engine,
         )?;
         Ok((served.total_violation() <= crate::cluster::MAX_VIOLATION_RATE).then_some((served, p)))
     };

@@ -50,6 +50,8 @@ pub struct InssTraceOptions {
     pub seed: u64,
     /// [`crate::inss::PlanInputs::gpulet_margin`].
     pub gpulet_margin: f64,
+    /// Which code serves each period's plan.
+    pub engine: crate::cluster::sim::Engine,
 }
 
 impl Default for InssTraceOptions {
@@ -65,6 +67,7 @@ impl Default for InssTraceOptions {
             gpus: 4,
             seed: 1,
             gpulet_margin: 1.0,
+            engine: crate::cluster::sim::Engine::Daemon,
         }
     }
 }
@@ -131,6 +134,7 @@ pub fn run_trace(
                     last.as_ref().unwrap_or(&empty),
                     len,
                     opts.seed.wrapping_add(k as u64),
+                    opts.engine,
                 )?;
                 let a: u64 = arr.iter().sum();
                 let w = ((t0 / WINDOW_S) as usize).min(windows - 1);

@@ -39,16 +39,23 @@ pub struct Args {
     /// Seed of the arrivals and of random routing.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// How a model's requests are split over its partitions: random
+    /// What serves each plan: daemon (the daemon's cluster backend in
+    /// virtual time: one queue per model that its partitions pull from,
+    /// gpulet's adaptive batch, deadline drops) or sim (the request-level
+    /// simulator, the planners' execution model: routing by share, rounds,
+    /// planned or deadline batches).
+    #[arg(long, value_enum, default_value = "daemon")]
+    engine: sluice_bench::cluster::sim::Engine,
+    /// With --engine sim, how a model's requests are split over its partitions: random
     /// (weighted by planned share; each partition sees Poisson arrivals
     /// at its share) or wrr (smooth weighted round robin).
     #[arg(long, value_enum, default_value = "random")]
     routing: sluice_bench::cluster::sim::Routing,
-    /// When a partition starts its next round: work-conserving (as soon
+    /// With --engine sim, when a partition starts its next round: work-conserving (as soon
     /// as the last ends) or fixed (every duty cycle, Nexus).
     #[arg(long, value_enum, default_value = "work-conserving")]
     rounds: sluice_bench::cluster::sim::Rounds,
-    /// How many queued requests a turn takes: planned (at most the
+    /// With --engine sim, how many queued requests a turn takes: planned (at most the
     /// planned batch) or deadline (more when they are queued, as long
     /// as the oldest still meets its SLO: a burst goes in one larger
     /// batch instead of waiting a round).
@@ -191,6 +198,7 @@ pub fn run(a: Args) -> ExitCode {
         routing: a.routing,
         rounds: a.rounds,
         batching: a.batching,
+        engine: a.engine,
         interference: a.interference,
         gpulet_data: a.data_dir,
         search: !a.no_search,

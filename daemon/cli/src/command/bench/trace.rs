@@ -74,6 +74,13 @@ pub struct Args {
     /// Seed of the arrivals.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// What serves each plan: daemon (the daemon's cluster backend in
+    /// virtual time: one queue per model that its partitions pull from,
+    /// gpulet's adaptive batch, deadline drops) or sim (the request-level
+    /// simulator, the planners' execution model: routing by share, rounds,
+    /// planned or deadline batches).
+    #[arg(long, value_enum, default_value = "daemon")]
+    engine: sluice_bench::cluster::sim::Engine,
     /// Print one JSON object instead of tables.
     #[arg(long)]
     json: bool,
@@ -106,6 +113,7 @@ pub fn run(a: Args) -> ExitCode {
         interference: a.interference,
         gpulet_data: a.data_dir,
         seed: a.seed,
+        engine: a.engine,
         ..bt::TraceOptions::default()
     };
     match bt::run(

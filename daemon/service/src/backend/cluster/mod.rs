@@ -47,6 +47,22 @@
 //! SLO no partition meets) the daemon falls back to every GPU whole,
 //! serving every model, says why in the log and in `sluice status`, and
 //! keeps serving: no request is ever left without a partition.
+//!
+//! # Execution: the GPU model, or batch times given
+//!
+//! In the daemon ([`Execution::GpuModel`]) a batch runs its kernels on the
+//! GPU model, inside its partition's policy, and partitions of one GPU
+//! interfere as the model makes them. Benchmarks of tens of GPUs over
+//! minutes ([`Execution::Timed`], `sluice bench cluster`, `trace`, `inss`)
+//! would take hours that way, so there a batch is one event whose length
+//! a [`BatchTimes`] gives for each slot of a placement (from the latency
+//! tables, interference included). Everything else is the code above: the
+//! queues, the rate monitors, the adaptive batch, the deadline checks, the
+//! plans and the shadow switches. With batch times a partition runs one
+//! batch at a time and visits its models round robin (gpulet's temporal
+//! sharing inside a partition), and the adaptive batch reads the slot's
+//! own times; a draining partition's last batches and the new partitions'
+//! first overlap without slowing each other.
 
 mod part;
 mod planning;
@@ -102,6 +118,38 @@ pub struct ClusterSetup {
     pub headroom: f64,
     /// How plans cover Poisson bursts (`cluster.burst_overflow`).
     pub burst: sluice_planner::Burst,
+    /// How a batch executes (module docs).
+    pub execution: Execution,
+}
+
+/// How the cluster's batches execute (module docs).
+#[derive(Clone, Default)]
+pub enum Execution {
+    /// On the GPU model, kernel by kernel, in the partition's policy (the
+    /// daemon).
+    #[default]
+    GpuModel,
+    /// As one event each, of the length these give.
+    Timed(Arc<dyn BatchTimes>),
+}
+
+impl std::fmt::Debug for Execution {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Execution::GpuModel => f.write_str("GpuModel"),
+            Execution::Timed(_) => f.write_str("Timed"),
+        }
+    }
+}
+
+/// Batch lengths for [`Execution::Timed`].
+pub trait BatchTimes: Send + Sync {
+    /// The time, ns, a batch of `n` takes for `n` from 1 to the vector's
+    /// length (at least 1), for the model in slot `slot` of partition
+    /// `part` of GPU `gpu` as `placement` places them (partitions of a GPU
+    /// and the models of a partition in the placement's order). Batches
+    /// longer than the vector are not formed.
+    fn slot_ns(&self, placement: &Placement, gpu: usize, part: usize, slot: usize) -> Vec<u64>;
 }
 
 /// One model the cluster serves.
@@ -270,6 +318,8 @@ struct Slot {
     share_rps: f64,
     /// A batch of it is running here.
     busy: bool,
+    /// [`Execution::Timed`]: a batch of `n` takes `timed_ns[n - 1]`.
+    timed_ns: Vec<u64>,
 }
 
 struct Partition {
@@ -283,6 +333,14 @@ struct Partition {
     draining: bool,
     in_flight: u32,
     stats: PolicyStats,
+    /// [`Execution::Timed`]: the slot the next round-robin visit starts at.
+    next_slot: usize,
+    /// Requests it completed.
+    completed: u64,
+    /// Batches it completed.
+    batches: u64,
+    /// [`Execution::Timed`]: time it spent running batches, ns.
+    busy_ns: u64,
 }
 
 impl Partition {
@@ -301,6 +359,26 @@ struct Batch {
     slot: usize,
     jobs: Vec<Job>,
     started: Option<u64>,
+}
+
+/// One partition as [`ClusterBackend::partitions`] reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionReport {
+    /// Its GPU.
+    pub gpu: usize,
+    /// Share of the GPU, percent.
+    pub size_pct: u32,
+    /// Its first CU.
+    pub first_cu: u32,
+    /// Whether it drains (replaced by a newer placement).
+    pub draining: bool,
+    /// Requests it completed.
+    pub completed: u64,
+    /// Batches it completed.
+    pub batches: u64,
+    /// [`Execution::Timed`]: time it spent running batches, ns (0 on the
+    /// GPU model).
+    pub busy_ns: u64,
 }
 
 /// The cluster as a [`Backend`].
@@ -344,6 +422,10 @@ pub struct ClusterBackend {
     scale_from: u32,
     /// The last [`RECENT_PLANS`] plans applied.
     recent: VecDeque<PlanRecord>,
+    /// [`Execution::Timed`]: batches running, by end time (virtual ns).
+    timed: std::collections::BinaryHeap<std::cmp::Reverse<(u64, TaskId)>>,
+    /// [`Execution::Timed`]: batches that ended, not yet settled.
+    timed_done: Vec<(TaskId, u64)>,
 }
 
 impl std::fmt::Debug for ClusterBackend {
@@ -443,13 +525,21 @@ impl ClusterBackend {
                 })
             })
             .collect::<Result<Vec<_>, ClusterError>>()?;
-        let name = format!(
-            "cluster of {} simulated {} GPUs, planner {}, policy {} in each partition",
-            setup.gpus.len(),
-            first.name,
-            planner.name(),
-            setup.policy
-        );
+        let name = match setup.execution {
+            Execution::GpuModel => format!(
+                "cluster of {} simulated {} GPUs, planner {}, policy {} in each partition",
+                setup.gpus.len(),
+                first.name,
+                planner.name(),
+                setup.policy
+            ),
+            Execution::Timed(_) => format!(
+                "cluster of {} {} GPUs with given batch times, planner {}",
+                setup.gpus.len(),
+                first.name,
+                planner.name()
+            ),
+        };
         let gpus = setup.gpus.iter().cloned().map(GpuState::new).collect();
         let mut me = Self {
             name,
@@ -479,6 +569,8 @@ impl ClusterBackend {
             gpus_in_use: setup.gpus.len() as u32,
             scale_from: 1,
             recent: VecDeque::with_capacity(RECENT_PLANS),
+            timed: std::collections::BinaryHeap::new(),
+            timed_done: Vec::new(),
             setup,
         };
         // Until rates are seen: every GPU whole, serving every model.
@@ -523,7 +615,7 @@ impl ClusterBackend {
         for (g, gp) in placement.gpus.iter().enumerate().take(self.gpus.len()) {
             let ncu = self.gpus[g].sim.profile().compute_units;
             let mut first = 0u32;
-            for pp in &gp.partitions {
+            for (k, pp) in gp.partitions.iter().enumerate() {
                 let cus =
                     sluice_gpusim::lbp::partition_cus(self.gpus[g].sim.profile(), pp.size_pct)
                         .min(ncu.saturating_sub(first))
@@ -538,9 +630,26 @@ impl ClusterBackend {
                             planned_batch: a.batch,
                             share_rps: a.share_rps,
                             busy: false,
+                            timed_ns: Vec::new(),
                         })
                     })
                     .collect();
+                let mut slots = slots;
+                if let Execution::Timed(t) = &self.setup.execution {
+                    // Slots kept from `pp.models` in order; a model the
+                    // backend does not serve was left out above.
+                    let mut si = 0;
+                    for (j, a) in pp.models.iter().enumerate() {
+                        if si < slots.len() && self.served[slots[si].served].spec.name == a.model {
+                            let mut v = t.slot_ns(placement, g, k, j);
+                            if v.is_empty() {
+                                v.push(1);
+                            }
+                            slots[si].timed_ns = v;
+                            si += 1;
+                        }
+                    }
+                }
                 let first_cu = first.min(ncu - 1);
                 first = (first + cus).min(ncu);
                 let same = self.parts.iter().position(|p| {
@@ -551,7 +660,9 @@ impl ClusterBackend {
                             && p.cu_count(ncu) == cus
                             && p.slots.len() == slots.len()
                             && p.slots.iter().zip(&slots).all(|(a, b)| {
-                                a.served == b.served && a.planned_batch == b.planned_batch
+                                a.served == b.served
+                                    && a.planned_batch == b.planned_batch
+                                    && a.timed_ns == b.timed_ns
                             })
                     })
                 });
@@ -595,6 +706,10 @@ impl ClusterBackend {
                 draining: false,
                 in_flight: 0,
                 stats: PolicyStats::default(),
+                next_slot: 0,
+                completed: 0,
+                batches: 0,
+                busy_ns: 0,
             };
             match self.parts.iter().position(Option::is_none) {
                 Some(i) => self.parts[i] = Some(part),
@@ -639,6 +754,33 @@ impl ClusterBackend {
         };
         self.planner = PlanRunner::thread(p).map_err(ClusterError::Thread)?;
         Ok(self)
+    }
+
+    /// Plans now, for the rates seen so far, rather than when a plan falls
+    /// due (a benchmark places its plan at virtual time 0 this way).
+    pub fn plan_now(&mut self) {
+        self.replan_now = true;
+        self.replan();
+    }
+
+    /// The partitions in force and draining, by GPU and first CU.
+    pub fn partitions(&self) -> Vec<PartitionReport> {
+        let mut v: Vec<PartitionReport> = self
+            .parts
+            .iter()
+            .flatten()
+            .map(|p| PartitionReport {
+                gpu: p.gpu,
+                size_pct: p.size_pct,
+                first_cu: p.first_cu,
+                draining: p.draining,
+                completed: p.completed,
+                batches: p.batches,
+                busy_ns: p.busy_ns,
+            })
+            .collect();
+        v.sort_by_key(|p| (p.gpu, p.first_cu, p.draining));
+        v
     }
 
     /// Asks the planner for a placement for the observed rates; applies it
@@ -779,12 +921,7 @@ impl ClusterBackend {
     /// they free up.
     fn advance(&mut self, target: u64) {
         loop {
-            let next = self
-                .gpus
-                .iter()
-                .filter_map(|g| g.sim.next_event_time())
-                .min();
-            let t = match next {
+            let t = match self.next_internal() {
                 Some(t) if t <= target => t,
                 _ => break,
             };
@@ -794,6 +931,13 @@ impl ClusterBackend {
                     self.gpus[g].sim.run_until(t);
                     self.deliver(g);
                 }
+            }
+            while let Some(&std::cmp::Reverse((at, id))) = self.timed.peek() {
+                if at > t {
+                    break;
+                }
+                self.timed.pop();
+                self.timed_done.push((id, at));
             }
             self.settle();
             self.pump();
@@ -813,6 +957,20 @@ impl ClusterBackend {
             self.replan();
         }
         self.pump();
+    }
+
+    /// The next GPU-model event or timed batch end, virtual ns.
+    fn next_internal(&self) -> Option<u64> {
+        let gpus = self
+            .gpus
+            .iter()
+            .filter_map(|g| g.sim.next_event_time())
+            .min();
+        let timed = self.timed.peek().map(|r| r.0.0);
+        match (gpus, timed) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     fn deliver(&mut self, g: usize) {
@@ -867,6 +1025,7 @@ impl ClusterBackend {
             .drain(..)
             .map(|d| (d.task.id, d.finished, false))
             .chain(self.failed.drain(..).map(|f| (f.task.id, f.at, true)))
+            .chain(self.timed_done.drain(..).map(|(id, at)| (id, at, false)))
             .collect();
         for (id, at, failed) in done {
             let Some(b) = self.batches.remove(&id) else {
@@ -878,6 +1037,10 @@ impl ClusterBackend {
                 continue;
             };
             p.in_flight -= 1;
+            if !failed {
+                p.completed += b.jobs.len() as u64;
+                p.batches += 1;
+            }
             let sl = &mut p.slots[b.slot];
             sl.busy = false;
             let s = &mut self.served[sl.served];
@@ -907,17 +1070,29 @@ impl ClusterBackend {
         }
     }
 
-    /// gpulet's adaptive batch for `served` on a `pct` % partition: the
-    /// largest listed `b` with `b / rate + L(b, pct) ≤ SLO`, at least the
-    /// smallest listed.
-    fn batch_limit(&mut self, served: usize, pct: u32) -> u32 {
+    /// gpulet's adaptive batch for `served` in slot `si` of partition `pi`,
+    /// a `pct` % partition: the largest listed `b` with `b / rate + L(b,
+    /// pct) ≤ SLO`, at least the smallest listed. `L` is the slot's own
+    /// batch time with [`Execution::Timed`], the model's table otherwise.
+    fn batch_limit(&mut self, served: usize, pct: u32, pi: usize, si: usize) -> u32 {
         let now = self.clock;
-        let s = &mut self.served[served];
-        let rate = s.rate.rate(now) / f64::from(s.serving.max(1));
+        let rate = {
+            let s = &mut self.served[served];
+            s.rate.rate(now) / f64::from(s.serving.max(1))
+        };
+        let s = &self.served[served];
+        let timed = self.parts[pi]
+            .as_ref()
+            .map(|p| p.slots[si].timed_ns.as_slice())
+            .filter(|v| !v.is_empty());
         let batches = s.spec.table.batches();
         let mut best = batches[0];
         for &b in batches {
-            let Some(l) = s.spec.table.latency_ms(b, pct) else {
+            let l = match timed {
+                Some(v) => v.get(b as usize - 1).map(|&ns| ns as f64 / 1e6),
+                None => s.spec.table.latency_ms(b, pct),
+            };
+            let Some(l) = l else {
                 continue;
             };
             let build_ms = if rate > 0.0 {
@@ -933,16 +1108,21 @@ impl ClusterBackend {
     }
 
     /// Starts a batch in every partition slot that is free and has
-    /// requests queued.
+    /// requests queued; with [`Execution::Timed`], one batch per idle
+    /// partition, its slots visited round robin.
     fn pump(&mut self) {
+        let timed = matches!(self.setup.execution, Execution::Timed(_));
         for pi in 0..self.parts.len() {
             let Some(p) = self.parts[pi].as_ref() else {
                 continue;
             };
-            if p.draining {
+            if p.draining || (timed && p.in_flight > 0) {
                 continue;
             }
-            for si in 0..p.slots.len() {
+            let n = p.slots.len();
+            let from = if timed { p.next_slot } else { 0 };
+            for k in 0..n {
+                let si = (from + k) % n;
                 let Some(p) = self.parts[pi].as_ref() else {
                     break;
                 };
@@ -963,14 +1143,27 @@ impl ClusterBackend {
                 } else {
                     100
                 };
-                let limit = self.batch_limit(served, pct);
-                self.start_batch(pi, si, served, g, limit);
+                let limit = self.batch_limit(served, pct, pi, si);
+                if self.start_batch(pi, si, served, g, limit) && timed {
+                    if let Some(p) = self.parts[pi].as_mut() {
+                        p.next_slot = (si + 1) % n;
+                    }
+                    break;
+                }
             }
         }
     }
 
-    fn start_batch(&mut self, pi: usize, si: usize, served: usize, g: usize, limit: u32) {
+    /// Forms a batch of at most `limit` of `served`'s queued requests and
+    /// starts it in slot `si` of partition `pi`; whether one started (all
+    /// may have missed their deadlines).
+    fn start_batch(&mut self, pi: usize, si: usize, served: usize, g: usize, limit: u32) -> bool {
         let now_abs = self.epoch + self.clock;
+        // With batch times, no batch longer than the slot's times.
+        let limit = match self.parts[pi].as_ref().map(|p| p.slots[si].timed_ns.len()) {
+            Some(len) if len > 0 => limit.min(len as u32),
+            _ => limit,
+        };
         let s = &mut self.served[served];
         // Requests whose deadline passed while they waited do not run.
         let mut jobs = Vec::new();
@@ -1003,7 +1196,7 @@ impl ClusterBackend {
             jobs.push(job);
         }
         if jobs.is_empty() {
-            return;
+            return false;
         }
         // Fewer left than wanted (deadlines dropped some): the largest
         // listed batch that fits; the rest go back to the front.
@@ -1031,6 +1224,27 @@ impl ClusterBackend {
         };
         let id = self.next_task;
         self.next_task += 1;
+        if let Execution::Timed(_) = self.setup.execution {
+            let Some(p) = self.parts[pi].as_mut() else {
+                return false;
+            };
+            let sl = &mut p.slots[si];
+            let dur = sl.timed_ns[(n as usize).clamp(1, sl.timed_ns.len()) - 1];
+            sl.busy = true;
+            p.in_flight += 1;
+            p.busy_ns += dur;
+            self.batches.insert(
+                id,
+                Batch {
+                    part: pi,
+                    slot: si,
+                    jobs,
+                    started: Some(self.clock),
+                },
+            );
+            self.timed.push(std::cmp::Reverse((self.clock + dur, id)));
+            return true;
+        }
         let gpu = &mut self.gpus[g];
         if gpu.sim.now() < self.clock {
             gpu.sim.run_until(self.clock);
@@ -1046,7 +1260,7 @@ impl ClusterBackend {
             deadline: None,
         };
         let Some(p) = self.parts[pi].as_mut() else {
-            return;
+            return false;
         };
         p.slots[si].busy = true;
         p.in_flight += 1;
@@ -1074,6 +1288,7 @@ impl ClusterBackend {
             stats: &mut p.stats,
         };
         p.policy.on_arrival(&mut cx, task);
+        true
     }
 
     fn publish_switch(&mut self, error: Option<String>, plan_ns: u64, switch_ns: u64) {
@@ -1214,11 +1429,7 @@ impl Backend for ClusterBackend {
         if !self.out.is_empty() || !self.fresh.is_empty() || !self.failed.is_empty() {
             return Some(self.epoch + self.clock);
         }
-        let mut next = self
-            .gpus
-            .iter()
-            .filter_map(|g| g.sim.next_event_time())
-            .min();
+        let mut next = self.next_internal();
         // A plan with the planner thread is picked up by polling.
         if self.planner.busy() {
             let at = self.clock + PLAN_POLL_NS;

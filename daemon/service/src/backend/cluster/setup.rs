@@ -357,5 +357,6 @@ pub fn cluster_setup(
         burst: c
             .burst_overflow
             .map_or(sluice_planner::Burst::Mean, sluice_planner::Burst::Poisson),
+        execution: super::Execution::GpuModel,
     })
 }

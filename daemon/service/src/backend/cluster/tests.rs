@@ -56,6 +56,7 @@ fn setup(models: &ModelRegistry, gpus: usize, replan_ms: u64) -> ClusterSetup {
         rate_change: 0.25,
         headroom: 1.2,
         burst: sluice_planner::Burst::Mean,
+        execution: Execution::GpuModel,
     }
 }
 
