@@ -16,14 +16,22 @@
 //! batch (§2.1): the largest listed `b` with `b / rate + L(b, p) ≤ SLO`,
 //! `rate` the model's observed rate over the partitions serving it and
 //! `L(b, p)` the model's profiled latency at batch `b` on the partition's
-//! size. A batch never waits to fill: at low load it is one request, under
-//! load the queue that builds while a batch runs is the next batch. The
+//! size. When more are queued than `b_max` allows (a burst, or a model
+//! waiting its turn in a shared partition), the batch takes as many more as
+//! the oldest queued request can still wait for: the largest listed `n ≤
+//! queued` with `now + L(n, p) ≤` its arrival plus the SLO, so a backlog is
+//! served in one batch instead of one `b_max` per turn. A batch never waits
+//! to fill: at low load it is one request, under load the queue that builds
+//! while a batch runs is the next batch. The
 //! batch runs as one task of the partition's policy on the model's
 //! batch-`n` kernels (grids scaled by [`sluice_model::Model::batch_scaled`]);
 //! when it finishes each request's output is written to its own client.
-//! A request whose deadline passed while it waited completes with
+//! A request that can no longer meet its deadline completes with
 //! `DEADLINE_MISSED` without running: each request is checked when a batch
-//! is formed, and a batch, once formed, has no deadline of its own (its
+//! is formed, and one that would finish after its deadline even in a batch
+//! of its own (`now + L(smallest batch, p) >` deadline; Nexus's early drop)
+//! gives its place to the requests behind it. A batch, once formed, has no
+//! deadline of its own (its
 //! partition's policy runs it; it never drops it). A request that went into
 //! a batch runs to its end, and one that finishes later than its model's
 //! SLO completes normally and is counted as an SLO violation. The model's
@@ -1107,6 +1115,59 @@ impl ClusterBackend {
         best
     }
 
+    /// How long the smallest listed batch of `served` takes in slot `si` of
+    /// partition `pi` (`pct` %), ns: the slot's own time with
+    /// [`Execution::Timed`], the model's table otherwise (0 if unlisted).
+    fn alone_ns(&self, served: usize, pct: u32, pi: usize, si: usize) -> u64 {
+        let s = &self.served[served];
+        let b = s.spec.table.batches()[0];
+        match self.parts[pi]
+            .as_ref()
+            .map(|p| p.slots[si].timed_ns.as_slice())
+            .filter(|v| !v.is_empty())
+        {
+            Some(v) => v.get(b as usize - 1).copied().unwrap_or(0),
+            None => s
+                .spec
+                .table
+                .latency_ms(b, pct)
+                .map_or(0, |ms| (ms * 1e6) as u64),
+        }
+    }
+
+    /// The largest listed batch of `served`'s queued requests (slot `si` of
+    /// partition `pi`, `pct` %) that its oldest queued request can still
+    /// wait for: `now + L(n) ≤ arrival + SLO`; 0 when none (module docs).
+    fn backlog_batch(&self, served: usize, pct: u32, pi: usize, si: usize) -> u32 {
+        let s = &self.served[served];
+        let Some(oldest) = s.rt.front().or_else(|| s.be.front()) else {
+            return 0;
+        };
+        let due = oldest.received_ns.saturating_add(s.slo_ns);
+        let now = self.epoch + self.clock;
+        let q = s.queued() as u64;
+        let timed = self.parts[pi]
+            .as_ref()
+            .map(|p| p.slots[si].timed_ns.as_slice())
+            .filter(|v| !v.is_empty());
+        let mut best = 0;
+        for &b in s.spec.table.batches() {
+            if u64::from(b) > q {
+                break;
+            }
+            let l = match timed {
+                Some(v) => v.get(b as usize - 1).copied(),
+                None => s.spec.table.latency_ms(b, pct).map(|ms| (ms * 1e6) as u64),
+            };
+            if let Some(l) = l
+                && now.saturating_add(l) <= due
+            {
+                best = b;
+            }
+        }
+        best
+    }
+
     /// Starts a batch in every partition slot that is free and has
     /// requests queued; with [`Execution::Timed`], one batch per idle
     /// partition, its slots visited round robin.
@@ -1143,8 +1204,11 @@ impl ClusterBackend {
                 } else {
                     100
                 };
-                let limit = self.batch_limit(served, pct, pi, si);
-                if self.start_batch(pi, si, served, g, limit) && timed {
+                let limit = self
+                    .batch_limit(served, pct, pi, si)
+                    .max(self.backlog_batch(served, pct, pi, si));
+                let alone_ns = self.alone_ns(served, pct, pi, si);
+                if self.start_batch(pi, si, served, g, limit, alone_ns) && timed {
                     if let Some(p) = self.parts[pi].as_mut() {
                         p.next_slot = (si + 1) % n;
                     }
@@ -1157,7 +1221,16 @@ impl ClusterBackend {
     /// Forms a batch of at most `limit` of `served`'s queued requests and
     /// starts it in slot `si` of partition `pi`; whether one started (all
     /// may have missed their deadlines).
-    fn start_batch(&mut self, pi: usize, si: usize, served: usize, g: usize, limit: u32) -> bool {
+    #[allow(clippy::too_many_arguments)]
+    fn start_batch(
+        &mut self,
+        pi: usize,
+        si: usize,
+        served: usize,
+        g: usize,
+        limit: u32,
+        alone_ns: u64,
+    ) -> bool {
         let now_abs = self.epoch + self.clock;
         // With batch times, no batch longer than the slot's times.
         let limit = match self.parts[pi].as_ref().map(|p| p.slots[si].timed_ns.len()) {
@@ -1165,7 +1238,7 @@ impl ClusterBackend {
             _ => limit,
         };
         let s = &mut self.served[served];
-        // Requests whose deadline passed while they waited do not run.
+        // Requests that cannot meet their deadline even alone do not run.
         let mut jobs = Vec::new();
         let batches = s.spec.table.batches().to_vec();
         let want = {
@@ -1181,7 +1254,7 @@ impl ClusterBackend {
             let Some(job) = s.rt.pop_front().or_else(|| s.be.pop_front()) else {
                 break;
             };
-            if job.deadline_ns != 0 && now_abs > job.deadline_ns {
+            if job.deadline_ns != 0 && now_abs.saturating_add(alone_ns) > job.deadline_ns {
                 self.out.push(Finished {
                     client: job.client,
                     request_id: job.request_id,
