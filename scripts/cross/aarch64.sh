@@ -105,7 +105,9 @@ done
 # The tests under qemu: the shared-memory protocol's and the client library's, and the request
 # path's (a real sluiced, the one built above, and real client processes).
 unit_tests=(-p shm-proto -p sluice-client)
-path_tests=(-p sluice-tests --test sluiced_binary --test typed_tensors --test ring_full_backpressure
+# (--no-default-features: without the tests that call the CLI's library, the tests crate links
+# no CLI, benchmarks or ML framework, which would otherwise be compiled again for aarch64.)
+path_tests=(-p sluice-tests --no-default-features --test sluiced_binary --test typed_tensors --test ring_full_backpressure
   --test client_killed_in_flight --test hostile_client)
 if [ "$BUILD_ONLY" = 1 ]; then
   step "compiling the test executables for $TARGET (not run: --build-only)"
