@@ -16,8 +16,11 @@ cd "$root"
 reloads=${1:-10}
 
 # The daemon first, then the client library and the examples built by
-# themselves (see scripts/run-c-example.sh for why the order matters).
-cargo build --release -q --bin sluiced --bin sluice
+# themselves (see scripts/run-c-example.sh for why the order matters). sluiced and sluice in
+# separate invocations, as they ship: built together, sluiced would get the CLI's InSS planner by
+# feature unification, a build of its own that nothing else here reuses.
+cargo build --release -q --bin sluiced
+cargo build --release -q --bin sluice
 cargo build --release -q -p sluice-client --lib --example serve_check
 target=${CARGO_TARGET_DIR:-$root/target}
 target=$(cd "$target" && pwd)
