@@ -446,6 +446,30 @@ impl std::fmt::Debug for ClusterBackend {
     }
 }
 
+/// A batch's length as its source gives it: a slot's own nanoseconds
+/// ([`Execution::Timed`]) or a table's milliseconds.
+#[derive(Clone, Copy)]
+enum BatchTime {
+    Ns(u64),
+    Ms(f64),
+}
+
+impl BatchTime {
+    fn ms(self) -> f64 {
+        match self {
+            BatchTime::Ns(ns) => ns as f64 / 1e6,
+            BatchTime::Ms(ms) => ms,
+        }
+    }
+
+    fn ns(self) -> u64 {
+        match self {
+            BatchTime::Ns(ns) => ns,
+            BatchTime::Ms(ms) => (ms * 1e6) as u64,
+        }
+    }
+}
+
 /// The name of `model` at batch `b` in the policies' registry.
 fn batched_name(model: &str, b: u32) -> String {
     format!("{model}__b{b}")
@@ -1089,18 +1113,10 @@ impl ClusterBackend {
             s.rate.rate(now) / f64::from(s.serving.max(1))
         };
         let s = &self.served[served];
-        let timed = self.parts[pi]
-            .as_ref()
-            .map(|p| p.slots[si].timed_ns.as_slice())
-            .filter(|v| !v.is_empty());
         let batches = s.spec.table.batches();
         let mut best = batches[0];
         for &b in batches {
-            let l = match timed {
-                Some(v) => v.get(b as usize - 1).map(|&ns| ns as f64 / 1e6),
-                None => s.spec.table.latency_ms(b, pct),
-            };
-            let Some(l) = l else {
+            let Some(l) = self.batch_time(served, pct, pi, si, b).map(BatchTime::ms) else {
                 continue;
             };
             let build_ms = if rate > 0.0 {
@@ -1119,19 +1135,36 @@ impl ClusterBackend {
     /// partition `pi` (`pct` %), ns: the slot's own time with
     /// [`Execution::Timed`], the model's table otherwise (0 if unlisted).
     fn alone_ns(&self, served: usize, pct: u32, pi: usize, si: usize) -> u64 {
-        let s = &self.served[served];
-        let b = s.spec.table.batches()[0];
-        match self.parts[pi]
+        let b = self.served[served].spec.table.batches()[0];
+        self.batch_time(served, pct, pi, si, b)
+            .map_or(0, BatchTime::ns)
+    }
+
+    /// How long a batch of `b` of `served` takes in slot `si` of partition
+    /// `pi` (`pct` %): the slot's own time with [`Execution::Timed`], the
+    /// model's table otherwise; `None` where neither lists `b`.
+    fn batch_time(
+        &self,
+        served: usize,
+        pct: u32,
+        pi: usize,
+        si: usize,
+        b: u32,
+    ) -> Option<BatchTime> {
+        let timed = self.parts[pi]
             .as_ref()
             .map(|p| p.slots[si].timed_ns.as_slice())
-            .filter(|v| !v.is_empty())
-        {
-            Some(v) => v.get(b as usize - 1).copied().unwrap_or(0),
-            None => s
+            .filter(|v| !v.is_empty());
+        match timed {
+            Some(v) => v
+                .get((b as usize).checked_sub(1)?)
+                .copied()
+                .map(BatchTime::Ns),
+            None => self.served[served]
                 .spec
                 .table
                 .latency_ms(b, pct)
-                .map_or(0, |ms| (ms * 1e6) as u64),
+                .map(BatchTime::Ms),
         }
     }
 
@@ -1146,20 +1179,12 @@ impl ClusterBackend {
         let due = oldest.received_ns.saturating_add(s.slo_ns);
         let now = self.epoch + self.clock;
         let q = s.queued() as u64;
-        let timed = self.parts[pi]
-            .as_ref()
-            .map(|p| p.slots[si].timed_ns.as_slice())
-            .filter(|v| !v.is_empty());
         let mut best = 0;
         for &b in s.spec.table.batches() {
             if u64::from(b) > q {
                 break;
             }
-            let l = match timed {
-                Some(v) => v.get(b as usize - 1).copied(),
-                None => s.spec.table.latency_ms(b, pct).map(|ms| (ms * 1e6) as u64),
-            };
-            if let Some(l) = l
+            if let Some(l) = self.batch_time(served, pct, pi, si, b).map(BatchTime::ns)
                 && now.saturating_add(l) <= due
             {
                 best = b;
