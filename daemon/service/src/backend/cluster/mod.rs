@@ -1322,24 +1322,22 @@ impl ClusterBackend {
         };
         let id = self.next_task;
         self.next_task += 1;
-        if let Execution::Timed(_) = self.setup.execution {
-            let Some(p) = self.parts[pi].as_mut() else {
-                return false;
-            };
-            let sl = &mut p.slots[si];
-            let dur = sl.timed_ns[(n as usize).clamp(1, sl.timed_ns.len()) - 1];
-            sl.busy = true;
-            p.in_flight += 1;
-            p.busy_ns += dur;
-            self.batches.insert(
-                id,
-                Batch {
-                    part: pi,
-                    slot: si,
-                    jobs,
-                    started: Some(self.clock),
-                },
-            );
+        let client = jobs[0].client;
+        // With batch times, the batch is one event of its slot's length.
+        let timed_ns = match self.setup.execution {
+            Execution::Timed(_) => self.parts[pi].as_ref().map(|p| {
+                let v = &p.slots[si].timed_ns;
+                v[(n as usize).clamp(1, v.len()) - 1]
+            }),
+            Execution::GpuModel => None,
+        };
+        if !self.record_batch(pi, si, id, jobs, timed_ns.map(|_| self.clock)) {
+            return false;
+        }
+        if let Some(dur) = timed_ns {
+            if let Some(p) = self.parts[pi].as_mut() {
+                p.busy_ns += dur;
+            }
             self.timed.push(std::cmp::Reverse((self.clock + dur, id)));
             return true;
         }
@@ -1351,7 +1349,7 @@ impl ClusterBackend {
         }
         let task = Task {
             id,
-            client: jobs[0].client,
+            client,
             priority,
             model,
             arrival: gpu.sim.now(),
@@ -1360,17 +1358,6 @@ impl ClusterBackend {
         let Some(p) = self.parts[pi].as_mut() else {
             return false;
         };
-        p.slots[si].busy = true;
-        p.in_flight += 1;
-        self.batches.insert(
-            id,
-            Batch {
-                part: pi,
-                slot: si,
-                jobs,
-                started: None,
-            },
-        );
         let mut pg = PartGpu {
             gpu,
             cus: &p.cus,
@@ -1386,6 +1373,34 @@ impl ClusterBackend {
             stats: &mut p.stats,
         };
         p.policy.on_arrival(&mut cx, task);
+        true
+    }
+
+    /// Marks slot `si` of partition `pi` busy with batch `id` of `jobs`
+    /// (`started`: when it started, if known now); false if the partition
+    /// is gone.
+    fn record_batch(
+        &mut self,
+        pi: usize,
+        si: usize,
+        id: TaskId,
+        jobs: Vec<Job>,
+        started: Option<u64>,
+    ) -> bool {
+        let Some(p) = self.parts[pi].as_mut() else {
+            return false;
+        };
+        p.slots[si].busy = true;
+        p.in_flight += 1;
+        self.batches.insert(
+            id,
+            Batch {
+                part: pi,
+                slot: si,
+                jobs,
+                started,
+            },
+        );
         true
     }
 
