@@ -62,6 +62,18 @@ def tracked_files(root: Path):
             yield name
 
 
+# What opens a continued comment or quoted line, dropped when two lines are read as one.
+CONTINUATION = re.compile(r"^\s*(//[/!]?|#+|\*|>|--|;+)?\s*")
+
+
+def joined_pairs(lines):
+    """Each line with the next one's text after its comment marker, so that a phrase
+    wrapped across two lines ("... issue" / "//! 14's ...") is read whole."""
+    for no in range(len(lines) - 1):
+        nxt = CONTINUATION.sub("", lines[no + 1], count=1)
+        yield no + 1, lines[no].rstrip() + " " + nxt
+
+
 def allowed(path: str, line: str) -> bool:
     return any(path == p and re.search(rx, line) for p, rx, _ in ALLOWED)
 
@@ -79,6 +91,9 @@ def self_test() -> None:
         assert any(rx.search(line) for rx, _ in PATTERNS), f"pattern misses {line!r}"
     for line in good:
         assert not any(rx.search(line) for rx, _ in PATTERNS), f"pattern flags {line!r}"
+    wrapped = ["//! the comparison of issue", f"//! {n}'s repartition"]
+    assert any(rx.search(j) for _, j in joined_pairs(wrapped) for rx, _ in PATTERNS), \
+        "a phrase wrapped across two comment lines is missed"
 
 
 def main() -> int:
@@ -92,10 +107,16 @@ def main() -> int:
         except (UnicodeDecodeError, IsADirectoryError, FileNotFoundError):
             continue
         scanned += 1
-        for no, line in enumerate(text.splitlines(), 1):
+        lines = text.splitlines()
+        for no, line in enumerate(lines, 1):
             for rx, what in PATTERNS:
                 if rx.search(line) and not allowed(path, line):
                     hits.append(f"{path}:{no}: {what}: {line.strip()[:160]}")
+        for no, pair in joined_pairs(lines):
+            for rx, what in PATTERNS:
+                if (rx.search(pair) and not rx.search(lines[no - 1]) and not rx.search(lines[no])
+                        and not allowed(path, pair)):
+                    hits.append(f"{path}:{no}-{no + 1}: {what}: {pair.strip()[:160]}")
     if hits:
         print("development history in the product (say what the code does; history goes in "
               "CHANGELOG.md, measurements in the docs with date, machine and command):")

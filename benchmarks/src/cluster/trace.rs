@@ -1,5 +1,6 @@
-//! `sluice bench trace`: gpulet's Figure 15 experiment (§5.3) and issue
-//! 14's "repartition in place" comparison, simulated.
+//! `sluice bench trace`: gpulet's Figure 15 experiment (§5.3) and sluice's
+//! "repartition in place" comparison (1 s periods against gpulet's 20 s),
+//! simulated.
 //!
 //! A scenario's models receive a rate trace that rises and falls in two
 //! waves over 3,200 s (gpulet Fig. 15: from the base rate up to a first
