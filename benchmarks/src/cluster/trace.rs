@@ -27,7 +27,15 @@
 //!   one that worked) and are counted; the first period has nothing to keep
 //!   and serves nothing (every request a violation).
 //! - **GPU-seconds** are the GPUs the placement uses times the period.
-//! - Each period draws fresh arrivals (seed + period index).
+//! - Each period draws fresh arrivals, seeded by [`period_seed`] from the
+//!   run's seed and the period's index (a hash, so that seed `s + 1` is not
+//!   seed `s` one period later).
+//! - **Several seeds** (`seeds`, default 5): the whole trace is served once
+//!   per seed (`seed`, `seed + 1`, ...); per period length the report gives
+//!   the mean, least and most over the seeds, and a [`Verdict`] of each
+//!   shorter period against the first (gpulet's 20 s) on those means:
+//!   fewer requests late, dropped or unserved, and GPU-seconds at most
+//!   [`GPU_SECONDS_SLACK`] above the first period's.
 
 use std::collections::{HashMap, VecDeque};
 use std::time::Instant;
@@ -82,8 +90,12 @@ pub struct TraceOptions {
     pub gpulet_data: Option<std::path::PathBuf>,
     /// Partition sizes of the gpulet planners.
     pub gpulet_sizes: Option<PartitionSizes>,
-    /// Seed.
+    /// Seed of the first run.
     pub seed: u64,
+    /// Runs, seeded `seed`, `seed + 1`, ... (at least 1).
+    pub seeds: u32,
+    /// Worker threads for the seeds (0: one per core).
+    pub jobs: usize,
 }
 
 impl Default for TraceOptions {
@@ -107,6 +119,8 @@ impl Default for TraceOptions {
             gpulet_data: None,
             gpulet_sizes: Some(PartitionSizes::gpulet()),
             seed: 1,
+            seeds: 5,
+            jobs: 0,
         }
     }
 }
@@ -142,6 +156,130 @@ pub fn wave_rps(t: f64, len: f64, base: f64, peak1: f64, peak2: f64) -> f64 {
     };
     base + (peak1 - base) * tri(0.0, 600.0 * k, 1200.0 * k)
         + (peak2 - base) * tri(1400.0 * k, 2200.0 * k, 3000.0 * k)
+}
+
+/// The seed of period `k`'s arrivals in the run seeded `seed`: a hash of
+/// both, so that consecutive periods, and consecutive seeds, draw unrelated
+/// arrivals (with `seed + k`, the run seeded 2 would replay the run seeded
+/// 1 one period later).
+pub fn period_seed(seed: u64, k: u64) -> u64 {
+    sluice_rng::splitmix(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ k)
+}
+
+/// How much above the first period's GPU-seconds a shorter period's may be
+/// (mean over the seeds) and still pass: 1 %.
+pub const GPU_SECONDS_SLACK: f64 = 0.01;
+
+/// One seed's run of one period length, in brief.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SeedRow {
+    /// The run's seed.
+    pub seed: u64,
+    /// Requests that arrived.
+    pub arrived: u64,
+    /// Of those, late, dropped or unserved.
+    pub violated: u64,
+    /// `violated / arrived`.
+    pub violation_rate: f64,
+    /// Σ GPUs in use × period.
+    pub gpu_seconds: f64,
+    /// Periods the planner could not schedule.
+    pub unschedulable_periods: u32,
+}
+
+/// One period length over every seed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PeriodSeeds {
+    /// Scheduling period, s.
+    pub period_s: f64,
+    /// Mean over the seeds of the requests late, dropped or unserved.
+    pub violated_mean: f64,
+    /// Mean, least and most violation rate over the seeds.
+    pub violation_rate_mean: f64,
+    /// See `violation_rate_mean`.
+    pub violation_rate_min: f64,
+    /// See `violation_rate_mean`.
+    pub violation_rate_max: f64,
+    /// Mean, least and most GPU-seconds over the seeds.
+    pub gpu_seconds_mean: f64,
+    /// See `gpu_seconds_mean`.
+    pub gpu_seconds_min: f64,
+    /// See `gpu_seconds_mean`.
+    pub gpu_seconds_max: f64,
+    /// Per seed, in seed order.
+    pub per_seed: Vec<SeedRow>,
+}
+
+impl PeriodSeeds {
+    fn new(period_s: f64, per_seed: Vec<SeedRow>) -> Self {
+        let n = per_seed.len().max(1) as f64;
+        let mean = |f: &dyn Fn(&SeedRow) -> f64| per_seed.iter().map(f).sum::<f64>() / n;
+        let fold = |f: &dyn Fn(&SeedRow) -> f64, least: bool| {
+            per_seed
+                .iter()
+                .map(f)
+                .reduce(if least { f64::min } else { f64::max })
+                .unwrap_or(0.0)
+        };
+        Self {
+            period_s,
+            violated_mean: mean(&|r| r.violated as f64),
+            violation_rate_mean: mean(&|r| r.violation_rate),
+            violation_rate_min: fold(&|r| r.violation_rate, true),
+            violation_rate_max: fold(&|r| r.violation_rate, false),
+            gpu_seconds_mean: mean(&|r| r.gpu_seconds),
+            gpu_seconds_min: fold(&|r| r.gpu_seconds, true),
+            gpu_seconds_max: fold(&|r| r.gpu_seconds, false),
+            per_seed,
+        }
+    }
+}
+
+/// A shorter period against the first, on the means over the seeds
+/// (gpulet Fig. 15's question: does re-planning more often serve better
+/// without costing GPUs?).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Verdict {
+    /// The first period (the baseline), s.
+    pub baseline_period_s: f64,
+    /// The period judged, s.
+    pub period_s: f64,
+    /// Seeds the means are over.
+    pub seeds: usize,
+    /// Mean requests late, dropped or unserved: the baseline's, then this
+    /// period's.
+    pub violated_mean: [f64; 2],
+    /// This period's mean is below the baseline's.
+    pub fewer_late: bool,
+    /// Mean GPU-seconds over the baseline's, less 1.
+    pub gpu_seconds_change: f64,
+    /// `gpu_seconds_change <= GPU_SECONDS_SLACK`.
+    pub gpu_seconds_within: bool,
+    /// Both.
+    pub met: bool,
+}
+
+impl Verdict {
+    /// `short` against `base`.
+    pub fn of(base: &PeriodSeeds, short: &PeriodSeeds) -> Self {
+        let change = if base.gpu_seconds_mean > 0.0 {
+            short.gpu_seconds_mean / base.gpu_seconds_mean - 1.0
+        } else {
+            0.0
+        };
+        let fewer_late = short.violated_mean < base.violated_mean;
+        let within = change <= GPU_SECONDS_SLACK;
+        Self {
+            baseline_period_s: base.period_s,
+            period_s: short.period_s,
+            seeds: short.per_seed.len(),
+            violated_mean: [base.violated_mean, short.violated_mean],
+            fewer_late,
+            gpu_seconds_change: change,
+            gpu_seconds_within: within,
+            met: fewer_late && within,
+        }
+    }
 }
 
 /// One reporting window.
@@ -207,27 +345,56 @@ pub struct TraceReport {
     pub slo_rule: String,
     /// Interference.
     pub interference_note: String,
-    /// Per period length.
+    /// Per period length, the first seed's run (with its windows).
     pub runs: Vec<TraceRun>,
-    /// gpulet Fig. 15's series: the first period's run
+    /// gpulet Fig. 15's series: the first seed's run of the first period
     /// (`period_s`, `windows`; the default's first period is gpulet's 20 s).
     pub fig15: Option<TraceRun>,
+    /// The seeds served, in order.
+    pub seeds: Vec<u64>,
+    /// Per period length, every seed and their mean.
+    pub over_seeds: Vec<PeriodSeeds>,
+    /// Each period after the first against the first, on the means.
+    pub verdicts: Vec<Verdict>,
 }
 
-/// Runs `sc` under the trace once per period length.
+/// What every seed's run shares: the scenario's tables, SLOs and GPUs.
+struct Setup<'a> {
+    sc: &'a Scenario,
+    opts: &'a TraceOptions,
+    intf: Option<sluice_planner::LinearInterference>,
+    tables: Vec<&'a TableInfo>,
+    slo_ms: Vec<f64>,
+    planner_tables: Vec<sluice_planner::LatencyTable>,
+    index: HashMap<&'a str, usize>,
+    most: u32,
+    gpus: GpuSpec,
+}
+
+impl Setup<'_> {
+    /// Each model's share of the trace's rate at `t` s.
+    fn per_model(&self, t: f64) -> f64 {
+        let o = self.opts;
+        wave_rps(t, o.duration_s, o.base_rps, o.peak1_rps, o.peak2_rps)
+            / self.sc.models.len() as f64
+    }
+}
+
+/// Runs `sc` under the trace once per period length and seed.
 pub fn run(
     sc: &Scenario,
     reg: &ModelRegistry,
     opts: &TraceOptions,
-    mut on_progress: impl FnMut(usize, usize),
+    on_progress: impl FnMut(usize, usize) + Send,
 ) -> Result<TraceReport, ClusterError> {
     sc.check_models(reg)?;
     let gpulet = load_gpulet(opts.interference, opts.gpulet_data.as_deref())?;
     let intf = gpulet.as_ref().map(|g| linear_interference(g, sc));
-    let planner = opts
-        .planner
-        .planner(intf.clone())
-        .ok_or_else(|| ClusterError::NeedsInterference(opts.planner.as_str().into()))?;
+    if opts.planner.planner(intf.clone()).is_none() {
+        return Err(ClusterError::NeedsInterference(
+            opts.planner.as_str().into(),
+        ));
+    }
     let measured = measure_tables(
         std::slice::from_ref(sc),
         &|sc: &Scenario| sc.device.clone(),
@@ -262,177 +429,101 @@ pub fn run(
         },
         burst: opts.burst,
     };
-    let n = sc.models.len() as f64;
-    let per_model = |t: f64| {
-        wave_rps(
-            t,
-            opts.duration_s,
-            opts.base_rps,
-            opts.peak1_rps,
-            opts.peak2_rps,
-        ) / n
+    let setup = Setup {
+        sc,
+        opts,
+        intf,
+        tables,
+        slo_ms,
+        planner_tables,
+        index,
+        most,
+        gpus,
     };
-    let total_periods: usize = opts
+    let seeds: Vec<u64> = (0..opts.seeds.max(1))
+        .map(|i| opts.seed.wrapping_add(u64::from(i)))
+        .collect();
+    let per_seed_periods: usize = opts
         .periods_s
         .iter()
         .map(|p| (opts.duration_s / p).ceil() as usize)
         .sum();
-    let mut done = 0;
-    on_progress(0, total_periods);
-    let mut runs = Vec::new();
-    for &period in &opts.periods_s {
-        let t_run = Instant::now();
-        let periods = (opts.duration_s / period).ceil() as usize;
-        let windows = (opts.duration_s / opts.window_s).ceil() as usize;
-        let nm = sc.models.len();
-        // Per window: arrived, violated, served ok per model, gpu·s, pct·s.
-        let mut w_arr = vec![0u64; windows];
-        let mut w_vio = vec![0u64; windows];
-        let mut w_ok = vec![vec![0u64; nm]; windows];
-        let mut w_gpu = vec![0.0f64; windows];
-        let mut w_pct = vec![0.0f64; windows];
-        let mut last: Option<Placement> = None;
-        let mut counted: Vec<f64> = (0..nm).map(|_| per_model(0.0)).collect();
-        // The periods the rate window covers, newest last: (length, arrivals
-        // per model).
-        let mut recent: VecDeque<(f64, Vec<u64>)> = VecDeque::new();
-        let mut prev_count = 1u32;
-        let mut out = TraceRun {
-            period_s: period,
-            arrived: 0,
-            violated: 0,
-            violation_rate: 0.0,
-            gpu_seconds: 0.0,
-            max_gpus: 0,
-            unschedulable_periods: 0,
-            plans: 0,
-            plan_ms_median: 0.0,
-            wall_s: 0.0,
-            windows: Vec::new(),
-        };
-        let mut plan_ms = Vec::with_capacity(periods);
-        for k in 0..periods {
-            let t0 = k as f64 * period;
-            let len = period.min(opts.duration_s - t0);
-            let specs: Vec<ModelSpec> = sc
-                .models
-                .iter()
-                .zip(&planner_tables)
-                .zip(&slo_ms)
-                .zip(&counted)
-                .map(|(((m, t), &slo), &r)| ModelSpec {
-                    name: m.name.clone(),
-                    slo_ms: slo,
-                    rate_rps: r * (1.0 + opts.headroom),
-                    mem_mb: m.mem_mb,
-                    profile: t.clone(),
-                })
-                .collect();
-            let tp = Instant::now();
-            let planned = sluice_planner::plan_with_scaling(
-                planner.as_ref(),
-                &specs,
-                &gpus,
-                prev_count.clamp(1, opts.gpu_limit),
-                opts.gpu_limit,
-            );
-            plan_ms.push(tp.elapsed().as_secs_f64() * 1e3);
-            out.plans += 1;
-            match planned {
-                Ok((pl, count)) => {
-                    prev_count = count.max(1);
-                    last = Some(pl);
-                }
-                Err(_) => out.unschedulable_periods += 1,
-            }
-            // Rate segments of the period, one per second (or the period).
-            let seg = len.min(1.0);
-            let nseg = (len / seg).ceil() as usize;
-            let models: Vec<SimModel> = sc
-                .models
-                .iter()
-                .zip(&slo_ms)
-                .map(|(m, &slo)| SimModel {
-                    name: m.name.clone(),
-                    slo_ms: slo,
-                    rate: (0..nseg)
-                        .map(|i| {
-                            let s = i as f64 * seg;
-                            (s, per_model(t0 + s + 0.5 * seg.min(len - s)))
-                        })
-                        .collect(),
-                })
-                .collect();
-            let (parts, used, pct) = match &last {
-                Some(pl) => {
-                    let f = interference_factors(pl, intf.as_ref());
-                    let pct: u32 = pl.partitions().map(|(_, p)| p.size_pct).sum();
-                    (
-                        sim_partitions(&tables, pl, &f, most, &index),
-                        pl.gpus.len(),
-                        pct,
-                    )
-                }
-                None => (Vec::new(), 0, 0),
-            };
-            let sim = crate::cluster::serve(
-                &models,
-                &parts,
-                &SimOptions {
-                    duration_s: len,
-                    seed: opts.seed.wrapping_add(k as u64),
-                    routing: Routing::Random,
-                    rounds: Rounds::WorkConserving,
-                    batching: opts.batching,
-                    engine: opts.engine,
-                },
-            )?;
-            out.max_gpus = out.max_gpus.max(used);
-            out.gpu_seconds += used as f64 * len;
-            let w = ((t0 / opts.window_s) as usize).min(windows - 1);
-            w_gpu[w] += used as f64 * len;
-            w_pct[w] += f64::from(pct) * len;
-            for (i, mo) in sim.models.iter().enumerate() {
-                w_arr[w] += mo.arrived;
-                w_vio[w] += mo.violated;
-                w_ok[w][i] += mo.arrived - mo.violated;
-                out.arrived += mo.arrived;
-                out.violated += mo.violated;
-            }
-            recent.push_back((len, sim.models.iter().map(|m| m.arrived).collect()));
-            counted = windowed_rates(&mut recent, opts.rate_window_s.unwrap_or(0.0));
-            done += 1;
-            on_progress(done, total_periods);
-        }
-        out.violation_rate = if out.arrived == 0 {
-            0.0
-        } else {
-            out.violated as f64 / out.arrived as f64
-        };
-        plan_ms.sort_by(f64::total_cmp);
-        out.plan_ms_median = plan_ms.get(plan_ms.len() / 2).copied().unwrap_or(0.0);
-        out.windows = (0..windows)
+    let total = per_seed_periods * seeds.len();
+    let progress = std::sync::Mutex::new((0usize, on_progress));
+    let tick = || {
+        let mut g = progress
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        g.0 += 1;
+        let done = g.0;
+        (g.1)(done, total);
+    };
+    (progress
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .1)(0, total);
+    let jobs = match opts.jobs {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        j => j,
+    }
+    .clamp(1, seeds.len());
+    // Seeds are dealt to the workers in turn; each worker has its planner.
+    let mut by_seed: Vec<Option<Result<Vec<TraceRun>, ClusterError>>> =
+        (0..seeds.len()).map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..jobs)
             .map(|w| {
-                let t = w as f64 * opts.window_s;
-                let span = opts.window_s.min(opts.duration_s - t);
-                Window {
-                    t_s: t,
-                    gpus: w_gpu[w] / span,
-                    partition_sum: w_pct[w] / span,
-                    violation_rate: if w_arr[w] == 0 {
-                        0.0
-                    } else {
-                        w_vio[w] as f64 / w_arr[w] as f64
-                    },
-                    throughput_rps: w_ok[w].iter().sum::<u64>() as f64 / span,
-                    model_throughput_rps: w_ok[w].iter().map(|&x| x as f64 / span).collect(),
-                    offered_rps: per_model(t + 0.5 * span) * n,
-                }
+                let (setup, seeds, tick) = (&setup, &seeds, &tick);
+                scope.spawn(move || {
+                    let planner = opts
+                        .planner
+                        .planner(setup.intf.clone())
+                        .expect("checked above");
+                    (w..seeds.len())
+                        .step_by(jobs)
+                        .map(|i| (i, serve_seed(setup, planner.as_ref(), seeds[i], tick)))
+                        .collect::<Vec<_>>()
+                })
             })
             .collect();
-        out.wall_s = t_run.elapsed().as_secs_f64();
-        runs.push(out);
+        for h in workers {
+            for (i, r) in h.join().expect("a trace worker panicked") {
+                by_seed[i] = Some(r);
+            }
+        }
+    });
+    let mut all: Vec<Vec<TraceRun>> = Vec::with_capacity(seeds.len());
+    for r in by_seed {
+        all.push(r.expect("every seed served")?);
     }
+    let over_seeds: Vec<PeriodSeeds> = opts
+        .periods_s
+        .iter()
+        .enumerate()
+        .map(|(p, &period)| {
+            PeriodSeeds::new(
+                period,
+                all.iter()
+                    .zip(&seeds)
+                    .map(|(runs, &seed)| SeedRow {
+                        seed,
+                        arrived: runs[p].arrived,
+                        violated: runs[p].violated,
+                        violation_rate: runs[p].violation_rate,
+                        gpu_seconds: runs[p].gpu_seconds,
+                        unschedulable_periods: runs[p].unschedulable_periods,
+                    })
+                    .collect(),
+            )
+        })
+        .collect();
+    let verdicts = over_seeds
+        .iter()
+        .skip(1)
+        .map(|x| Verdict::of(&over_seeds[0], x))
+        .collect();
+    let runs = all.swap_remove(0);
+    let gpus = &setup.gpus;
     Ok(TraceReport {
         simulated: true,
         device: sc.device.clone(),
@@ -473,7 +564,186 @@ pub fn run(
         interference_note: opts.interference.describe(opts.gpulet_data.as_deref()),
         fig15: runs.first().cloned(),
         runs,
+        seeds,
+        over_seeds,
+        verdicts,
     })
+}
+
+/// One seed's runs, one per period length.
+fn serve_seed(
+    setup: &Setup<'_>,
+    planner: &dyn sluice_planner::Planner,
+    seed: u64,
+    tick: &(dyn Fn() + Sync),
+) -> Result<Vec<TraceRun>, ClusterError> {
+    let Setup {
+        sc,
+        opts,
+        intf,
+        tables,
+        slo_ms,
+        planner_tables,
+        index,
+        most,
+        gpus,
+    } = setup;
+    let (most, n) = (*most, sc.models.len() as f64);
+    let per_model = |t: f64| setup.per_model(t);
+    let mut runs = Vec::new();
+    for &period in &opts.periods_s {
+        let t_run = Instant::now();
+        let periods = (opts.duration_s / period).ceil() as usize;
+        let windows = (opts.duration_s / opts.window_s).ceil() as usize;
+        let nm = sc.models.len();
+        // Per window: arrived, violated, served ok per model, gpu·s, pct·s.
+        let mut w_arr = vec![0u64; windows];
+        let mut w_vio = vec![0u64; windows];
+        let mut w_ok = vec![vec![0u64; nm]; windows];
+        let mut w_gpu = vec![0.0f64; windows];
+        let mut w_pct = vec![0.0f64; windows];
+        let mut last: Option<Placement> = None;
+        let mut counted: Vec<f64> = (0..nm).map(|_| per_model(0.0)).collect();
+        // The periods the rate window covers, newest last: (length, arrivals
+        // per model).
+        let mut recent: VecDeque<(f64, Vec<u64>)> = VecDeque::new();
+        let mut prev_count = 1u32;
+        let mut out = TraceRun {
+            period_s: period,
+            arrived: 0,
+            violated: 0,
+            violation_rate: 0.0,
+            gpu_seconds: 0.0,
+            max_gpus: 0,
+            unschedulable_periods: 0,
+            plans: 0,
+            plan_ms_median: 0.0,
+            wall_s: 0.0,
+            windows: Vec::new(),
+        };
+        let mut plan_ms = Vec::with_capacity(periods);
+        for k in 0..periods {
+            let t0 = k as f64 * period;
+            let len = period.min(opts.duration_s - t0);
+            let specs: Vec<ModelSpec> = sc
+                .models
+                .iter()
+                .zip(planner_tables.iter())
+                .zip(slo_ms.iter())
+                .zip(&counted)
+                .map(|(((m, t), &slo), &r)| ModelSpec {
+                    name: m.name.clone(),
+                    slo_ms: slo,
+                    rate_rps: r * (1.0 + opts.headroom),
+                    mem_mb: m.mem_mb,
+                    profile: t.clone(),
+                })
+                .collect();
+            let tp = Instant::now();
+            let planned = sluice_planner::plan_with_scaling(
+                planner,
+                &specs,
+                gpus,
+                prev_count.clamp(1, opts.gpu_limit),
+                opts.gpu_limit,
+            );
+            plan_ms.push(tp.elapsed().as_secs_f64() * 1e3);
+            out.plans += 1;
+            match planned {
+                Ok((pl, count)) => {
+                    prev_count = count.max(1);
+                    last = Some(pl);
+                }
+                Err(_) => out.unschedulable_periods += 1,
+            }
+            // Rate segments of the period, one per second (or the period).
+            let seg = len.min(1.0);
+            let nseg = (len / seg).ceil() as usize;
+            let models: Vec<SimModel> = sc
+                .models
+                .iter()
+                .zip(slo_ms.iter())
+                .map(|(m, &slo)| SimModel {
+                    name: m.name.clone(),
+                    slo_ms: slo,
+                    rate: (0..nseg)
+                        .map(|i| {
+                            let s = i as f64 * seg;
+                            (s, per_model(t0 + s + 0.5 * seg.min(len - s)))
+                        })
+                        .collect(),
+                })
+                .collect();
+            let (parts, used, pct) = match &last {
+                Some(pl) => {
+                    let f = interference_factors(pl, intf.as_ref());
+                    let pct: u32 = pl.partitions().map(|(_, p)| p.size_pct).sum();
+                    (
+                        sim_partitions(tables, pl, &f, most, index),
+                        pl.gpus.len(),
+                        pct,
+                    )
+                }
+                None => (Vec::new(), 0, 0),
+            };
+            let sim = crate::cluster::serve(
+                &models,
+                &parts,
+                &SimOptions {
+                    duration_s: len,
+                    seed: period_seed(seed, k as u64),
+                    routing: Routing::Random,
+                    rounds: Rounds::WorkConserving,
+                    batching: opts.batching,
+                    engine: opts.engine,
+                },
+            )?;
+            out.max_gpus = out.max_gpus.max(used);
+            out.gpu_seconds += used as f64 * len;
+            let w = ((t0 / opts.window_s) as usize).min(windows - 1);
+            w_gpu[w] += used as f64 * len;
+            w_pct[w] += f64::from(pct) * len;
+            for (i, mo) in sim.models.iter().enumerate() {
+                w_arr[w] += mo.arrived;
+                w_vio[w] += mo.violated;
+                w_ok[w][i] += mo.arrived - mo.violated;
+                out.arrived += mo.arrived;
+                out.violated += mo.violated;
+            }
+            recent.push_back((len, sim.models.iter().map(|m| m.arrived).collect()));
+            counted = windowed_rates(&mut recent, opts.rate_window_s.unwrap_or(0.0));
+            tick();
+        }
+        out.violation_rate = if out.arrived == 0 {
+            0.0
+        } else {
+            out.violated as f64 / out.arrived as f64
+        };
+        plan_ms.sort_by(f64::total_cmp);
+        out.plan_ms_median = plan_ms.get(plan_ms.len() / 2).copied().unwrap_or(0.0);
+        out.windows = (0..windows)
+            .map(|w| {
+                let t = w as f64 * opts.window_s;
+                let span = opts.window_s.min(opts.duration_s - t);
+                Window {
+                    t_s: t,
+                    gpus: w_gpu[w] / span,
+                    partition_sum: w_pct[w] / span,
+                    violation_rate: if w_arr[w] == 0 {
+                        0.0
+                    } else {
+                        w_vio[w] as f64 / w_arr[w] as f64
+                    },
+                    throughput_rps: w_ok[w].iter().sum::<u64>() as f64 / span,
+                    model_throughput_rps: w_ok[w].iter().map(|&x| x as f64 / span).collect(),
+                    offered_rps: per_model(t + 0.5 * span) * n,
+                }
+            })
+            .collect();
+        out.wall_s = t_run.elapsed().as_secs_f64();
+        runs.push(out);
+    }
+    Ok(runs)
 }
 
 /// The human-readable report.
@@ -507,10 +777,65 @@ pub fn table(r: &TraceReport) -> String {
             x.wall_s
         );
     }
+    if r.seeds.len() > 1 {
+        let _ = writeln!(
+            s,
+            "\nover {} seeds ({}), mean [least, most]:",
+            r.seeds.len(),
+            r.seeds
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let _ = writeln!(
+            s,
+            "{:>8} {:>12} {:>24} {:>28}",
+            "period s", "late mean", "viol % [least, most]", "GPU-seconds [least, most]"
+        );
+        for x in &r.over_seeds {
+            let _ = writeln!(
+                s,
+                "{:>8} {:>12.1} {:>24} {:>28}",
+                x.period_s,
+                x.violated_mean,
+                format!(
+                    "{:.3} [{:.3}, {:.3}]",
+                    100.0 * x.violation_rate_mean,
+                    100.0 * x.violation_rate_min,
+                    100.0 * x.violation_rate_max
+                ),
+                format!(
+                    "{:.0} [{:.0}, {:.0}]",
+                    x.gpu_seconds_mean, x.gpu_seconds_min, x.gpu_seconds_max
+                ),
+            );
+        }
+    }
+    for v in &r.verdicts {
+        let _ = writeln!(
+            s,
+            "\n{} s against {} s, means over {} seed(s): late {:.1} vs {:.1} ({}), GPU-seconds {:+.2} % (at most {:+.0} %: {}) => {}",
+            v.period_s,
+            v.baseline_period_s,
+            v.seeds,
+            v.violated_mean[1],
+            v.violated_mean[0],
+            if v.fewer_late { "fewer" } else { "not fewer" },
+            100.0 * v.gpu_seconds_change,
+            100.0 * GPU_SECONDS_SLACK,
+            if v.gpu_seconds_within {
+                "within"
+            } else {
+                "over"
+            },
+            if v.met { "MET" } else { "NOT MET" }
+        );
+    }
     for x in &r.runs {
         let _ = writeln!(
             s,
-            "\nperiod {} s, per {} s window (every 8th shown; --json has all):",
+            "\nperiod {} s, first seed, per {} s window (every 8th shown; --json has all):",
             x.period_s,
             x.windows.get(1).map_or(0.0, |w| w.t_s)
         );
@@ -587,6 +912,7 @@ mod tests {
             peak1_rps: 300.0,
             peak2_rps: 400.0,
             interference: Interference::None,
+            seeds: 1,
             ..TraceOptions::default()
         };
         let r = run(&sc, &ModelRegistry::builtin(), &opts, |_, _| {}).unwrap();
@@ -612,5 +938,114 @@ mod tests {
             assert!(v["fig15"]["windows"][0][k].is_number(), "{k}");
         }
         assert_eq!(v["fig15"]["period_s"], 20.0);
+    }
+
+    #[test]
+    fn period_seeds_of_neighbouring_runs_do_not_coincide() {
+        assert_eq!(period_seed(1, 7), period_seed(1, 7));
+        for seed in 0..20u64 {
+            for k in 0..200u64 {
+                assert_ne!(period_seed(seed + 1, k), period_seed(seed, k + 1));
+                assert_ne!(period_seed(seed, k), period_seed(seed, k + 1));
+            }
+        }
+    }
+
+    fn seeds_of(period_s: f64, rows: &[(u64, f64)]) -> PeriodSeeds {
+        PeriodSeeds::new(
+            period_s,
+            rows.iter()
+                .enumerate()
+                .map(|(i, &(violated, gpu_seconds))| SeedRow {
+                    seed: i as u64 + 1,
+                    arrived: 1000,
+                    violated,
+                    violation_rate: violated as f64 / 1000.0,
+                    gpu_seconds,
+                    unschedulable_periods: 0,
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn the_verdict_takes_means_and_needs_both_fewer_late_and_the_gpu_seconds() {
+        let base = seeds_of(20.0, &[(10, 1000.0), (20, 1000.0)]);
+        assert_eq!(base.violated_mean, 15.0);
+        assert_eq!(
+            (base.violation_rate_min, base.violation_rate_max),
+            (0.01, 0.02)
+        );
+        // Fewer on the mean (one seed worse), GPU-seconds +0.5 %: met.
+        let v = Verdict::of(&base, &seeds_of(1.0, &[(12, 1000.0), (10, 1010.0)]));
+        assert!(v.fewer_late && v.gpu_seconds_within && v.met, "{v:?}");
+        assert!((v.gpu_seconds_change - 0.005).abs() < 1e-12);
+        // Equal late counts are not fewer.
+        let v = Verdict::of(&base, &seeds_of(1.0, &[(15, 990.0), (15, 990.0)]));
+        assert!(!v.fewer_late && v.gpu_seconds_within && !v.met, "{v:?}");
+        // Fewer late, but 1.5 % more GPU-seconds.
+        let v = Verdict::of(&base, &seeds_of(1.0, &[(0, 1015.0), (0, 1015.0)]));
+        assert!(v.fewer_late && !v.gpu_seconds_within && !v.met, "{v:?}");
+        // Fewer GPU-seconds always pass that half.
+        let v = Verdict::of(&base, &seeds_of(1.0, &[(1, 900.0), (1, 900.0)]));
+        assert!(v.met && v.gpu_seconds_change < 0.0, "{v:?}");
+    }
+
+    #[test]
+    fn several_seeds_are_served_the_same_on_any_number_of_workers() {
+        let sc = crate::cluster::scenario::builtin("scen3")
+            .expect("shipped")
+            .expect("parses");
+        let opts = TraceOptions {
+            planner: PlannerKind::Gpulet,
+            periods_s: vec![20.0, 5.0],
+            duration_s: 120.0,
+            base_rps: 20.0,
+            peak1_rps: 200.0,
+            peak2_rps: 300.0,
+            interference: Interference::None,
+            seeds: 3,
+            seed: 4,
+            jobs: 2,
+            ..TraceOptions::default()
+        };
+        let mut ticks = Vec::new();
+        let two = run(&sc, &ModelRegistry::builtin(), &opts, |d, t| {
+            ticks.push((d, t))
+        })
+        .unwrap();
+        // 6 + 24 periods per seed, three seeds, counted once each.
+        assert_eq!(ticks.first(), Some(&(0, 90)));
+        assert_eq!(ticks.last(), Some(&(90, 90)));
+        assert_eq!(ticks.len(), 91);
+        let one = run(
+            &sc,
+            &ModelRegistry::builtin(),
+            &TraceOptions {
+                jobs: 1,
+                ..opts.clone()
+            },
+            |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(two.seeds, [4, 5, 6]);
+        assert_eq!(two.over_seeds, one.over_seeds);
+        assert_eq!(two.over_seeds.len(), 2);
+        for (p, x) in two.over_seeds.iter().enumerate() {
+            assert_eq!(x.per_seed.len(), 3);
+            // The first seed's row is the run the report keeps whole.
+            assert_eq!(x.per_seed[0].arrived, two.runs[p].arrived);
+            assert_eq!(x.per_seed[0].violated, two.runs[p].violated);
+            // Other seeds draw other arrivals.
+            assert_ne!(x.per_seed[0].arrived, x.per_seed[1].arrived);
+            let mean = x.per_seed.iter().map(|r| r.gpu_seconds).sum::<f64>() / 3.0;
+            assert!((x.gpu_seconds_mean - mean).abs() < 1e-9);
+        }
+        assert_eq!(two.verdicts.len(), 1);
+        assert_eq!(two.verdicts[0].period_s, 5.0);
+        assert_eq!(two.verdicts[0].baseline_period_s, 20.0);
+        let v = serde_json::to_value(&two).unwrap();
+        assert!(v["verdicts"][0]["met"].is_boolean());
+        assert!(v["over_seeds"][1]["per_seed"][2]["gpu_seconds"].is_number());
     }
 }
