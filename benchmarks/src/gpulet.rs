@@ -125,6 +125,8 @@ pub struct GpuletOptions {
     pub threads: usize,
     /// Scenarios of Fig. 17.
     pub fig17_scenarios: Vec<String>,
+    /// Where `L(b, p)` comes from.
+    pub tables: crate::cluster::TableSource,
 }
 
 impl Default for GpuletOptions {
@@ -135,6 +137,7 @@ impl Default for GpuletOptions {
             gpulet_data: None,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             fig17_scenarios: FIG17_SCENARIOS.iter().map(|s| (*s).to_owned()).collect(),
+            tables: crate::cluster::TableSource::GpuModel,
         }
     }
 }
@@ -799,6 +802,8 @@ pub struct GpuletReport {
     pub interference: String,
     /// Partition sizes of gpulet+int and the ideal.
     pub partition_sizes: String,
+    /// Where the tables came from ([`crate::cluster::TableSource::describe`]).
+    pub tables: String,
     /// Fig. 5 / 16.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fig16: Option<Fig16>,
@@ -863,7 +868,8 @@ pub fn run(
     }
     let device_of = |sc: &Scenario| opts.device.clone().unwrap_or_else(|| sc.device.clone());
     let t_tables = Instant::now();
-    let tables = crate::cluster::measure_tables(&scenarios, &device_of, reg, &mut on_tables)?;
+    let tables =
+        crate::cluster::measure_tables(&scenarios, &device_of, reg, &opts.tables, &mut on_tables)?;
     let tables_wall_s = t_tables.elapsed().as_secs_f64();
     let prepare = |sc: &Scenario| {
         let d = device_of(sc);
@@ -887,6 +893,7 @@ pub fn run(
             crate::cluster::gpulet_data_source(opts.gpulet_data.as_deref(), INTERFERENCE_GPU)
         ),
         partition_sizes: "gpulet+int and the ideal: gpulet's 20/40/50/60/80/100 % (ideal splits 2:8, 4:6, 5:5, 10:0; Fig. 6: 2:8, 4:6, 5:5); sbp: whole GPUs; sbp_1to1: two fixed 50 % halves per GPU, half the memory each; greedy: any multiple of 10 %".into(),
+        tables: opts.tables.describe(),
         fig16: None,
         fig17: None,
         fig17_average: None,
@@ -982,9 +989,10 @@ pub fn table(r: &GpuletReport) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "sluice bench gpulet: SIMULATED, planner-level (schedulable = the planner places every rate on the GPUs; no serving), on the GPU model's L(b, p) tables, device profile {}",
+        "sluice bench gpulet: SIMULATED, planner-level (schedulable = the planner places every rate on the GPUs; no serving), device profile {}",
         r.device
     );
+    let _ = writeln!(s, "tables: {}", r.tables);
     let _ = writeln!(s, "SLO rule: {}", r.slo_rule);
     let _ = writeln!(s, "rate rule: {}", r.rate_rule);
     let _ = writeln!(s, "search: {}", r.search_rule);

@@ -156,6 +156,13 @@ profile resnet152
 # 7. Green-context partitions: latency curve and switch cost.
 step partitions-resnet152 90 "$sluice" profile --device cuda resnet152 \
   --partitions 10,25,50,75,100 --batches 1,8 --reps 10 --json
+# 7b. L(b, p) tables of gpulet's scen3 models (mobilenet, resnet50, vgg16) on green contexts,
+# batches 1-32 and every 10 % (the sizes the planners choose from), written into manifests
+# under tables/ that `sluice bench cluster|trace|gpulet --tables DIR --tables-device NAME` read.
+# shellcheck disable=SC2016  # expanded by the inner shell
+step tables-scen3 150 bash -c 'mkdir -p "$2/tables" && for m in mobilenet resnet50 vgg16; do
+    "$1" profile --device cuda "$m" --partitions 10,20,30,40,50,60,70,80,90,100 \
+      --batches 1,2,4,8,16,32 --reps 3 --json --out "$2/tables/$m.json" || exit 1; done' _ "$sluice" "$out"
 # 4. DISB on the device.
 step disb 150 "$sluice" bench disb --device cuda --workload all --policy reef,streams --json
 # 4b. DISB on the DISB models' ONNX files (seeded weights, made here; 1.9 GiB, kept out of the

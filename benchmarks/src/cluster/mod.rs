@@ -159,6 +159,45 @@ pub struct ClusterOptions {
     /// `ideal`) may use; `None`: every multiple of the scenario's step.
     /// The baselines always use every multiple of the step.
     pub gpulet_sizes: Option<sluice_planner::PartitionSizes>,
+    /// Where `L(b, p)` comes from.
+    pub tables: TableSource,
+}
+
+/// Where the benchmarks' `L(b, p)` tables come from.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum TableSource {
+    /// Measured on the GPU model, on each scenario's device profile.
+    #[default]
+    GpuModel,
+    /// The `lbp` entries of manifests `dir/<model>.json`, as `sluice
+    /// profile … --out` writes them (on a simulated profile, or measured on
+    /// a CUDA device with `--partitions`): the entry of `device`, or the
+    /// file's only entry when `device` is `None`.
+    Dir {
+        /// The folder.
+        dir: PathBuf,
+        /// The entry's device name (`mi50`, `NVIDIA H200`, ...).
+        device: Option<String>,
+    },
+}
+
+impl TableSource {
+    /// How reports name it.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::GpuModel => {
+                "L(b, p) measured on the GPU model, on each scenario's device profile".into()
+            }
+            Self::Dir { dir, device } => format!(
+                "L(b, p) from the manifests in {} ({})",
+                dir.display(),
+                device.as_deref().map_or_else(
+                    || "each file's only table".to_string(),
+                    |d| format!("their tables of `{d}`")
+                )
+            ),
+        }
+    }
 }
 
 /// When a probe passes.
@@ -215,6 +254,7 @@ impl Default for ClusterOptions {
             search_mode: SearchMode::Bisect,
             pass: PassRule::Served,
             gpulet_sizes: None,
+            tables: TableSource::GpuModel,
         }
     }
 }
@@ -243,6 +283,14 @@ pub enum ClusterError {
         /// Why.
         #[source]
         source: Box<lbp::LbpError>,
+    },
+    /// A table file missing, unreadable or without a usable entry.
+    #[error("--tables: {path}: {why}")]
+    TableFile {
+        /// The file.
+        path: String,
+        /// What is wrong, and the fix.
+        why: String,
     },
     /// A measured table the planner crate refuses even after the envelope.
     #[error("L(b, p) of {model} on {device}: {source}")]
@@ -370,6 +418,7 @@ pub fn measure_tables(
     scenarios: &[Scenario],
     device_of: &dyn Fn(&Scenario) -> String,
     reg: &ModelRegistry,
+    source: &TableSource,
     on_tables: &mut dyn FnMut(usize, usize),
 ) -> Result<HashMap<(String, String), TableInfo>, ClusterError> {
     let mut need: Vec<(String, String)> = Vec::new();
@@ -385,14 +434,89 @@ pub fn measure_tables(
     let mut tables = HashMap::new();
     on_tables(0, need.len());
     for (i, (d, m)) in need.iter().enumerate() {
-        if !profiles.contains_key(d) {
-            profiles.insert(d.clone(), device_profile(d)?);
-        }
-        let (_, model) = reg.lookup(m).expect("models checked by the caller");
-        tables.insert((d.clone(), m.clone()), measure_table(&profiles[d], model)?);
+        let t = match source {
+            TableSource::GpuModel => {
+                if !profiles.contains_key(d) {
+                    profiles.insert(d.clone(), device_profile(d)?);
+                }
+                let (_, model) = reg.lookup(m).expect("models checked by the caller");
+                measure_table(&profiles[d], model)?
+            }
+            TableSource::Dir { dir, device } => load_table(dir, m, device.as_deref())?,
+        };
+        tables.insert((d.clone(), m.clone()), t);
         on_tables(i + 1, need.len());
     }
     Ok(tables)
+}
+
+/// `model`'s table from the manifest `dir/<model>.json` ([`TableSource::Dir`]),
+/// lifted to its monotone envelope like a measured one. The entry must
+/// list 100 % (the SLO rule reads `L(largest batch, 100 %)`).
+pub fn load_table(
+    dir: &std::path::Path,
+    model: &str,
+    device: Option<&str>,
+) -> Result<TableInfo, ClusterError> {
+    let path = dir.join(format!("{model}.json"));
+    let shown = path.display().to_string();
+    let bad = |why: String| ClusterError::TableFile {
+        path: shown.clone(),
+        why,
+    };
+    let make = format!(
+        "write it with `sluice profile --device <profile> {model} --out {shown}` (GPU model) or `sluice profile --device cuda {model} --partitions 10,20,30,40,50,60,70,80,90,100 --batches 1,2,4,8,16,32 --out {shown}` (measured)"
+    );
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| bad(format!("cannot read it ({e}); {make}")))?;
+    let man = sluice_model::Manifest::parse(&shown, &text)
+        .map_err(|e| bad(format!("not a valid manifest: {e}")))?;
+    let names = || {
+        man.lbp
+            .iter()
+            .map(|t| format!("`{}`", t.device))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let t = match device {
+        Some(d) => man.lbp.iter().find(|t| t.device == d).ok_or_else(|| {
+            bad(if man.lbp.is_empty() {
+                format!("has no L(b, p) table; {make}")
+            } else {
+                format!(
+                    "has no L(b, p) table of `{d}`, only of {}; pick one with --tables-device",
+                    names()
+                )
+            })
+        })?,
+        None => match man.lbp.as_slice() {
+            [t] => t,
+            [] => return Err(bad(format!("has no L(b, p) table; {make}"))),
+            _ => {
+                return Err(bad(format!(
+                    "has L(b, p) tables of {}; pick one with --tables-device",
+                    names()
+                )));
+            }
+        },
+    };
+    if !t.partitions_pct.contains(&100) {
+        return Err(bad(format!(
+            "the table of `{}` lists partitions {:?} % without 100 % (the SLO rule reads L(largest batch, 100 %)); measure it with 100 in --partitions",
+            t.device, t.partitions_pct
+        )));
+    }
+    let mut rows = t.latency_ms.clone();
+    let adjusted = monotone_envelope(&mut rows);
+    let table =
+        LatencyTable::new(t.batches.clone(), t.partitions_pct.clone(), rows).map_err(|source| {
+            ClusterError::Table {
+                model: model.to_owned(),
+                device: t.device.clone(),
+                source,
+            }
+        })?;
+    Ok(TableInfo { table, adjusted })
 }
 
 /// The largest batch a slot's latency list must reach under `batching`
@@ -617,6 +741,8 @@ pub struct ClusterReport {
     /// Partition sizes of the gpulet planners (`None`: every multiple of
     /// the step).
     pub gpulet_sizes: Option<Vec<u32>>,
+    /// Where the tables came from ([`TableSource::describe`]).
+    pub tables: String,
     /// Wall time measuring the tables, s.
     pub tables_wall_s: f64,
     /// Tables' entries lifted to the monotone envelope, per manifest.
@@ -1065,7 +1191,7 @@ pub fn run(
     let device_of = |sc: &Scenario| opts.device.clone().unwrap_or_else(|| sc.device.clone());
     let gpulet = load_gpulet(opts.interference, opts.gpulet_data.as_deref())?;
     let t_tables = Instant::now();
-    let tables = measure_tables(scenarios, &device_of, reg, &mut on_tables)?;
+    let tables = measure_tables(scenarios, &device_of, reg, &opts.tables, &mut on_tables)?;
     let tables_wall_s = t_tables.elapsed().as_secs_f64();
     let mut tables_adjusted: Vec<(String, usize)> = tables
         .iter()
@@ -1139,6 +1265,7 @@ pub fn run(
         latency_margin: opts.latency_margin,
         burst_overflow: burst_overflow(opts.burst),
         gpulet_sizes: opts.gpulet_sizes.map(|s| s.to_vec()),
+        tables: opts.tables.describe(),
         tables_wall_s,
         tables_adjusted,
         wall_s: t_all.elapsed().as_secs_f64(),
@@ -1339,6 +1466,7 @@ pub fn table(r: &ClusterReport) -> String {
         devices(r)
     );
     let _ = writeln!(s, "SLO rule: {}", r.slo_rule);
+    let _ = writeln!(s, "tables: {}", r.tables);
     let _ = writeln!(s, "interference: {}", r.interference_note);
     let serving = match r.engine {
         Engine::Daemon => "served by the daemon's cluster backend (one queue per model, adaptive batch, deadline drops)".to_string(),
@@ -1878,6 +2006,145 @@ mem_mb = 100
             .unwrap()
             .retain(|x| x.planner != "sbp");
         assert!(fig13_plot(&no_sbp).unwrap().is_none());
+    }
+
+    /// Writes `model`'s built-in manifest with `tables` as its `lbp` list
+    /// into `dir/<model>.json`.
+    fn write_manifest(dir: &std::path::Path, model: &str, tables: &[sluice_model::LbpTable]) {
+        let mut v: serde_json::Value =
+            serde_json::from_str(ModelRegistry::builtin_json(model).unwrap()).unwrap();
+        v["lbp"] = serde_json::to_value(tables).unwrap();
+        std::fs::write(dir.join(format!("{model}.json")), v.to_string()).unwrap();
+    }
+
+    /// `model`'s table on mi50 as `sluice profile --device mi50 --out`
+    /// writes it (before the envelope), every entry times `scale`.
+    fn mi50_table(model: &str, scale: f64) -> sluice_model::LbpTable {
+        let reg = ModelRegistry::builtin();
+        let (_, m) = reg.lookup(model).unwrap();
+        let prof = device_profile("mi50").unwrap();
+        let pts = lbp::measure(&prof, m, &DEFAULT_BATCHES, &DEFAULT_PARTITIONS, |_, _| {}).unwrap();
+        let rows = lbp::latency_rows_ms(&pts, DEFAULT_PARTITIONS.len());
+        sluice_model::LbpTable {
+            device: "mi50".into(),
+            simulated: true,
+            rule: "test".into(),
+            batches: DEFAULT_BATCHES.to_vec(),
+            partitions_pct: DEFAULT_PARTITIONS.to_vec(),
+            latency_ms: rows
+                .into_iter()
+                .map(|r| r.into_iter().map(|x| x * scale).collect())
+                .collect(),
+            mem_demand: Vec::new(),
+        }
+    }
+
+    /// `--tables DIR`: a manifest holding the GPU model's own table gives
+    /// the run the GPU model gives; the same table doubled is what the run
+    /// then plans and serves on (lower maxima); a missing file, a file
+    /// with two tables and no `--tables-device`, an absent device and a
+    /// table without 100 % are refused with the fix.
+    #[test]
+    fn tables_from_manifests_are_what_the_run_plans_and_serves_on() {
+        let dir = std::env::temp_dir().join(format!("sluice-tables-{}", std::process::id()));
+        let twice = dir.join("twice");
+        std::fs::create_dir_all(&twice).unwrap();
+        for m in ["mobilenet", "densenet"] {
+            write_manifest(&dir, m, &[mi50_table(m, 1.0)]);
+            write_manifest(&twice, m, &[mi50_table(m, 2.0)]);
+        }
+        let sc = scenario(
+            "standins",
+            2,
+            11000,
+            r#""sbp", "greedy""#,
+            &(standin("mob", "mobilenet", 464) + &standin("den", "densenet", 1220)),
+        );
+        let reg = ModelRegistry::builtin();
+        let go = |tables: TableSource| {
+            let opts = ClusterOptions {
+                duration_s: 5.0,
+                search_steps: 2,
+                tables,
+                ..ClusterOptions::default()
+            };
+            run(std::slice::from_ref(&sc), &reg, &opts, |_, _| {}, |_, _| {}).unwrap()
+        };
+        let gm = go(TableSource::GpuModel);
+        let from = |d: &std::path::Path| TableSource::Dir {
+            dir: d.to_path_buf(),
+            device: None,
+        };
+        let same = go(from(&dir));
+        let max = |r: &ClusterReport| -> Vec<Option<f64>> {
+            r.scenarios.iter().map(|x| x.max_rps).collect()
+        };
+        assert_eq!(max(&same), max(&gm));
+        // Everything but the wall times.
+        let unclocked = |r: &ClusterReport| {
+            let mut v = serde_json::to_value(&r.scenarios).unwrap();
+            for x in v.as_array_mut().unwrap() {
+                let o = x.as_object_mut().unwrap();
+                o.remove("wall_s");
+                o.remove("sim_wall_s");
+            }
+            v
+        };
+        assert_eq!(unclocked(&same), unclocked(&gm));
+        assert!(
+            table(&same).contains("from the manifests in"),
+            "{}",
+            table(&same)
+        );
+        let slow = go(from(&twice));
+        for (a, b) in max(&slow).iter().zip(max(&gm)) {
+            assert!(
+                a.unwrap() < b.unwrap(),
+                "doubled tables: {a:?} against {b:?}"
+            );
+        }
+        // The loaded table is the file's, lifted like a measured one.
+        let loaded = load_table(&twice, "densenet", Some("mi50")).unwrap();
+        let (_, den) = reg.lookup("densenet").unwrap();
+        let measured = measure_table(&device_profile("mi50").unwrap(), den).unwrap();
+        for &b in &DEFAULT_BATCHES {
+            let (x, y) = (
+                loaded.table.latency_ms(b, 100).unwrap(),
+                measured.table.latency_ms(b, 100).unwrap(),
+            );
+            assert!(
+                (x - 2.0 * y).abs() < 1e-9 * y,
+                "batch {b}: {x} against 2 x {y}"
+            );
+        }
+        // Refusals name the value and the fix.
+        let e = load_table(&dir, "resnet50", None).unwrap_err().to_string();
+        assert!(
+            e.contains("resnet50.json") && e.contains("sluice profile --device cuda resnet50"),
+            "{e}"
+        );
+        let mut other = mi50_table("mobilenet", 1.0);
+        other.device = "NVIDIA H200".into();
+        write_manifest(&dir, "mobilenet", &[mi50_table("mobilenet", 1.0), other]);
+        let e = load_table(&dir, "mobilenet", None).unwrap_err().to_string();
+        assert!(
+            e.contains("`mi50`, `NVIDIA H200`") && e.contains("--tables-device"),
+            "{e}"
+        );
+        assert!(load_table(&dir, "mobilenet", Some("NVIDIA H200")).is_ok());
+        let e = load_table(&dir, "mobilenet", Some("a100"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no L(b, p) table of `a100`"), "{e}");
+        let mut part = mi50_table("densenet", 1.0);
+        part.partitions_pct.pop();
+        for r in &mut part.latency_ms {
+            r.pop();
+        }
+        write_manifest(&dir, "densenet", &[part]);
+        let e = load_table(&dir, "densenet", None).unwrap_err().to_string();
+        assert!(e.contains("without 100 %"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// `--interference gpulet-*` reads the built-in data/gpulet without

@@ -88,6 +88,8 @@ pub struct TraceOptions {
     /// gpulet's data folder (with `2080ti/` and `3080/`); `None`: the
     /// built-in copy of the repository's `data/gpulet`.
     pub gpulet_data: Option<std::path::PathBuf>,
+    /// Where `L(b, p)` comes from.
+    pub tables: crate::cluster::TableSource,
     /// Partition sizes of the gpulet planners.
     pub gpulet_sizes: Option<PartitionSizes>,
     /// Seed of the first run.
@@ -117,6 +119,7 @@ impl Default for TraceOptions {
             engine: Engine::Daemon,
             interference: Interference::Gpulet2080Ti,
             gpulet_data: None,
+            tables: crate::cluster::TableSource::GpuModel,
             gpulet_sizes: Some(PartitionSizes::gpulet()),
             seed: 1,
             seeds: 5,
@@ -343,6 +346,8 @@ pub struct TraceReport {
     pub rules: String,
     /// The SLO rule.
     pub slo_rule: String,
+    /// Where the tables came from ([`crate::cluster::TableSource::describe`]).
+    pub tables: String,
     /// Interference.
     pub interference_note: String,
     /// Per period length, the first seed's run (with its windows).
@@ -399,6 +404,7 @@ pub fn run(
         std::slice::from_ref(sc),
         &|sc: &Scenario| sc.device.clone(),
         reg,
+        &opts.tables,
         &mut |_, _| {},
     )?;
     let tables: Vec<&TableInfo> = sc
@@ -561,6 +567,7 @@ pub fn run(
         slo_rule:
             "2 x L(32, 100%) of the model's manifest on the device profile (bench cluster's rule)"
                 .into(),
+        tables: opts.tables.describe(),
         interference_note: opts.interference.describe(opts.gpulet_data.as_deref()),
         fig15: runs.first().cloned(),
         runs,
@@ -757,6 +764,7 @@ pub fn table(r: &TraceReport) -> String {
     );
     let _ = writeln!(s, "{}", r.rules);
     let _ = writeln!(s, "SLO rule: {}", r.slo_rule);
+    let _ = writeln!(s, "tables: {}", r.tables);
     let _ = writeln!(s, "interference: {}", r.interference_note);
     let _ = writeln!(
         s,

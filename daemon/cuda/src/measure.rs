@@ -1110,6 +1110,37 @@ pub fn partition_profile(
 }
 
 impl PartitionReport {
+    /// The curve as the manifest's `lbp` entry the planners and the
+    /// daemon's cluster backend read: the median of each point, ms, batches
+    /// and partitions ascending (a size given twice counts once: its first
+    /// measurement).
+    pub fn lbp_table(&self) -> sluice_model::LbpTable {
+        let mut batches: Vec<u32> = self.rows.iter().map(|r| r.batch).collect();
+        let mut pcts: Vec<u32> = self.rows.iter().map(|r| r.partition_pct).collect();
+        batches.sort_unstable();
+        batches.dedup();
+        pcts.sort_unstable();
+        pcts.dedup();
+        let at = |b: u32, p: u32| {
+            self.rows
+                .iter()
+                .find(|r| r.batch == b && r.partition_pct == p)
+                .map_or(f64::NAN, |r| r.latency.p50_us / 1000.0)
+        };
+        sluice_model::LbpTable {
+            device: self.device.clone(),
+            simulated: self.simulated,
+            rule: format!("{} (median of each point)", self.rule),
+            latency_ms: batches
+                .iter()
+                .map(|&b| pcts.iter().map(|&p| at(b, p)).collect())
+                .collect(),
+            batches,
+            partitions_pct: pcts,
+            mem_demand: Vec::new(),
+        }
+    }
+
     /// The curve as a table (median µs, one row per batch, one column per
     /// partition) and the switch cost.
     pub fn table(&self) -> String {
@@ -1485,6 +1516,22 @@ mod tests {
         );
         let json = serde_json::to_string(&r).unwrap();
         assert!(json.contains("\"between_sms\":[40,72]"), "{json}");
+        // The manifest entry: medians in ms at every measured point.
+        let t = r.lbp_table();
+        assert_eq!(
+            (t.batches.clone(), t.partitions_pct.clone()),
+            (vec![1, 8], vec![25, 50, 100])
+        );
+        assert_eq!(t.device, "fake");
+        for row in &r.rows {
+            let bi = t.batches.iter().position(|&b| b == row.batch).unwrap();
+            let pi = t
+                .partitions_pct
+                .iter()
+                .position(|&p| p == row.partition_pct)
+                .unwrap();
+            assert_eq!(t.latency_ms[bi][pi], row.latency.p50_us / 1000.0);
+        }
         // Bad sizes are refused with the value.
         let e = partition_profile(&mut g, "fake", m, &[1], &[0], 1, &mut |_, _| {}).unwrap_err();
         assert!(e.to_string().contains("0% is outside 1..=100"), "{e}");

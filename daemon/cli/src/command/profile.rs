@@ -42,10 +42,13 @@ pub struct Args {
     #[arg(long)]
     json: bool,
     /// The manifest to write. On cuda (default: <model>.json here) the
-    /// measured manifest; on a simulated device (no default) the L(b, p)
-    /// table goes into this manifest as its `lbp` entry for the device,
-    /// starting from the built-in manifest when the file is new
-    /// (`[cluster]` then reads it instead of profiling at start-up).
+    /// measured manifest; on a simulated device, and on cuda with
+    /// --partitions (no default for either), the L(b, p) table goes into
+    /// this manifest as its `lbp` entry for the device (the profile's name,
+    /// or the CUDA device's), starting from the built-in manifest when the
+    /// file is new (`[cluster]` then reads it instead of profiling at
+    /// start-up; `sluice bench cluster --tables DIR` plans and serves on
+    /// it).
     #[arg(long, value_name = "FILE.json")]
     out: Option<PathBuf>,
     /// Timed runs per kernel (the median is kept); on cuda with
@@ -87,7 +90,7 @@ pub fn run(a: Args) -> ExitCode {
         } else {
             a.batches
         };
-        return cuda_partitions(&a.model, &batches, &a.partitions, a.reps, a.json);
+        return cuda_partitions(&a.model, &batches, &a.partitions, a.reps, a.json, a.out);
     }
     if !a.batches.is_empty() {
         return fail(
@@ -221,6 +224,7 @@ fn cuda_partitions(
     partitions: &[u32],
     reps: u32,
     json: bool,
+    out: Option<PathBuf>,
 ) -> ExitCode {
     use sluice_cuda::measure as cm;
     let reg = sluice_model::ModelRegistry::builtin();
@@ -233,7 +237,7 @@ fn cuda_partitions(
     };
     eprintln!("sluice profile: {info}");
     let mut progress = progress("sluice profile", "points");
-    match cm::partition_profile(
+    let r = cm::partition_profile(
         &mut gpu,
         &info.name,
         m,
@@ -241,7 +245,25 @@ fn cuda_partitions(
         partitions,
         reps,
         &mut progress,
-    ) {
+    );
+    if let (Ok(r), Some(path)) = (&r, &out) {
+        let t = r.lbp_table();
+        let entry = match serde_json::to_value(&t) {
+            Ok(v) => v,
+            Err(e) => return fail(format!("cannot encode the L(b, p) table: {e}")),
+        };
+        if let Err(e) =
+            sluice_cli::profile_sim::write_device_entry(&r.model, path, "lbp", &t.device, entry)
+        {
+            return fail_chain(&e);
+        }
+        eprintln!(
+            "sluice profile: wrote the L(b, p) table of `{}` into {}",
+            t.device,
+            path.display()
+        );
+    }
+    match r {
         Ok(r) if json => print_json(&r),
         Ok(r) => {
             print!("{}", r.table());
@@ -272,6 +294,7 @@ fn cuda_partitions(
     _partitions: &[u32],
     _reps: u32,
     _json: bool,
+    _out: Option<PathBuf>,
 ) -> ExitCode {
     super::check::no_cuda("profile")
 }

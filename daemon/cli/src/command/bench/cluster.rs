@@ -71,6 +71,8 @@ pub struct Args {
     /// in).
     #[arg(long = "data-dir", visible_alias = "gpulet-data", value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    tables: super::TableArgs,
     /// Simulate once at the scenario's own rates instead of searching
     /// the maximum (e.g. to time a large scenario).
     #[arg(long)]
@@ -201,6 +203,7 @@ pub fn run(a: Args) -> ExitCode {
         engine: a.engine,
         interference: a.interference,
         gpulet_data: a.data_dir,
+        tables: a.tables.source(),
         search: !a.no_search,
         search_steps: a.search_steps,
         headroom: a.headroom,

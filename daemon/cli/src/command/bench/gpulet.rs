@@ -29,6 +29,8 @@ pub struct Args {
     /// the repository's data/gpulet (default: that data, built in).
     #[arg(long = "data-dir", visible_alias = "gpulet-data", value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    tables: super::TableArgs,
     /// Worker threads for Fig. 16 (default: the CPUs).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     threads: Option<u32>,
@@ -63,6 +65,7 @@ pub fn run(a: Args) -> ExitCode {
         gpulet_data: a.data_dir,
         threads: a.threads.map_or(d.threads, |t| t as usize),
         fig17_scenarios: a.scenarios,
+        tables: a.tables.source(),
     };
     let mut last: Option<(String, std::time::Instant)> = None;
     let r = bg::run(

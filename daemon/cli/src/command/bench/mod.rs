@@ -15,7 +15,40 @@ pub mod sim;
 pub mod split;
 pub mod trace;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+/// `--tables DIR` and `--tables-device NAME`, for the benchmarks that plan
+/// on `L(b, p)` tables (`bench cluster`, `bench trace`, `bench gpulet`).
+#[derive(clap::Args, Debug)]
+pub struct TableArgs {
+    /// Plan and serve on the L(b, p) tables of DIR/<model>.json, one
+    /// manifest per scenario model, instead of measuring them on the GPU
+    /// model: measured ones (`sluice profile --device cuda MODEL
+    /// --partitions 10,20,30,40,50,60,70,80,90,100 --batches
+    /// 1,2,4,8,16,32 --out DIR/MODEL.json`) or a simulated profile's
+    /// (`sluice profile --device mi50 MODEL --out DIR/MODEL.json`). The
+    /// serving is still in virtual time.
+    #[arg(long, value_name = "DIR")]
+    tables: Option<PathBuf>,
+    /// With --tables: take each file's table of this device (`mi50`,
+    /// `NVIDIA H200`, ...); default: each file's only table.
+    #[arg(long, value_name = "NAME", requires = "tables")]
+    tables_device: Option<String>,
+}
+
+impl TableArgs {
+    /// The benchmarks' table source.
+    pub fn source(self) -> sluice_bench::cluster::TableSource {
+        match self.tables {
+            None => sluice_bench::cluster::TableSource::GpuModel,
+            Some(dir) => sluice_bench::cluster::TableSource::Dir {
+                dir,
+                device: self.tables_device,
+            },
+        }
+    }
+}
 
 /// The benchmarks, in the order `sluice bench --help` lists them; each
 /// one's help is the doc comment of its `Args`.

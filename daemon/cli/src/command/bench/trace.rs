@@ -71,6 +71,8 @@ pub struct Args {
     /// in).
     #[arg(long = "data-dir", visible_alias = "gpulet-data", value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    tables: super::TableArgs,
     /// Seed of the first run's arrivals.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -121,6 +123,7 @@ pub fn run(a: Args) -> ExitCode {
         latency_margin: a.latency_margin,
         interference: a.interference,
         gpulet_data: a.data_dir,
+        tables: a.tables.source(),
         seed: a.seed,
         seeds: a.seeds,
         jobs: a.jobs,
