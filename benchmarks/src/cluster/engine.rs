@@ -7,8 +7,9 @@
 //! its model's SLO. What a figure then shows is what the daemon does with
 //! that placement: its shared queue per model (partitions pull from it; no
 //! routing), gpulet's adaptive batch of listed sizes from the observed
-//! rate, the drop of a request whose deadline passed while it waited, one
-//! batch at a time per partition with its models visited round robin.
+//! rate, the drop of a request that would miss its deadline in the batch
+//! being formed, one batch at a time per partition with its models visited
+//! round robin.
 //!
 //! A batch is one event ([`Execution::Timed`]): the slot's
 //! `latency_ms[n − 1]` (interference included, as the benchmark computed

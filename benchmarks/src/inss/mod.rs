@@ -1225,6 +1225,111 @@ mod tests {
         }
     }
 
+    /// The training environment's queueing (`sluice_inss::env`: a batch
+    /// of exactly `b` once `b` are queued, Eq. 3 drops on arrival) against
+    /// the serving engine (the daemon's cluster backend: its adaptive batch
+    /// of listed sizes, a backlog batch, deadline drops) on one decision:
+    /// three instances on one GPU, each at half and at 1.5 times what its
+    /// partition serves at its batch. Below capacity both serve everything
+    /// in time (goodput within 2 % of each other, violations under 1 %);
+    /// above it both serve about the partition's capacity (within 15 %: the
+    /// engine may batch larger than the decision's batch, the environment
+    /// never does) and lose the rest.
+    #[test]
+    fn the_training_environment_agrees_with_the_serving_engine() {
+        use sluice_inss::env::{Env, EnvConfig};
+        use sluice_inss::workload::{Decision, Slot};
+        let lin = Lin;
+        let batch = 4;
+        let slots = [(0, 30), (1, 30), (2, 40)];
+        let capacity: Vec<f64> = slots
+            .iter()
+            .map(|&(m, pct)| {
+                f64::from(batch) * 1e3 / lin.exec_ms(m, batch, sms_of_pct(pct, 108), &[])
+            })
+            .collect();
+        let d = Decision {
+            slots: slots
+                .iter()
+                .map(|&(_, pct)| Some(Slot { gpu: 0, pct, batch }))
+                .collect(),
+        };
+        let steps = 40;
+        for load in [0.5, 1.5] {
+            let rates: Vec<f64> = capacity.iter().map(|c| c * load).collect();
+            let instances: Vec<Instance> = slots
+                .iter()
+                .zip(&rates)
+                .map(|(&(m, _), &r)| Instance {
+                    name: format!("i{m}"),
+                    model: m,
+                    slo_ms: 2.0 * lin.exec_ms(m, 32, 108, &[]),
+                    max_rate_rps: r,
+                })
+                .collect();
+            let cfg = EnvConfig {
+                gpus: 1,
+                steps,
+                rate_low: 1.0,
+                rate_high: 1.0,
+                ..EnvConfig::default()
+            };
+            let mut env = Env::new(cfg, instances.clone(), 7);
+            env.reset_with_rates(&rates);
+            let (mut arrived, mut good, mut lost) = (0u64, 0u64, 0u64);
+            for _ in 0..steps {
+                for o in env.step(&d, &lin) {
+                    arrived += o.arrived;
+                    good += o.served - o.late;
+                    lost += o.late + o.dropped;
+                }
+            }
+            let duration = steps as f64 * cfg.step_s;
+            let env_goodput = good as f64 / duration;
+            let env_violation = lost as f64 / arrived as f64;
+            let placement = d.to_placement(&instances, &rates, 1);
+            let served = serve(
+                &lin,
+                &instances,
+                &rates,
+                &placement,
+                duration,
+                7,
+                Engine::Daemon,
+            )
+            .unwrap();
+            let offered: f64 = rates.iter().sum();
+            let cap: f64 = capacity.iter().sum();
+            let gap = (served.goodput_rps - env_goodput).abs() / env_goodput;
+            println!(
+                "load {load}: offered {offered:.0} rps, capacity {cap:.0}; goodput env {env_goodput:.0} engine {:.0} ({:.1} % apart); violations env {:.2} % engine {:.2} %",
+                served.goodput_rps,
+                100.0 * gap,
+                100.0 * env_violation,
+                100.0 * served.total_violation()
+            );
+            if load < 1.0 {
+                assert!(gap < 0.02, "below capacity: {gap}");
+                assert!(env_violation < 0.01 && served.total_violation() < 0.01);
+            } else {
+                assert!(gap < 0.15, "above capacity: {gap}");
+                for g in [env_goodput, served.goodput_rps] {
+                    assert!(
+                        g > 0.8 * cap && g < 1.2 * cap,
+                        "goodput {g} against capacity {cap}"
+                    );
+                }
+                let lost_share = 1.0 - cap / offered;
+                for v in [env_violation, served.total_violation()] {
+                    assert!(
+                        (v - lost_share).abs() < 0.15,
+                        "violations {v} against {lost_share}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_ceiling_is_the_cheapest_feasible_configuration_and_covers_the_base_plan() {
         // Ten instances of three models, SLOs 2·L(32, 100 %), base rates

@@ -28,9 +28,12 @@
 //! when it finishes each request's output is written to its own client.
 //! A request that can no longer meet its deadline completes with
 //! `DEADLINE_MISSED` without running: each request is checked when a batch
-//! is formed, and one that would finish after its deadline even in a batch
-//! of its own (`now + L(smallest batch, p) >` deadline; Nexus's early drop)
-//! gives its place to the requests behind it. A batch, once formed, has no
+//! is formed, and one that would finish after its deadline in the batch
+//! being formed (`now + L(n, p) >` deadline, `n` the batch the queue and the
+//! limits above give; Nexus's early drop) gives its place to the requests
+//! behind it. Under overload that keeps the batches full of requests that
+//! still make it, where running the oldest late would make every request
+//! behind them late too (goodput collapses). A batch, once formed, has no
 //! deadline of its own (its
 //! partition's policy runs it; it never drops it). A request that went into
 //! a batch runs to its end, and one that finishes later than its model's
@@ -1232,8 +1235,17 @@ impl ClusterBackend {
                 let limit = self
                     .batch_limit(served, pct, pi, si)
                     .max(self.backlog_batch(served, pct, pi, si));
-                let alone_ns = self.alone_ns(served, pct, pi, si);
-                if self.start_batch(pi, si, served, g, limit, alone_ns) && timed {
+                let times_ns: Vec<(u32, u64)> = self.served[served]
+                    .spec
+                    .table
+                    .batches()
+                    .iter()
+                    .filter_map(|&b| {
+                        self.batch_time(served, pct, pi, si, b)
+                            .map(|t| (b, t.ns()))
+                    })
+                    .collect();
+                if self.start_batch(pi, si, served, g, limit, &times_ns) && timed {
                     if let Some(p) = self.parts[pi].as_mut() {
                         p.next_slot = (si + 1) % n;
                     }
@@ -1244,8 +1256,9 @@ impl ClusterBackend {
     }
 
     /// Forms a batch of at most `limit` of `served`'s queued requests and
-    /// starts it in slot `si` of partition `pi`; whether one started (all
-    /// may have missed their deadlines).
+    /// starts it in slot `si` of partition `pi`, `times_ns` the slot's
+    /// batch times; whether one started (all may have missed their
+    /// deadlines).
     #[allow(clippy::too_many_arguments)]
     fn start_batch(
         &mut self,
@@ -1254,7 +1267,7 @@ impl ClusterBackend {
         served: usize,
         g: usize,
         limit: u32,
-        alone_ns: u64,
+        times_ns: &[(u32, u64)],
     ) -> bool {
         let now_abs = self.epoch + self.clock;
         // With batch times, no batch longer than the slot's times.
@@ -1263,7 +1276,10 @@ impl ClusterBackend {
             _ => limit,
         };
         let s = &mut self.served[served];
-        // Requests that cannot meet their deadline even alone do not run.
+        // Requests that would finish after their deadline in the batch
+        // being formed do not run (module docs): under overload the oldest
+        // have too little time left for any batch, and running them late
+        // would make every request behind them late too.
         let mut jobs = Vec::new();
         let batches = s.spec.table.batches().to_vec();
         let want = {
@@ -1275,11 +1291,17 @@ impl ClusterBackend {
                 .max()
                 .unwrap_or(1)
         };
+        let need_ns = times_ns
+            .iter()
+            .filter(|&&(b, _)| b <= want)
+            .map(|&(_, t)| t)
+            .next_back()
+            .unwrap_or(0);
         while jobs.len() < want as usize {
             let Some(job) = s.rt.pop_front().or_else(|| s.be.pop_front()) else {
                 break;
             };
-            if job.deadline_ns != 0 && now_abs.saturating_add(alone_ns) > job.deadline_ns {
+            if job.deadline_ns != 0 && now_abs.saturating_add(need_ns) > job.deadline_ns {
                 self.out.push(Finished {
                     client: job.client,
                     request_id: job.request_id,
