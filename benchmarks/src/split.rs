@@ -417,6 +417,22 @@ pub struct Violation {
     pub rate: f64,
 }
 
+/// One model's share of a run's violations at [`JUDGED_ALPHA`]: which
+/// requests miss the target the judgement reads.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ModelViolation {
+    /// Scenario name.
+    pub scenario: String,
+    /// Policy name.
+    pub policy: String,
+    /// Derived model name.
+    pub model: String,
+    /// The model's requests in the scenario.
+    pub requests: usize,
+    /// Those with `RR > α` (unfinished ones count).
+    pub violations: usize,
+}
+
 /// One bar of Fig. 7.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Jitter {
@@ -483,6 +499,8 @@ pub struct SplitReport {
     pub violation: Vec<Violation>,
     /// Fig. 7 bars.
     pub jitter: Vec<Jitter>,
+    /// Violations at [`JUDGED_ALPHA`] per model, per scenario and policy.
+    pub model_violation: Vec<ModelViolation>,
     /// Table 3 rows.
     pub splits: Vec<SplitRow>,
     /// The models: scale factors, `Ext`, the cuts the runs used.
@@ -1170,6 +1188,7 @@ pub fn run_with_progress(
     );
     let mut violation = Vec::new();
     let mut jitter = Vec::new();
+    let mut model_violation = Vec::new();
     let mut unfinished = Vec::new();
     for (pt, samples) in points.iter().zip(results) {
         let scenario = scen[pt.scenario].scenario.clone();
@@ -1189,6 +1208,17 @@ pub fn run_with_progress(
                 policy: policy.clone(),
                 model: pm.name.to_owned(),
                 std_ms: jitter_ms(&samples, m),
+            });
+            let mine = samples.iter().zip(&rr).filter(|(x, _)| x.model == m);
+            let (requests, violations) = mine.fold((0, 0), |(n, v), (_, &r)| {
+                (n + 1, v + usize::from(r > f64::from(JUDGED_ALPHA)))
+            });
+            model_violation.push(ModelViolation {
+                scenario: scenario.clone(),
+                policy: policy.clone(),
+                model: pm.name.to_owned(),
+                requests,
+                violations,
             });
         }
         let left = samples.iter().filter(|s| s.latency_ns.is_none()).count();
@@ -1218,6 +1248,7 @@ pub fn run_with_progress(
         seed: opts.seed,
         violation,
         jitter,
+        model_violation,
         splits,
         models: infos,
         saturation,
@@ -1469,6 +1500,36 @@ pub fn markdown(r: &SplitReport) -> String {
                     })
                     .map_or(f64::NAN, |j| j.std_ms);
                 let _ = write!(s, " {v:.2} |");
+            }
+            let _ = writeln!(s);
+        }
+    }
+    let _ = write!(
+        s,
+        "\nViolations at α = {JUDGED_ALPHA} per model (violating / requests)\n\n| Scenario | Policy |"
+    );
+    for m in &r.models {
+        let _ = write!(s, " {} |", m.paper);
+    }
+    let _ = write!(s, "\n|---|---|");
+    for _ in &r.models {
+        let _ = write!(s, "---:|");
+    }
+    let _ = writeln!(s);
+    for x in &r.scenarios {
+        for l in &r.labels {
+            let _ = write!(s, "| {} | {} |", x.scenario, l.label);
+            for m in &r.models {
+                match r.model_violation.iter().find(|v| {
+                    v.scenario == x.scenario && v.policy == l.policy && v.model == m.model
+                }) {
+                    Some(v) => {
+                        let _ = write!(s, " {} / {} |", v.violations, v.requests);
+                    }
+                    None => {
+                        let _ = write!(s, " – |");
+                    }
+                }
             }
             let _ = writeln!(s);
         }
@@ -2029,6 +2090,23 @@ mod tests {
         let r = run(&opts, &EqualTime).unwrap();
         assert_eq!(r.violation.len(), 2 * ALPHAS.count());
         assert_eq!(r.jitter.len(), 2 * TABLE1.len());
+        // The per-model counts add up to the run's rate at α = 4.
+        assert_eq!(r.model_violation.len(), 2 * TABLE1.len());
+        for p in ["seq", "streams"] {
+            let mv = r.model_violation.iter().filter(|v| v.policy == p);
+            let (n, bad) = mv.fold((0, 0), |(n, b), v| (n + v.requests, b + v.violations));
+            let rate = r
+                .violation
+                .iter()
+                .find(|v| v.policy == p && v.alpha == JUDGED_ALPHA)
+                .unwrap()
+                .rate;
+            assert_eq!(n, 40, "{p}");
+            assert!(
+                (bad as f64 / 40.0 - rate).abs() < 1e-12,
+                "{p}: {bad} against {rate}"
+            );
+        }
         assert_eq!(r.splits.len(), 2 * TABLE3_BLOCKS.len());
         assert!(r.violation.iter().all(|v| (0.0..=1.0).contains(&v.rate)));
         // Violation rates fall (weakly) as α grows.
