@@ -316,8 +316,8 @@ pub struct ScenarioInfo {
     /// costs the device between requests.
     pub naive_load: f64,
     /// The load the drawn requests ask for: their Σ Ext over the arrival
-    /// time of the last one. A Poisson draw of 1000 requests lands a few
-    /// percent either side of [`Self::naive_load`].
+    /// time of the last one. A Poisson draw of 1000 requests lands up to
+    /// about 10 % either side of [`Self::naive_load`].
     pub drawn_load: f64,
     /// Requests.
     pub requests: usize,
