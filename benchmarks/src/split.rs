@@ -11,8 +11,17 @@
 //!   found from the model's standalone time on the profile (one request
 //!   alone under `seq`) so that the scaled model's standalone time is
 //!   Table 1's latency ([`calibrate`]); the scale factors are reported.
-//! - **Scenarios** (Table 2): Poisson arrivals of mean gap 160 … 110 ms,
-//!   1000 requests each ([`scenario_requests`], [`Mix`]).
+//! - **Scenarios** (Table 2): 1000 requests each; by default one Poisson
+//!   stream per model whose mean gap is Table 2's 160 … 110 ms scaled to
+//!   the profile's saturation ([`Mix::Saturation`]): SPLIT saturates its
+//!   Nano at 90 ms (footnote 4), so scenario k should load the device at
+//!   `90 / λ_k`; the profile's saturation interval λ_sat is **measured**
+//!   on the GPU model ([`measure_saturation`]: a backlog served under
+//!   `seq`, λ_sat = models / throughput) and each stream's gap is
+//!   `λ_k × λ_sat / 90 ms` ([`stream_gap_ms`], [`scenario_requests`]).
+//! - **Judgement** ([`judge`]): split's violation rate at α = 4 below 10 %
+//!   in all six scenarios, and every baseline above 1 % strictly above
+//!   split in its scenario.
 //! - **Splits**: the long models of Table 1 (ResNet-50, VGG-19) are cut by
 //!   a [`Splitter`] (the caller's: the integrator's genetic algorithm); the
 //!   short ones run as one block. The split goes on the scaled manifest as
@@ -164,17 +173,34 @@ pub trait Splitter {
     ) -> Result<SplitChoice, String>;
 }
 
-/// How a scenario's requests are given models.
+/// SPLIT's saturation interval, ms: footnote 4 of §5.1, "Shorter
+/// intervals (e.g., 90ms) result in a growing request queue", read as the
+/// mean per-model interval at which its Jetson Nano is saturated.
+pub const PAPER_SATURATION_MS: f64 = 90.0;
+
+/// Requests of each model in the backlog that the device's saturation
+/// interval is measured from ([`measure_saturation`]).
+pub const BACKLOG_PER_MODEL: usize = 50;
+
+/// How a scenario's requests are given models and arrival times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mix {
-    /// Each of the five models issues its own Poisson stream of the
-    /// scenario's mean gap (SPLIT §4.1: "each generating requests
-    /// independently"); the first [`REQUESTS`] of the merged streams run.
+    /// The default: each of the five models issues its own Poisson stream
+    /// (SPLIT §4.1: "each generating requests independently") whose mean
+    /// gap is the scenario's λ_k scaled to the profile's measured
+    /// saturation, `g_k = λ_k × λ_sat / 90 ms` ([`stream_gap_ms`],
+    /// [`measure_saturation`]), so that scenario k loads the device as
+    /// SPLIT's λ_k loads the Nano it saturates at 90 ms: relative load
+    /// `90 / λ_k`, 0.56 at 160 ms to 0.82 at 110 ms. The first
+    /// [`REQUESTS`] of the merged streams run.
+    Saturation,
+    /// Each of the five models issues its own Poisson stream of mean gap
+    /// λ_k itself; the first [`REQUESTS`] of the merged streams run.
     /// Load = Σ Ext / λ, 0.88 at 160 ms to 1.28 at 110 ms.
     PerModel,
-    /// One Poisson stream of the scenario's mean gap; each request draws
-    /// its model uniformly. Load = mean Ext / λ, 0.18 to 0.26.
+    /// One Poisson stream of mean gap λ_k; each request draws its model
+    /// uniformly. Load = mean Ext / λ, 0.18 to 0.26.
     Shared,
 }
 
@@ -182,6 +208,7 @@ impl Mix {
     /// The name the CLI spells.
     pub const fn as_str(self) -> &'static str {
         match self {
+            Self::Saturation => "saturation",
             Self::PerModel => "per-model",
             Self::Shared => "shared",
         }
@@ -190,12 +217,18 @@ impl Mix {
     /// Parses a name.
     pub fn from_name(s: &str) -> Result<Self, String> {
         match s {
+            "saturation" => Ok(Self::Saturation),
             "per-model" => Ok(Self::PerModel),
             "shared" => Ok(Self::Shared),
             _ => Err(format!(
-                "unknown mix `{s}`; use per-model (one Poisson stream per model) or shared (one stream, uniform model draw)"
+                "unknown mix `{s}`; use saturation (one Poisson stream per model, gaps scaled to the profile's measured saturation), per-model (one stream per model of mean gap λ) or shared (one stream, uniform model draw)"
             )),
         }
+    }
+
+    /// Whether every model issues its own stream (else one shared stream).
+    const fn per_model_streams(self) -> bool {
+        matches!(self, Self::Saturation | Self::PerModel)
     }
 }
 
@@ -229,7 +262,7 @@ impl Default for SplitBenchOptions {
             scenarios_ms: SCENARIOS_MS.to_vec(),
             requests: REQUESTS,
             policies: DEFAULT_POLICIES.iter().map(|s| (*s).to_owned()).collect(),
-            mix: Mix::PerModel,
+            mix: Mix::Saturation,
             clients_per_model: 4,
             seed: 1,
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -269,14 +302,106 @@ pub struct ModelInfo {
 pub struct ScenarioInfo {
     /// `Scenario1` …
     pub scenario: String,
-    /// Mean inter-arrival time λ, ms.
+    /// SPLIT Table 2's mean inter-arrival time λ_k, ms.
     pub mean_gap_ms: f64,
-    /// Offered load the mix implies: GPU time asked for per unit time.
-    pub load: f64,
+    /// Mean gap of each Poisson stream the run drew, ms: λ_k scaled to
+    /// the profile's saturation for [`Mix::Saturation`], λ_k itself for
+    /// the other mixes ([`stream_gap_ms`]).
+    pub gap_ms: f64,
+    /// Arrival rate over the measured service capacity
+    /// ([`relative_load`]): `90 / λ_k` for [`Mix::Saturation`].
+    pub relative_load: f64,
+    /// Σ Ext per unit time the mix asks for ([`naive_load`]): GPU time
+    /// as the models' standalone times count it, ignoring what a request
+    /// costs the device between requests.
+    pub naive_load: f64,
+    /// The load the drawn requests ask for: their Σ Ext over the arrival
+    /// time of the last one. A Poisson draw of 1000 requests lands up to
+    /// about 10 % either side of [`Self::naive_load`].
+    pub drawn_load: f64,
     /// Requests.
     pub requests: usize,
     /// Arrival time of the last request, s.
     pub span_s: f64,
+}
+
+/// The device's saturation, measured on the GPU model with the profile
+/// ([`measure_saturation`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SaturationInfo {
+    /// λ_sat, ms: the per-model mean interval at which arrivals equal the
+    /// service capacity, `models / capacity`.
+    pub lambda_sat_ms: f64,
+    /// Service capacity `C`: requests finished per ms in the backlog.
+    pub capacity_per_ms: f64,
+    /// Requests in the backlog: [`BACKLOG_PER_MODEL`] of each model, all
+    /// queued at time 0.
+    pub backlog_requests: usize,
+    /// The policy that served the backlog (`seq`, one request at a time).
+    pub policy: String,
+    /// When the last backlog request finished, ms.
+    pub makespan_ms: f64,
+    /// SPLIT's saturation interval that [`Mix::Saturation`] scales to, ms.
+    pub paper_saturation_ms: f64,
+}
+
+/// The latency target the judgement reads, in multiples of `Ext`.
+pub const JUDGED_ALPHA: u32 = 4;
+
+/// Split's violation rate at [`JUDGED_ALPHA`] must be below this in every
+/// scenario.
+pub const SPLIT_LIMIT: f64 = 0.10;
+
+/// A baseline at or below this rate is not compared with split.
+pub const BASELINE_FLOOR: f64 = 0.01;
+
+/// The baselines split is judged against.
+pub const JUDGED_BASELINES: [&str; 3] = ["seq", "prema", "rt-a"];
+
+/// One baseline's rate in one scenario, as the judgement saw it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BaselineCheck {
+    /// Policy name.
+    pub policy: String,
+    /// Its violation rate at [`JUDGED_ALPHA`].
+    pub rate: f64,
+    /// Whether it was compared: above [`BASELINE_FLOOR`].
+    pub counted: bool,
+    /// Whether split was strictly below it (always true when not counted).
+    pub passed: bool,
+}
+
+/// One scenario of the judgement.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ScenarioCheck {
+    /// Scenario name.
+    pub scenario: String,
+    /// Split's violation rate at [`JUDGED_ALPHA`].
+    pub split: f64,
+    /// Whether it was below [`SPLIT_LIMIT`].
+    pub split_passed: bool,
+    /// The baselines that ran.
+    pub baselines: Vec<BaselineCheck>,
+}
+
+/// Whether the run meets the evaluation's criterion: split's violation
+/// rate at α = 4 below 10 % in every scenario, and in each scenario every
+/// baseline (seq, prema, rt-a) that is above 1 % strictly above split.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Judgement {
+    /// Met or not.
+    pub met: bool,
+    /// Why not, one line per failed check or missing policy (empty when
+    /// met).
+    pub reasons: Vec<String>,
+    /// The latency target read.
+    pub alpha: u32,
+    /// Split's limit.
+    pub split_limit: f64,
+    /// The baseline floor.
+    pub baseline_floor: f64,
+    /// Per scenario, what was checked.
+    pub scenarios: Vec<ScenarioCheck>,
 }
 
 /// One point of Fig. 6.
@@ -290,6 +415,22 @@ pub struct Violation {
     pub alpha: u32,
     /// Fraction of requests with `RR > α` (unfinished ones count).
     pub rate: f64,
+}
+
+/// One model's share of a run's violations at [`JUDGED_ALPHA`]: which
+/// requests miss the target the judgement reads.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ModelViolation {
+    /// Scenario name.
+    pub scenario: String,
+    /// Policy name.
+    pub policy: String,
+    /// Derived model name.
+    pub model: String,
+    /// The model's requests in the scenario.
+    pub requests: usize,
+    /// Those with `RR > α` (unfinished ones count).
+    pub violations: usize,
 }
 
 /// One bar of Fig. 7.
@@ -358,16 +499,23 @@ pub struct SplitReport {
     pub violation: Vec<Violation>,
     /// Fig. 7 bars.
     pub jitter: Vec<Jitter>,
+    /// Violations at [`JUDGED_ALPHA`] per model, per scenario and policy.
+    pub model_violation: Vec<ModelViolation>,
     /// Table 3 rows.
     pub splits: Vec<SplitRow>,
     /// The models: scale factors, `Ext`, the cuts the runs used.
     pub models: Vec<ModelInfo>,
-    /// The scenarios and the load each implies.
+    /// The device's measured saturation, which [`Mix::Saturation`]
+    /// scales the gaps to and every mix's relative load is taken against.
+    pub saturation: SaturationInfo,
+    /// The scenarios: the gap each ran and the load it implies.
     pub scenarios: Vec<ScenarioInfo>,
     /// Policies and their paper names.
     pub labels: Vec<Label>,
     /// Unfinished requests per run (none listed: all finished).
     pub unfinished: Vec<Unfinished>,
+    /// The criterion, judged from the violation rates above.
+    pub judgement: Judgement,
     /// Wall-clock seconds the whole benchmark took on this machine.
     pub wall_s: f64,
 }
@@ -392,44 +540,85 @@ fn poisson(mean_ns: f64, n: usize, rng: &mut Stream) -> Vec<Ns> {
         .collect()
 }
 
+/// The mean gap of each Poisson stream of a scenario whose Table 2
+/// interval is `mean_gap_ms` (λ_k), ms. [`Mix::Saturation`] scales it to
+/// the profile: `λ_k × λ_sat / 90 ms` ([`PAPER_SATURATION_MS`]), so that
+/// the device is as loaded as SPLIT's Nano was at λ_k; the other mixes use
+/// λ_k itself.
+pub fn stream_gap_ms(mean_gap_ms: f64, lambda_sat_ms: f64, mix: Mix) -> f64 {
+    match mix {
+        Mix::Saturation => mean_gap_ms * lambda_sat_ms / PAPER_SATURATION_MS,
+        Mix::PerModel | Mix::Shared => mean_gap_ms,
+    }
+}
+
 /// The requests of one scenario, `(arrival ns, model index)` sorted by
-/// arrival: `n` requests over `models` models with mean gap `mean_gap_ms`
-/// per stream, as `mix` says. Deterministic in `seed`.
+/// arrival: `n` requests over `models` models, each stream of mean gap
+/// `gap_ms` ([`stream_gap_ms`]), one stream per model or one shared as
+/// `mix` says. Deterministic in `seed`; [`Mix::Saturation`] draws the same
+/// streams as [`Mix::PerModel`], only at its own gap.
 pub fn scenario_requests(
-    mean_gap_ms: f64,
+    gap_ms: f64,
     n: usize,
     models: usize,
     mix: Mix,
     seed: u64,
 ) -> Vec<(Ns, usize)> {
-    let mean_ns = mean_gap_ms * 1e6;
+    let mean_ns = gap_ms * 1e6;
     let mut rng = Stream::new(seed);
-    let mut out: Vec<(Ns, usize)> = match mix {
-        Mix::Shared => poisson(mean_ns, n, &mut rng)
+    let mut out: Vec<(Ns, usize)> = if mix.per_model_streams() {
+        (0..models)
+            .flat_map(|m| {
+                let mut r = Stream::new(seed ^ (m as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f));
+                poisson(mean_ns, n, &mut r).into_iter().map(move |t| (t, m))
+            })
+            .collect()
+    } else {
+        poisson(mean_ns, n, &mut rng)
             .into_iter()
             .map(|t| {
                 let m = ((rng.unit_open() * models as f64) as usize).min(models.saturating_sub(1));
                 (t, m)
             })
-            .collect(),
-        Mix::PerModel => (0..models)
-            .flat_map(|m| {
-                let mut r = Stream::new(seed ^ (m as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f));
-                poisson(mean_ns, n, &mut r).into_iter().map(move |t| (t, m))
-            })
-            .collect(),
+            .collect()
     };
     out.sort_unstable();
     out.truncate(n);
     out
 }
 
-/// GPU time the requests ask for per unit of time: Σ Ext over the span.
-pub fn offered_load(mean_gap_ms: f64, ext_ms: &[f64], mix: Mix) -> f64 {
+/// GPU time the requests ask for per unit of time as the models'
+/// standalone times count it: Σ Ext / gap with one stream per model,
+/// mean Ext / gap with one shared stream. `gap_ms` is the stream's
+/// ([`stream_gap_ms`]).
+pub fn naive_load(gap_ms: f64, ext_ms: &[f64], mix: Mix) -> f64 {
     let sum: f64 = ext_ms.iter().sum();
-    match mix {
-        Mix::PerModel => sum / mean_gap_ms,
-        Mix::Shared => sum / ext_ms.len().max(1) as f64 / mean_gap_ms,
+    if mix.per_model_streams() {
+        sum / gap_ms
+    } else {
+        sum / ext_ms.len().max(1) as f64 / gap_ms
+    }
+}
+
+/// Σ Ext of `requests` (`(arrival ns, model)`) over the last arrival: the
+/// load a drawn scenario actually asks for (0 for none).
+pub fn drawn_load(requests: &[(Ns, usize)], ext_ms: &[f64]) -> f64 {
+    let span_ms = requests.last().map_or(0.0, |r| r.0 as f64 / 1e6);
+    if span_ms <= 0.0 {
+        return 0.0;
+    }
+    requests.iter().map(|r| ext_ms[r.1]).sum::<f64>() / span_ms
+}
+
+/// Arrival rate over the measured service capacity: `λ_sat / gap` with
+/// one stream per model (`models / gap` arrivals per ms against
+/// `models / λ_sat` served), `λ_sat / (models × gap)` with one shared
+/// stream. 1 is saturation; for [`Mix::Saturation`] it is `90 / λ_k`.
+pub fn relative_load(gap_ms: f64, lambda_sat_ms: f64, models: usize, mix: Mix) -> f64 {
+    if mix.per_model_streams() {
+        lambda_sat_ms / gap_ms
+    } else {
+        lambda_sat_ms / (models.max(1) as f64 * gap_ms)
     }
 }
 
@@ -666,6 +855,51 @@ struct Point {
     policy: usize,
 }
 
+/// Each client's arrival times: a model's requests go to its
+/// `clients_per_model` clients in turn; client `c` plays model `c / k`.
+fn client_traces(models: usize, requests: &[(Ns, usize)], clients_per_model: u32) -> Vec<Vec<Ns>> {
+    let k = clients_per_model.max(1) as usize;
+    let mut traces: Vec<Vec<Ns>> = vec![Vec::new(); models * k];
+    let mut turn = vec![0usize; models];
+    for &(t, m) in requests {
+        traces[m * k + turn[m] % k].push(t);
+        turn[m] += 1;
+    }
+    traces
+}
+
+/// Serves `requests` under `kind` on a fresh GPU model of `profile`, with
+/// the clients of [`client_traces`]. Arrivals stop after the last request;
+/// the run goes on until the device is idle, bounded by twice all the work
+/// asked for (`work_ns`).
+fn serve(
+    profile: &DeviceProfile,
+    models: &Arc<ModelRegistry>,
+    ids: &[u32],
+    kind: PolicyKind,
+    traces: &[Vec<Ns>],
+    work_ns: Ns,
+) -> workload::RunResult {
+    let k = traces.len() / ids.len().max(1);
+    let last = traces.iter().flatten().copied().max().unwrap_or(0);
+    let clients: Vec<ClientSpec> = traces
+        .iter()
+        .enumerate()
+        .map(|(c, tr)| ClientSpec {
+            priority: Priority::BestEffort,
+            model: ids[c / k.max(1)],
+            arrival: Arrival::Trace(tr.clone()),
+        })
+        .collect();
+    let w = Workload {
+        clients,
+        duration_ns: last + 1 + work_ns.saturating_mul(2),
+    };
+    let mut policy = make_policy(kind, models);
+    let mut gpu = GpuSim::new(profile.clone());
+    workload::run_on(&mut gpu, models, policy.as_mut(), &w)
+}
+
 /// Runs one scenario under one policy: every request's sample.
 fn run_point(
     profile: &DeviceProfile,
@@ -675,34 +909,10 @@ fn run_point(
     requests: &[(Ns, usize)],
     clients_per_model: u32,
     work_ns: Ns,
-) -> Result<Vec<Sample>, String> {
+) -> Vec<Sample> {
+    let traces = client_traces(ids.len(), requests, clients_per_model);
     let k = clients_per_model.max(1) as usize;
-    let mut traces: Vec<Vec<Ns>> = vec![Vec::new(); ids.len() * k];
-    let mut turn = vec![0usize; ids.len()];
-    for &(t, m) in requests {
-        traces[m * k + turn[m] % k].push(t);
-        turn[m] += 1;
-    }
-    let client_model: Vec<usize> = (0..traces.len()).map(|c| c / k).collect();
-    let last = requests.last().map_or(0, |r| r.0);
-    let clients: Vec<ClientSpec> = traces
-        .iter()
-        .enumerate()
-        .map(|(c, tr)| ClientSpec {
-            priority: Priority::BestEffort,
-            model: ids[c / k],
-            arrival: Arrival::Trace(tr.clone()),
-        })
-        .collect();
-    // Arrivals stop after the last request; the run goes on until the
-    // device is idle, bounded by twice all the work asked for.
-    let w = Workload {
-        clients,
-        duration_ns: last + 1 + work_ns.saturating_mul(2),
-    };
-    let mut policy = make_policy(kind, models);
-    let mut gpu = GpuSim::new(profile.clone());
-    let r = workload::run_on(&mut gpu, models, policy.as_mut(), &w);
+    let r = serve(profile, models, ids, kind, &traces, work_ns);
     let mut done = std::collections::HashMap::new();
     for d in &r.done {
         done.insert((d.task.client, d.task.arrival), d.finished - d.task.arrival);
@@ -711,12 +921,77 @@ fn run_point(
     for (c, tr) in traces.iter().enumerate() {
         for &t in tr {
             out.push(Sample {
-                model: client_model[c],
+                model: c / k,
                 latency_ns: done.get(&(c as u32, t)).copied(),
             });
         }
     }
-    Ok(out)
+    out
+}
+
+/// Measures the device's saturation interval λ_sat on the GPU model with
+/// `profile`: a backlog of `per_model` requests of every model of `ids`,
+/// all queued at time 0, is served under `seq` (one request at a time,
+/// so the device is never idle while requests wait, and no preemption or
+/// block boundary costs anything). The service capacity is
+/// `C = N / makespan` requests per ms, `N` the backlog's requests and the
+/// makespan the last one's finish; λ_sat = `models / C`, the mean interval
+/// per model at which one Poisson stream per model arrives exactly as fast
+/// as the device serves. Nothing is set from the paper: it is whatever the
+/// profile and the models' kernels make it.
+pub fn measure_saturation(
+    profile: &DeviceProfile,
+    models: &Arc<ModelRegistry>,
+    ids: &[u32],
+    per_model: usize,
+    clients_per_model: u32,
+) -> Result<SaturationInfo, String> {
+    if ids.is_empty() || per_model == 0 {
+        return Err(
+            "the saturation backlog needs at least one model and one request of each".into(),
+        );
+    }
+    let requests: Vec<(Ns, usize)> = (0..per_model)
+        .flat_map(|_| (0..ids.len()).map(|m| (0, m)))
+        .collect();
+    // The run's bound: twice the backlog's work, each model's request
+    // counted at its standalone time on the profile (not the manifest's
+    // kernel times, which may be another device's).
+    let mut alone: Ns = 0;
+    for &id in ids {
+        let m = models
+            .get(id)
+            .ok_or_else(|| format!("model id {id} is not in the saturation backlog's registry"))?;
+        alone = alone.saturating_add(standalone_ns(profile, &m.manifest)?);
+    }
+    let work = alone.saturating_mul(per_model as Ns);
+    let traces = client_traces(ids.len(), &requests, clients_per_model);
+    let r = serve(profile, models, ids, PolicyKind::Seq, &traces, work);
+    let n = requests.len();
+    if r.done.len() != n {
+        return Err(format!(
+            "the saturation backlog finished {} of its {n} requests under seq on {}; the models do not run on this profile",
+            r.done.len(),
+            profile.name
+        ));
+    }
+    let makespan_ns = r.done.iter().map(|d| d.finished).max().unwrap_or(0);
+    let makespan_ms = makespan_ns as f64 / 1e6;
+    if makespan_ms <= 0.0 {
+        return Err(format!(
+            "the saturation backlog took no time on {}",
+            profile.name
+        ));
+    }
+    let capacity = n as f64 / makespan_ms;
+    Ok(SaturationInfo {
+        lambda_sat_ms: ids.len() as f64 / capacity,
+        capacity_per_ms: capacity,
+        backlog_requests: n,
+        policy: PolicyKind::Seq.as_str().to_owned(),
+        makespan_ms,
+        paper_saturation_ms: PAPER_SATURATION_MS,
+    })
 }
 
 /// Runs the benchmark with no progress output.
@@ -855,9 +1130,19 @@ pub fn run_with_progress(
         .ok_or("a scaled model went missing from its registry")?;
     let ext_ns: Vec<Ns> = infos.iter().map(|m| (m.ext_ms * 1e6) as Ns).collect();
     let ext_ms: Vec<f64> = infos.iter().map(|m| m.ext_ms).collect();
+    // The device's saturation on this profile, measured before any
+    // scenario is drawn: the saturation mix's gaps are scaled to it.
+    let saturation = measure_saturation(
+        &profile,
+        &models,
+        &ids,
+        BACKLOG_PER_MODEL,
+        opts.clients_per_model,
+    )?;
     let mut scen = Vec::new();
     let mut reqs = Vec::new();
-    for (s, &gap) in opts.scenarios_ms.iter().enumerate() {
+    for (s, &lambda) in opts.scenarios_ms.iter().enumerate() {
+        let gap = stream_gap_ms(lambda, saturation.lambda_sat_ms, opts.mix);
         let r = scenario_requests(
             gap,
             opts.requests,
@@ -867,8 +1152,11 @@ pub fn run_with_progress(
         );
         scen.push(ScenarioInfo {
             scenario: format!("Scenario{}", s + 1),
-            mean_gap_ms: gap,
-            load: offered_load(gap, &ext_ms, opts.mix),
+            mean_gap_ms: lambda,
+            gap_ms: gap,
+            relative_load: relative_load(gap, saturation.lambda_sat_ms, TABLE1.len(), opts.mix),
+            naive_load: naive_load(gap, &ext_ms, opts.mix),
+            drawn_load: drawn_load(&r, &ext_ms),
             requests: r.len(),
             span_s: r.last().map_or(0.0, |x| x.0 as f64 / 1e9),
         });
@@ -900,9 +1188,9 @@ pub fn run_with_progress(
     );
     let mut violation = Vec::new();
     let mut jitter = Vec::new();
+    let mut model_violation = Vec::new();
     let mut unfinished = Vec::new();
-    for (pt, o) in points.iter().zip(results) {
-        let samples = o?;
+    for (pt, samples) in points.iter().zip(results) {
         let scenario = scen[pt.scenario].scenario.clone();
         let policy = kinds[pt.policy].as_str().to_owned();
         let rr = response_ratios(&samples, &ext_ns);
@@ -921,6 +1209,17 @@ pub fn run_with_progress(
                 model: pm.name.to_owned(),
                 std_ms: jitter_ms(&samples, m),
             });
+            let mine = samples.iter().zip(&rr).filter(|(x, _)| x.model == m);
+            let (requests, violations) = mine.fold((0, 0), |(n, v), (_, &r)| {
+                (n + 1, v + usize::from(r > f64::from(JUDGED_ALPHA)))
+            });
+            model_violation.push(ModelViolation {
+                scenario: scenario.clone(),
+                policy: policy.clone(),
+                model: pm.name.to_owned(),
+                requests,
+                violations,
+            });
         }
         let left = samples.iter().filter(|s| s.latency_ns.is_none()).count();
         if left > 0 {
@@ -931,6 +1230,17 @@ pub fn run_with_progress(
             });
         }
     }
+    let names: Vec<String> = scen.iter().map(|x| x.scenario.clone()).collect();
+    let mut judgement = judge(&violation, &names);
+    if opts.scenarios_ms != SCENARIOS_MS {
+        let given: Vec<String> = opts.scenarios_ms.iter().map(|g| format!("{g}")).collect();
+        judgement.reasons.push(format!(
+            "judged over the scenarios given ({} ms), not SPLIT Table 2's six ({} ms)",
+            given.join(", "),
+            SCENARIOS_MS.map(|g| format!("{g}")).join(", ")
+        ));
+        judgement.met = false;
+    }
     Ok(SplitReport {
         device: profile.name.clone(),
         simulated: true,
@@ -938,8 +1248,10 @@ pub fn run_with_progress(
         seed: opts.seed,
         violation,
         jitter,
+        model_violation,
         splits,
         models: infos,
+        saturation,
         scenarios: scen,
         labels: kinds
             .iter()
@@ -949,8 +1261,94 @@ pub fn run_with_progress(
             })
             .collect(),
         unfinished,
+        judgement,
         wall_s: start.elapsed().as_secs_f64(),
     })
+}
+
+/// Judges violation rates against the evaluation's criterion over
+/// `scenarios` (names, in order): split's rate at [`JUDGED_ALPHA`] below
+/// [`SPLIT_LIMIT`] in each, and in each, every baseline of
+/// [`JUDGED_BASELINES`] whose rate is above [`BASELINE_FLOOR`] strictly
+/// above split's; a baseline at or below the floor is not compared. A
+/// policy missing from `violation` fails the judgement with a reason.
+pub fn judge(violation: &[Violation], scenarios: &[String]) -> Judgement {
+    let rate = |scenario: &str, policy: &str| {
+        violation
+            .iter()
+            .find(|v| v.scenario == scenario && v.policy == policy && v.alpha == JUDGED_ALPHA)
+            .map(|v| v.rate)
+    };
+    let pct = |r: f64| format!("{:.1} %", r * 100.0);
+    let mut reasons = Vec::new();
+    let missing = |what: String, reasons: &mut Vec<String>| {
+        if !reasons.contains(&what) {
+            reasons.push(what);
+        }
+    };
+    let mut checks = Vec::new();
+    for sc in scenarios {
+        let Some(split) = rate(sc, "split") else {
+            missing(
+                "split did not run; add it to --policies".to_owned(),
+                &mut reasons,
+            );
+            continue;
+        };
+        let split_passed = split < SPLIT_LIMIT;
+        if !split_passed {
+            reasons.push(format!(
+                "{sc}: split violates {} at α = {JUDGED_ALPHA}, not below {}",
+                pct(split),
+                pct(SPLIT_LIMIT)
+            ));
+        }
+        let mut baselines = Vec::new();
+        for b in JUDGED_BASELINES {
+            let Some(r) = rate(sc, b) else {
+                missing(
+                    format!(
+                        "baseline {b} did not run, so split was not compared with it; add it to --policies"
+                    ),
+                    &mut reasons,
+                );
+                continue;
+            };
+            let counted = r > BASELINE_FLOOR;
+            let passed = !counted || split < r;
+            if !passed {
+                reasons.push(format!(
+                    "{sc}: {b} violates {} at α = {JUDGED_ALPHA}, above {} and not above split's {}",
+                    pct(r),
+                    pct(BASELINE_FLOOR),
+                    pct(split)
+                ));
+            }
+            baselines.push(BaselineCheck {
+                policy: b.to_owned(),
+                rate: r,
+                counted,
+                passed,
+            });
+        }
+        checks.push(ScenarioCheck {
+            scenario: sc.clone(),
+            split,
+            split_passed,
+            baselines,
+        });
+    }
+    if scenarios.is_empty() {
+        reasons.push("no scenario ran".to_owned());
+    }
+    Judgement {
+        met: reasons.is_empty(),
+        reasons,
+        alpha: JUDGED_ALPHA,
+        split_limit: SPLIT_LIMIT,
+        baseline_floor: BASELINE_FLOOR,
+        scenarios: checks,
+    }
 }
 
 /// Refuses a split that does not fit `model` or names another device.
@@ -1003,13 +1401,35 @@ pub fn markdown(r: &SplitReport) -> String {
             blocks.join(" + ")
         );
     }
-    let _ = writeln!(s, "\n| Scenario | λ (ms) | Load | Requests | Span (s) |");
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+    let sat = &r.saturation;
+    let _ = writeln!(
+        s,
+        "\nSaturation, measured: λ_sat = {:.2} ms per model ({} requests, {} of each model, queued at 0 under `{}`: makespan {:.1} ms, capacity {:.4} requests/ms, λ_sat = models / capacity). The saturation mix runs each model's stream at gap λ × λ_sat / {} ms.",
+        sat.lambda_sat_ms,
+        sat.backlog_requests,
+        sat.backlog_requests / r.models.len().max(1),
+        sat.policy,
+        sat.makespan_ms,
+        sat.capacity_per_ms,
+        sat.paper_saturation_ms
+    );
+    let _ = writeln!(
+        s,
+        "\n| Scenario | λ (ms) | Gap (ms) | Relative load | Naive load (Σ Ext / gap) | Drawn load | Requests | Span (s) |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|");
     for x in &r.scenarios {
         let _ = writeln!(
             s,
-            "| {} | {} | {:.2} | {} | {:.1} |",
-            x.scenario, x.mean_gap_ms, x.load, x.requests, x.span_s
+            "| {} | {} | {:.2} | {:.3} | {:.3} | {:.3} | {} | {:.1} |",
+            x.scenario,
+            x.mean_gap_ms,
+            x.gap_ms,
+            x.relative_load,
+            x.naive_load,
+            x.drawn_load,
+            x.requests,
+            x.span_s
         );
     }
     let _ = writeln!(
@@ -1084,12 +1504,54 @@ pub fn markdown(r: &SplitReport) -> String {
             let _ = writeln!(s);
         }
     }
+    let _ = write!(
+        s,
+        "\nViolations at α = {JUDGED_ALPHA} per model (violating / requests)\n\n| Scenario | Policy |"
+    );
+    for m in &r.models {
+        let _ = write!(s, " {} |", m.paper);
+    }
+    let _ = write!(s, "\n|---|---|");
+    for _ in &r.models {
+        let _ = write!(s, "---:|");
+    }
+    let _ = writeln!(s);
+    for x in &r.scenarios {
+        for l in &r.labels {
+            let _ = write!(s, "| {} | {} |", x.scenario, l.label);
+            for m in &r.models {
+                match r.model_violation.iter().find(|v| {
+                    v.scenario == x.scenario && v.policy == l.policy && v.model == m.model
+                }) {
+                    Some(v) => {
+                        let _ = write!(s, " {} / {} |", v.violations, v.requests);
+                    }
+                    None => {
+                        let _ = write!(s, " – |");
+                    }
+                }
+            }
+            let _ = writeln!(s);
+        }
+    }
     for u in &r.unfinished {
         let _ = writeln!(
             s,
             "\n{} under {}: {} requests unfinished (counted as violations).",
             u.scenario, u.policy, u.count
         );
+    }
+    let j = &r.judgement;
+    let _ = writeln!(
+        s,
+        "\nJudgement (α = {}: split below {:.0} % in every scenario; every baseline above {:.0} % strictly above split): {}",
+        j.alpha,
+        j.split_limit * 100.0,
+        j.baseline_floor * 100.0,
+        if j.met { "MET" } else { "NOT MET" }
+    );
+    for why in &j.reasons {
+        let _ = writeln!(s, "- {why}");
     }
     s
 }
@@ -1265,7 +1727,7 @@ mod tests {
 
     #[test]
     fn scenarios_are_deterministic_with_the_right_gap() {
-        for mix in [Mix::Shared, Mix::PerModel] {
+        for mix in [Mix::Shared, Mix::PerModel, Mix::Saturation] {
             let a = scenario_requests(150.0, 1000, 5, mix, 7);
             let b = scenario_requests(150.0, 1000, 5, mix, 7);
             assert_eq!(a, b, "{mix:?}");
@@ -1276,7 +1738,7 @@ mod tests {
             // mean gap λ, so the merged gap is λ / 5.
             let want = match mix {
                 Mix::Shared => 150.0,
-                Mix::PerModel => 30.0,
+                Mix::PerModel | Mix::Saturation => 30.0,
             };
             let gap = a.last().unwrap().0 as f64 / 1e6 / 1000.0;
             assert!((gap / want - 1.0).abs() < 0.1, "{mix:?}: gap {gap} ms");
@@ -1285,6 +1747,221 @@ mod tests {
                 assert!((140..=260).contains(&n), "{mix:?}: model {m}: {n}");
             }
         }
+    }
+
+    #[test]
+    fn saturation_gaps_are_the_scenario_interval_scaled_to_the_measured_saturation() {
+        let sat = 140.0;
+        for lambda in SCENARIOS_MS {
+            let g = stream_gap_ms(lambda, sat, Mix::Saturation);
+            assert!((g - lambda * sat / 90.0).abs() < 1e-12, "{lambda}: {g}");
+            // Its load relative to the capacity is SPLIT's 90 / λ.
+            let rel = relative_load(g, sat, 5, Mix::Saturation);
+            assert!((rel - 90.0 / lambda).abs() < 1e-12, "{lambda}: {rel}");
+            for mix in [Mix::PerModel, Mix::Shared] {
+                assert_eq!(stream_gap_ms(lambda, sat, mix), lambda);
+            }
+        }
+        assert!((relative_load(150.0, 140.0, 5, Mix::Shared) - 140.0 / 750.0).abs() < 1e-12);
+        assert!((naive_load(100.0, &[10.0, 30.0], Mix::Saturation) - 0.4).abs() < 1e-12);
+        assert!((naive_load(100.0, &[10.0, 30.0], Mix::Shared) - 0.2).abs() < 1e-12);
+        let ms = 1_000_000;
+        assert!(
+            (drawn_load(&[(0, 0), (50 * ms, 1), (100 * ms, 1)], &[10.0, 30.0]) - 0.7).abs() < 1e-12
+        );
+        assert_eq!(drawn_load(&[], &[10.0]), 0.0);
+        // The saturation mix draws the per-model streams at its own gap.
+        let g = stream_gap_ms(160.0, sat, Mix::Saturation);
+        assert_eq!(
+            scenario_requests(g, 500, 5, Mix::Saturation, 3),
+            scenario_requests(g, 500, 5, Mix::PerModel, 3)
+        );
+        assert_eq!(Mix::from_name("saturation"), Ok(Mix::Saturation));
+        assert_eq!(SplitBenchOptions::default().mix, Mix::Saturation);
+        let e = Mix::from_name("saturated").unwrap_err();
+        assert!(e.contains("`saturated`") && e.contains("saturation"), "{e}");
+    }
+
+    /// `profile` with every time it holds multiplied by `f`.
+    fn slowed(profile: &DeviceProfile, f: u64) -> DeviceProfile {
+        let mut p = profile.clone();
+        p.queues.host_launch_ns *= f;
+        p.queues.cp_fetch_ns *= f;
+        p.queues.launch_ns *= f;
+        p.preempt.kill_ns *= f;
+        p.preempt.host_reset_ns *= f;
+        p
+    }
+
+    /// A registry of Table 1's graphs, every time times `f`, and its ids
+    /// (on one SM the unscaled graphs take up to seconds; 0.05 brings them
+    /// near Table 1's latencies).
+    fn table1_graphs(f: f64) -> (Arc<ModelRegistry>, Vec<u32>) {
+        let base = ModelRegistry::builtin();
+        let ms: Vec<(String, Manifest)> = TABLE1
+            .iter()
+            .map(|pm| {
+                let mut m = scale_manifest(&base.lookup(pm.manifest).unwrap().1.manifest, f);
+                m.name = pm.name.to_owned();
+                ("t".to_owned(), m)
+            })
+            .collect();
+        let reg = Arc::new(ModelRegistry::from_manifests(ms).unwrap());
+        let ids = TABLE1
+            .iter()
+            .map(|pm| reg.lookup(pm.name).unwrap().0)
+            .collect();
+        (reg, ids)
+    }
+
+    #[test]
+    fn the_saturation_interval_doubles_when_every_time_doubles() {
+        let profile = DeviceProfile::builtin("jetson-nano").unwrap();
+        let (reg, ids) = table1_graphs(0.05);
+        let one = measure_saturation(&profile, &reg, &ids, 2, 2).unwrap();
+        assert_eq!(one.backlog_requests, 10);
+        assert_eq!(one.policy, "seq");
+        assert!((one.lambda_sat_ms - 5.0 / one.capacity_per_ms).abs() < 1e-9);
+        assert!((one.capacity_per_ms * one.makespan_ms - 10.0).abs() < 1e-9);
+        // One request at a time: a round of every model takes about the
+        // sum of their standalone times.
+        let alone: f64 = ids
+            .iter()
+            .map(|&id| {
+                standalone_ns(&profile, &reg.get(id).unwrap().manifest).unwrap() as f64 / 1e6
+            })
+            .sum();
+        assert!(
+            (one.lambda_sat_ms / alone - 1.0).abs() < 0.05,
+            "λ_sat {} ms against Σ standalone {alone} ms",
+            one.lambda_sat_ms
+        );
+        let (reg2, ids2) = table1_graphs(0.1);
+        let two = measure_saturation(&slowed(&profile, 2), &reg2, &ids2, 2, 2).unwrap();
+        let ratio = two.lambda_sat_ms / one.lambda_sat_ms;
+        assert!((ratio - 2.0).abs() < 1e-4, "λ_sat ratio {ratio}");
+        // A longer backlog measures the same interval (no start-up term
+        // worth the name).
+        let more = measure_saturation(&profile, &reg, &ids, 4, 2).unwrap();
+        assert!(
+            (more.lambda_sat_ms / one.lambda_sat_ms - 1.0).abs() < 0.01,
+            "{} against {}",
+            more.lambda_sat_ms,
+            one.lambda_sat_ms
+        );
+        assert!(measure_saturation(&profile, &reg, &ids, 0, 2).is_err());
+    }
+
+    /// A violation point at α = 4 (and a misleading one at α = 2, which
+    /// the judgement must not read).
+    fn at4(scenario: &str, policy: &str, rate: f64) -> [Violation; 2] {
+        let v = |alpha, rate| Violation {
+            scenario: scenario.to_owned(),
+            policy: policy.to_owned(),
+            alpha,
+            rate,
+        };
+        [v(4, rate), v(2, 0.99)]
+    }
+
+    /// Rates at α = 4 per scenario: (split, seq, prema, rt-a).
+    fn rates(rows: &[(f64, f64, f64, f64)]) -> (Vec<Violation>, Vec<String>) {
+        let mut v = Vec::new();
+        let mut names = Vec::new();
+        for (i, &(split, seq, prema, rta)) in rows.iter().enumerate() {
+            let sc = format!("Scenario{}", i + 1);
+            for (p, r) in [
+                ("split", split),
+                ("seq", seq),
+                ("prema", prema),
+                ("rt-a", rta),
+            ] {
+                v.extend(at4(&sc, p, r));
+            }
+            names.push(sc);
+        }
+        (v, names)
+    }
+
+    #[test]
+    fn judgement_is_met_when_split_is_below_ten_percent_and_every_counted_baseline() {
+        let (v, names) = rates(&[(0.05, 0.5, 0.2, 0.3), (0.099, 0.6, 0.1, 0.4)]);
+        let j = judge(&v, &names);
+        assert!(j.met, "{:?}", j.reasons);
+        assert!(j.reasons.is_empty());
+        assert_eq!(j.scenarios.len(), 2);
+        assert!(
+            j.scenarios
+                .iter()
+                .all(|s| s.split_passed && s.baselines.len() == 3)
+        );
+        assert!(
+            j.scenarios[1]
+                .baselines
+                .iter()
+                .all(|b| b.counted && b.passed)
+        );
+    }
+
+    #[test]
+    fn judgement_fails_a_scenario_where_split_reaches_ten_percent() {
+        let (v, names) = rates(&[(0.05, 0.5, 0.2, 0.3), (0.10, 0.6, 0.3, 0.4)]);
+        let j = judge(&v, &names);
+        assert!(!j.met);
+        assert_eq!(j.reasons.len(), 1, "{:?}", j.reasons);
+        assert!(
+            j.reasons[0].contains("Scenario2") && j.reasons[0].contains("split"),
+            "{:?}",
+            j.reasons
+        );
+        assert!(!j.scenarios[1].split_passed && j.scenarios[0].split_passed);
+    }
+
+    #[test]
+    fn judgement_fails_a_baseline_above_one_percent_at_or_below_split() {
+        // prema ties split; rt-a is below it.
+        let (v, names) = rates(&[(0.05, 0.5, 0.05, 0.3), (0.04, 0.6, 0.3, 0.02)]);
+        let j = judge(&v, &names);
+        assert!(!j.met);
+        assert_eq!(j.reasons.len(), 2, "{:?}", j.reasons);
+        assert!(j.reasons[0].contains("Scenario1") && j.reasons[0].contains("prema"));
+        assert!(j.reasons[1].contains("Scenario2") && j.reasons[1].contains("rt-a"));
+        let prema = &j.scenarios[0].baselines[1];
+        assert!(prema.counted && !prema.passed, "{prema:?}");
+    }
+
+    #[test]
+    fn judgement_does_not_count_a_baseline_at_or_below_one_percent() {
+        // rt-a at exactly 1 % and prema at 0 %, both not above split.
+        let (v, names) = rates(&[(0.02, 0.5, 0.0, 0.01), (0.0, 0.3, 0.0, 0.0)]);
+        let j = judge(&v, &names);
+        assert!(j.met, "{:?}", j.reasons);
+        let b = &j.scenarios[0].baselines;
+        assert!(
+            !b[1].counted && b[1].passed && !b[2].counted && b[2].passed,
+            "{b:?}"
+        );
+        // Just above 1 % it counts.
+        let (v, names) = rates(&[(0.02, 0.5, 0.0, 0.011)]);
+        assert!(!judge(&v, &names).met);
+    }
+
+    #[test]
+    fn judgement_fails_when_a_judged_policy_did_not_run() {
+        let (v, names) = rates(&[(0.05, 0.5, 0.2, 0.3)]);
+        let no_prema: Vec<Violation> = v.iter().filter(|x| x.policy != "prema").cloned().collect();
+        let j = judge(&no_prema, &names);
+        assert!(!j.met);
+        assert!(
+            j.reasons
+                .iter()
+                .any(|r| r.contains("prema") && r.contains("--policies")),
+            "{:?}",
+            j.reasons
+        );
+        let no_split: Vec<Violation> = v.iter().filter(|x| x.policy != "split").cloned().collect();
+        assert!(!judge(&no_split, &names).met);
+        assert!(!judge(&v, &[]).met);
     }
 
     #[test]
@@ -1413,6 +2090,23 @@ mod tests {
         let r = run(&opts, &EqualTime).unwrap();
         assert_eq!(r.violation.len(), 2 * ALPHAS.count());
         assert_eq!(r.jitter.len(), 2 * TABLE1.len());
+        // The per-model counts add up to the run's rate at α = 4.
+        assert_eq!(r.model_violation.len(), 2 * TABLE1.len());
+        for p in ["seq", "streams"] {
+            let mv = r.model_violation.iter().filter(|v| v.policy == p);
+            let (n, bad) = mv.fold((0, 0), |(n, b), v| (n + v.requests, b + v.violations));
+            let rate = r
+                .violation
+                .iter()
+                .find(|v| v.policy == p && v.alpha == JUDGED_ALPHA)
+                .unwrap()
+                .rate;
+            assert_eq!(n, 40, "{p}");
+            assert!(
+                (bad as f64 / 40.0 - rate).abs() < 1e-12,
+                "{p}: {bad} against {rate}"
+            );
+        }
         assert_eq!(r.splits.len(), 2 * TABLE3_BLOCKS.len());
         assert!(r.violation.iter().all(|v| (0.0..=1.0).contains(&v.rate)));
         // Violation rates fall (weakly) as α grows.
@@ -1427,11 +2121,46 @@ mod tests {
         }
         let long: Vec<&ModelInfo> = r.models.iter().filter(|m| m.cuts.len() == 1).collect();
         assert_eq!(long.len(), 2, "resnet50 and vgg19 split in two");
+        // The default mix runs the scenario at its gap scaled to the
+        // measured saturation, which is about the models' Σ Ext (`seq`
+        // runs one request at a time).
+        assert_eq!(r.mix, Mix::Saturation);
+        let sat = r.saturation.lambda_sat_ms;
+        let sum_ext: f64 = r.models.iter().map(|m| m.ext_ms).sum();
+        assert!(
+            (sat / sum_ext - 1.0).abs() < 0.05,
+            "λ_sat {sat}, Σ Ext {sum_ext}"
+        );
+        let sc = &r.scenarios[0];
+        assert!((sc.gap_ms - 150.0 * sat / 90.0).abs() < 1e-9, "{sc:?}");
+        assert!((sc.relative_load - 90.0 / 150.0).abs() < 1e-9, "{sc:?}");
+        assert!((sc.naive_load - sum_ext / sc.gap_ms).abs() < 1e-9, "{sc:?}");
+        // split did not run and the scenarios are not Table 2's: not met.
+        assert!(!r.judgement.met);
+        assert!(
+            r.judgement
+                .reasons
+                .iter()
+                .any(|w| w.contains("split did not run"))
+        );
+        assert!(r.judgement.reasons.iter().any(|w| w.contains("Table 2")));
         let json = serde_json::to_value(&r).unwrap();
         for key in ["violation", "jitter", "splits"] {
             assert!(json[key].is_array(), "{key}");
         }
-        assert!(markdown(&r).contains("SIMULATED"));
+        assert_eq!(json["mix"], "saturation");
+        assert!(json["saturation"]["lambda_sat_ms"].is_f64());
+        for key in ["gap_ms", "relative_load", "naive_load", "drawn_load"] {
+            assert!(json["scenarios"][0][key].is_f64(), "{key}");
+        }
+        assert_eq!(json["judgement"]["met"], false);
+        assert!(json["judgement"]["reasons"].is_array());
+        let md = markdown(&r);
+        assert!(md.contains("SIMULATED"));
+        assert!(
+            md.contains("λ_sat") && md.contains("Relative load") && md.contains("NOT MET"),
+            "{md}"
+        );
         let plots = plots(&r).unwrap();
         assert_eq!(plots.len(), 2);
         for (_, svg) in &plots {
@@ -1442,6 +2171,36 @@ mod tests {
                 assert!(texts.contains(&l.label), "{} in {texts:?}", l.label);
             }
         }
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_report() {
+        let opts = SplitBenchOptions {
+            scenarios_ms: vec![110.0],
+            requests: 30,
+            policies: vec!["split".into(), "seq".into()],
+            jobs: 2,
+            ..SplitBenchOptions::default()
+        };
+        let mut a = run(&opts, &EqualTime).unwrap();
+        let mut b = run(&opts, &EqualTime).unwrap();
+        a.wall_s = 0.0;
+        b.wall_s = 0.0;
+        assert_eq!(a, b);
+        let mut c = run(
+            &SplitBenchOptions {
+                seed: 2,
+                ..opts.clone()
+            },
+            &EqualTime,
+        )
+        .unwrap();
+        c.wall_s = 0.0;
+        assert_ne!(a.scenarios, c.scenarios);
+        assert_eq!(
+            a.saturation, c.saturation,
+            "λ_sat does not depend on the seed"
+        );
     }
 
     /// The full benchmark with the test-only splitter, for development
