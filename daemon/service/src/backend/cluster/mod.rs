@@ -1240,10 +1240,7 @@ impl ClusterBackend {
                     .table
                     .batches()
                     .iter()
-                    .filter_map(|&b| {
-                        self.batch_time(served, pct, pi, si, b)
-                            .map(|t| (b, t.ns()))
-                    })
+                    .filter_map(|&b| self.batch_time(served, pct, pi, si, b).map(|t| (b, t.ns())))
                     .collect();
                 if self.start_batch(pi, si, served, g, limit, &times_ns) && timed {
                     if let Some(p) = self.parts[pi].as_mut() {
