@@ -1134,15 +1134,6 @@ impl ClusterBackend {
         best
     }
 
-    /// How long the smallest listed batch of `served` takes in slot `si` of
-    /// partition `pi` (`pct` %), ns: the slot's own time with
-    /// [`Execution::Timed`], the model's table otherwise (0 if unlisted).
-    fn alone_ns(&self, served: usize, pct: u32, pi: usize, si: usize) -> u64 {
-        let b = self.served[served].spec.table.batches()[0];
-        self.batch_time(served, pct, pi, si, b)
-            .map_or(0, BatchTime::ns)
-    }
-
     /// How long a batch of `b` of `served` takes in slot `si` of partition
     /// `pi` (`pct` %): the slot's own time with [`Execution::Timed`], the
     /// model's table otherwise; `None` where neither lists `b`.
