@@ -163,6 +163,16 @@ step partitions-resnet152 90 "$sluice" profile --device cuda resnet152 \
 step tables-scen3 150 bash -c 'mkdir -p "$2/tables" && for m in mobilenet resnet50 vgg16; do
     "$1" profile --device cuda "$m" --partitions 10,20,30,40,50,60,70,80,90,100 \
       --batches 1,2,4,8,16,32 --reps 3 --json --out "$2/tables/$m.json" || exit 1; done' _ "$sluice" "$out"
+# 7c. Pairwise interference of the same models: two partitions of one GPU busy at once, each
+# model at batch 8 timed alone and beside the other, for each pair and split (JSON per run).
+# shellcheck disable=SC2016  # expanded by the inner shell
+step interference-scen3 150 bash -c 'mkdir -p "$2/interference" && ms="mobilenet resnet50 vgg16"
+  for a in $ms; do for b in $ms; do
+    if [ "$a" = "$b" ]; then splits="20 50"; elif [[ "$a" < "$b" ]]; then splits="20 50 80"; else continue; fi
+    for p in $splits; do
+      "$1" profile --device cuda "$a" --pair "$b" --split "$p" --batches 8,8 --reps 5 --json \
+        > "$2/interference/$a+$b-$p.json" || exit 1
+    done; done; done' _ "$sluice" "$out"
 # 4. DISB on the device.
 step disb 150 "$sluice" bench disb --device cuda --workload all --policy reef,streams --json
 # 4b. DISB on the DISB models' ONNX files (seeded weights, made here; 1.9 GiB, kept out of the

@@ -926,6 +926,249 @@ fn one_request(
     Ok(end - t0)
 }
 
+/// `sluice profile --device cuda A --pair B`: two partitions of one GPU
+/// busy at once.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairReport {
+    /// False: measured on the device the driver drives.
+    pub simulated: bool,
+    /// The device.
+    pub device: String,
+    /// How each point is measured.
+    pub rule: String,
+    /// The partition share asked for A, percent of the SMs (B gets the
+    /// granules above A's).
+    pub split_pct: u32,
+    /// The two models, each with its batch, its partition's SMs, its
+    /// latency alone and beside the other, and the ratio of the medians.
+    pub sides: [PairSide; 2],
+}
+
+/// One model of a [`PairReport`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairSide {
+    /// Model.
+    pub model: String,
+    /// Batch.
+    pub batch: u32,
+    /// SMs of its partition.
+    pub sms: u32,
+    /// One request alone on the device (the other partition idle), µs.
+    pub alone: Spread,
+    /// One request while the other partition runs the other model's
+    /// requests back to back, µs.
+    pub beside: Spread,
+    /// `beside.p50_us / alone.p50_us`: the interference factor.
+    pub factor: f64,
+}
+
+impl PairReport {
+    /// The report as text.
+    pub fn table(&self) -> String {
+        use std::fmt::Write;
+        let mut t = String::new();
+        let _ = writeln!(
+            t,
+            "{}: two partitions busy at once ({}), split {} %",
+            self.device, self.rule, self.split_pct
+        );
+        let _ = writeln!(
+            t,
+            "model            batch  SMs  alone p50 us  beside p50 us  factor"
+        );
+        for x in &self.sides {
+            let _ = writeln!(
+                t,
+                "{:<16} {:>5} {:>4} {:>13.1} {:>14.1} {:>7.3}",
+                x.model, x.batch, x.sms, x.alone.p50_us, x.beside.p50_us, x.factor
+            );
+        }
+        t
+    }
+}
+
+/// Launches one request of `model` (already at its batch) on `s`; the
+/// number of kernels launched.
+fn launch_request(
+    gpu: &mut crate::CudaGpu,
+    s: sluice_gpu::StreamId,
+    model: &sluice_model::Model,
+) -> Result<usize, PartitionProfileError> {
+    use sluice_gpu::{Gpu, KernelLaunch};
+    for (i, k) in model.manifest.kernels.iter().enumerate() {
+        gpu.launch(s, KernelLaunch::from_model(k, i as u64))
+            .map_err(|source| PartitionProfileError::Device {
+                what: format!("launching kernel {i} of {}", model.name()),
+                source,
+            })?;
+    }
+    Ok(model.manifest.kernels.len())
+}
+
+/// `reps` requests of `fg` on stream `sf`, one after another, each timed
+/// from its first launch to its last kernel's end, while `bg` (if any)
+/// runs requests back to back on stream `sb`; ns per request.
+fn timed_beside(
+    gpu: &mut crate::CudaGpu,
+    (sf, fg): (sluice_gpu::StreamId, &sluice_model::Model),
+    bg: Option<(sluice_gpu::StreamId, &sluice_model::Model)>,
+    reps: u32,
+) -> Result<Vec<u64>, PartitionProfileError> {
+    use sluice_gpu::{Clocked, Event, Gpu};
+    let stopped = |gpu: &crate::CudaGpu, what: &str| PartitionProfileError::Stopped {
+        what: what.to_owned(),
+        why: gpu
+            .failure()
+            .unwrap_or_else(|| "the device reported no error".to_owned()),
+    };
+    // Background requests in flight (kernels left of the current one).
+    let mut bg_left = match bg {
+        Some((sb, m)) => launch_request(gpu, sb, m)?,
+        None => 0,
+    };
+    let mut samples = Vec::with_capacity(reps as usize);
+    let mut out = Vec::new();
+    // One untimed request first, then the timed ones.
+    for r in 0..=reps {
+        let t0 = gpu.now();
+        let mut left = launch_request(gpu, sf, fg)?;
+        let mut end = t0;
+        while left > 0 {
+            out.clear();
+            if gpu.advance(None, &mut out).is_none() && out.is_empty() {
+                return Err(stopped(gpu, fg.name()));
+            }
+            for e in &out {
+                let Event::KernelFinished { t, stream, .. } = e else {
+                    continue;
+                };
+                if *stream == sf {
+                    left -= 1;
+                    end = end.max(*t);
+                } else if let Some((sb, m)) = bg
+                    && *stream == sb
+                {
+                    bg_left -= 1;
+                    if bg_left == 0 {
+                        bg_left = launch_request(gpu, sb, m)?;
+                    }
+                }
+            }
+        }
+        if r > 0 {
+            samples.push(end - t0);
+        }
+    }
+    // Let the background's last request finish, so the next measurement
+    // starts on an idle device.
+    while bg_left > 0 {
+        out.clear();
+        if gpu.advance(None, &mut out).is_none() && out.is_empty() {
+            return Err(stopped(gpu, "the background requests"));
+        }
+        let sb = bg.map(|(s, _)| s);
+        bg_left -= out
+            .iter()
+            .filter(|e| matches!(e, Event::KernelFinished { stream, .. } if Some(*stream) == sb))
+            .count()
+            .min(bg_left);
+    }
+    Ok(samples)
+}
+
+/// Pairwise interference: model `a` in a partition of `split_pct` % of
+/// the SMs (⌈pct × SMs / 100⌉ rounded up to whole granules) and `b` in the
+/// granules above it, each timed alone (`reps` requests after one
+/// untimed, the other partition idle) and while the other partition runs
+/// the other model's requests back to back. The factor of a side is the
+/// ratio of its medians. The models' manifest kernels run as synthetic
+/// kernels at their batch, as in [`partition_profile`].
+#[allow(clippy::too_many_arguments)]
+pub fn pair_profile(
+    gpu: &mut crate::CudaGpu,
+    device: &str,
+    a: (&sluice_model::Model, u32),
+    b: (&sluice_model::Model, u32),
+    split_pct: u32,
+    reps: u32,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<PairReport, PartitionProfileError> {
+    use crate::partition;
+    use sluice_gpu::Gpu;
+    for &(_, batch) in [&a, &b] {
+        if batch == 0 || batch > 4096 {
+            return Err(PartitionProfileError::BadBatch(batch));
+        }
+    }
+    let dev_err = |what: String| move |source| PartitionProfileError::Device { what, source };
+    let layout = gpu
+        .sm_granules()
+        .map_err(dev_err("reading the device's SM split".into()))?;
+    let ia =
+        partition::for_percent(&layout, split_pct).map_err(PartitionProfileError::BadPartition)?;
+    let top = ia.granules.0.checked_ilog2().unwrap_or(0) + 1;
+    if ia.whole_device || top >= layout.granules {
+        return Err(PartitionProfileError::BadPartition(format!(
+            "a split of {split_pct} % gives the first model every granule of the device ({} SMs in {} granules of {}), leaving none for the second; give a smaller split",
+            layout.sm_count, layout.granules, layout.granule_sms
+        )));
+    }
+    let cus_a: Vec<u32> = (0..top * layout.granule_sms).collect();
+    let cus_b: Vec<u32> = (top * layout.granule_sms..layout.sm_count).collect();
+    let ib = partition::for_cus(&layout, &cus_b).map_err(PartitionProfileError::BadPartition)?;
+    let mut streams = Vec::new();
+    for (cus, which) in [(&cus_a, "first"), (&cus_b, "second")] {
+        let what = format!(
+            "moving the {which} model's stream into its {} SMs",
+            cus.len()
+        );
+        let s = gpu.create_stream(0).map_err(dev_err(what.clone()))?;
+        gpu.prepare_partition_cus(cus)
+            .map_err(dev_err(what.clone()))?;
+        gpu.set_partition(s, Some(cus)).map_err(dev_err(what))?;
+        streams.push(s);
+    }
+    let (sa, sb) = (streams[0], streams[1]);
+    let ma = a.0.at_batch(a.1);
+    let mb = b.0.at_batch(b.1);
+    progress(0, 4);
+    let a_alone = timed_beside(gpu, (sa, &ma), None, reps)?;
+    progress(1, 4);
+    let a_beside = timed_beside(gpu, (sa, &ma), Some((sb, &mb)), reps)?;
+    progress(2, 4);
+    let b_alone = timed_beside(gpu, (sb, &mb), None, reps)?;
+    progress(3, 4);
+    let b_beside = timed_beside(gpu, (sb, &mb), Some((sa, &ma)), reps)?;
+    progress(4, 4);
+    let side = |m: &sluice_model::Model, batch, sms, alone: Vec<u64>, beside: Vec<u64>| {
+        let (alone, beside) = (Spread::of_ns(alone), Spread::of_ns(beside));
+        PairSide {
+            model: m.name().to_owned(),
+            batch,
+            sms,
+            factor: if alone.p50_us > 0.0 {
+                beside.p50_us / alone.p50_us
+            } else {
+                f64::NAN
+            },
+            alone,
+            beside,
+        }
+    };
+    Ok(PairReport {
+        simulated: false,
+        device: device.to_owned(),
+        rule: format!(
+            "{reps} timed requests after one untimed, device clock from the first launch to the last kernel's end; beside: the other partition runs the other model's requests back to back; the manifests' kernels as synthetic kernels"
+        ),
+        split_pct,
+        sides: [
+            side(a.0, a.1, ia.sms, a_alone, a_beside),
+            side(b.0, b.1, ib.sms, b_alone, b_beside),
+        ],
+    })
+}
+
 /// The partition latency curve of `model` on `gpu` and the switch cost.
 ///
 /// For each batch and partition (percent of the SMs, ⌈pct × SMs / 100⌉
@@ -1471,6 +1714,45 @@ mod tests {
     /// to granules of 8, the last point the whole device, latencies from
     /// the fake's clock (which does not slow kernels on fewer SMs), and the
     /// switch cost measured; the table and JSON name them.
+    /// Two partitions busy at once on the fake driver: disjoint SMs that
+    /// together are at most the device, every sample taken, and the
+    /// factors the ratio of the medians; a split leaving nothing for the
+    /// second model is refused with the rule.
+    #[test]
+    fn pair_profile_runs_on_the_fake_driver() {
+        let reg = ModelRegistry::builtin();
+        let (_, a) = reg.lookup("resnet18").unwrap();
+        let (_, b) = reg.lookup("mobilenet").unwrap();
+        let (mut g, _d) = fake_gpu();
+        let mut seen = Vec::new();
+        let r = pair_profile(&mut g, "fake", (a, 1), (b, 2), 25, 3, &mut |x, y| {
+            seen.push((x, y))
+        })
+        .unwrap();
+        assert_eq!(seen.last(), Some(&(4, 4)));
+        let [x, y] = &r.sides;
+        assert_eq!(
+            (x.model.as_str(), y.model.as_str()),
+            ("resnet18", "mobilenet")
+        );
+        assert_eq!((x.batch, y.batch), (1, 2));
+        assert_eq!(x.sms, 40, "25 % of 132 SMs rounds up to 5 granules of 8");
+        // The other 11 granules; the 4 SMs the split leaves over belong
+        // to no green context.
+        assert_eq!(y.sms, 88);
+        for s in [x, y] {
+            assert_eq!((s.alone.n, s.beside.n), (3, 3));
+            assert!(s.alone.p50_us > 0.0);
+            assert!((s.factor - s.beside.p50_us / s.alone.p50_us).abs() < 1e-12);
+        }
+        let t = r.table();
+        assert!(t.contains("resnet18") && t.contains("factor"), "{t}");
+        let e = pair_profile(&mut g, "fake", (a, 1), (b, 1), 100, 1, &mut |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("leaving none for the second"), "{e}");
+        let e = pair_profile(&mut g, "fake", (a, 0), (b, 1), 50, 1, &mut |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("batch size 0"), "{e}");
+    }
+
     #[test]
     fn partition_profile_runs_on_the_fake_driver() {
         let reg = ModelRegistry::builtin();

@@ -37,8 +37,17 @@ pub struct Args {
     /// stream between them, instead of timing kernels.
     #[arg(long, value_delimiter = ',')]
     partitions: Vec<u32>,
+    /// On cuda: measure pairwise interference instead: MODEL in a partition
+    /// of --split % of the SMs and OTHER (any built-in manifest) in the
+    /// granules above it, each timed alone and while the other runs back to
+    /// back; --batches gives MODEL's batch and OTHER's (default 1,1).
+    #[arg(long, value_name = "OTHER", conflicts_with = "partitions")]
+    pair: Option<String>,
+    /// With --pair: MODEL's share of the SMs, percent.
+    #[arg(long, default_value_t = 50, requires = "pair", value_parser = clap::value_parser!(u32).range(1..=99))]
+    split: u32,
     /// Print one JSON object instead of a table (simulated device, or
-    /// cuda with --partitions).
+    /// cuda with --partitions or --pair).
     #[arg(long)]
     json: bool,
     /// The manifest to write. On cuda (default: <model>.json here) the
@@ -81,6 +90,25 @@ fn profile_device(s: &str) -> Result<String, String> {
 /// Profiles on the GPU model, or on CUDA (kernel times, or the partition
 /// curve with `--partitions`).
 pub fn run(a: Args) -> ExitCode {
+    if let Some(other) = &a.pair {
+        if a.device != "cuda" {
+            return fail(
+                "--pair measures two partitions of a real GPU busy at once: give --device cuda",
+            );
+        }
+        let batches = match a.batches.as_slice() {
+            [] => (1, 1),
+            [x] => (*x, *x),
+            [x, y] => (*x, *y),
+            more => {
+                return fail(format!(
+                    "--batches with --pair takes MODEL's batch and OTHER's, not {} values",
+                    more.len()
+                ));
+            }
+        };
+        return cuda_pair(&a.model, other, batches, a.split, a.reps, a.json);
+    }
     if a.device != "cuda" {
         return on_sim(&a.device, &a.model, a.batches, a.partitions, a.json, a.out);
     }
@@ -271,6 +299,66 @@ fn cuda_partitions(
         }
         Err(e) => fail_chain(&e),
     }
+}
+
+/// `sluice profile --device cuda MODEL --pair OTHER`: two partitions busy
+/// at once.
+#[cfg(feature = "cuda")]
+fn cuda_pair(
+    model: &str,
+    other: &str,
+    (batch_a, batch_b): (u32, u32),
+    split: u32,
+    reps: u32,
+    json: bool,
+) -> ExitCode {
+    use sluice_cuda::measure as cm;
+    let reg = sluice_model::ModelRegistry::builtin();
+    let look = |m: &str| {
+        reg.lookup(m)
+            .map(|(_, x)| x)
+            .ok_or_else(|| format!("no built-in manifest `{m}`"))
+    };
+    let (a, b) = match (look(model), look(other)) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(e), _) | (_, Err(e)) => return fail(e),
+    };
+    let (mut gpu, info) = match sluice_cuda::open_device0(sluice_cuda::Kill::Cooperative) {
+        Ok(g) => g,
+        Err(e) => return fail_chain(&e),
+    };
+    eprintln!("sluice profile: {info}");
+    let mut progress = progress("sluice profile", "measurements");
+    match cm::pair_profile(
+        &mut gpu,
+        &info.name,
+        (a, batch_a),
+        (b, batch_b),
+        split,
+        reps,
+        &mut progress,
+    ) {
+        Ok(r) if json => print_json(&r),
+        Ok(r) => {
+            print!("{}", r.table());
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail_chain(&e),
+    }
+}
+
+/// `sluice profile --device cuda MODEL --pair OTHER` in a build without the
+/// backend.
+#[cfg(not(feature = "cuda"))]
+fn cuda_pair(
+    _model: &str,
+    _other: &str,
+    _batches: (u32, u32),
+    _split: u32,
+    _reps: u32,
+    _json: bool,
+) -> ExitCode {
+    super::check::no_cuda("profile")
 }
 
 /// `sluice profile --device cuda` in a build without the backend.
