@@ -161,6 +161,10 @@ pub struct ClusterOptions {
     pub gpulet_sizes: Option<sluice_planner::PartitionSizes>,
     /// Where `L(b, p)` comes from.
     pub tables: TableSource,
+    /// Pairwise interference factors measured on a GPU (the JSON files of
+    /// `sluice profile --device cuda A --pair B` in this folder), for
+    /// planning and serving in place of `interference`'s model.
+    pub measured_interference: Option<PathBuf>,
 }
 
 /// Where the benchmarks' `L(b, p)` tables come from.
@@ -255,6 +259,7 @@ impl Default for ClusterOptions {
             pass: PassRule::Served,
             gpulet_sizes: None,
             tables: TableSource::GpuModel,
+            measured_interference: None,
         }
     }
 }
@@ -283,6 +288,14 @@ pub enum ClusterError {
         /// Why.
         #[source]
         source: Box<lbp::LbpError>,
+    },
+    /// A measured-interference file missing or malformed.
+    #[error("--measured-interference: {path}: {why}")]
+    InterferenceFile {
+        /// The file or folder.
+        path: String,
+        /// What is wrong, and the fix.
+        why: String,
     },
     /// A table file missing, unreadable or without a usable entry.
     #[error("--tables: {path}: {why}")]
@@ -575,6 +588,90 @@ pub fn monotone_envelope(rows: &mut [Vec<f64>]) -> usize {
     changed
 }
 
+/// The pairwise factors of `sluice profile --device cuda A --pair B --split
+/// P --json` files in `dir` (every `*.json`): side A's factor at P %, side
+/// B's at 100 − P %, under the manifests' model names.
+pub fn load_measured_interference(
+    dir: &std::path::Path,
+) -> Result<sluice_planner::MeasuredInterference, ClusterError> {
+    #[derive(serde::Deserialize)]
+    struct Side {
+        model: String,
+        factor: f64,
+    }
+    #[derive(serde::Deserialize)]
+    struct Pair {
+        split_pct: u32,
+        sides: [Side; 2],
+    }
+    let bad = |path: &std::path::Path, why: String| ClusterError::InterferenceFile {
+        path: path.display().to_string(),
+        why,
+    };
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| bad(dir, format!("cannot list it ({e})")))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(bad(
+            dir,
+            "holds no .json file; write them with `sluice profile --device cuda A --pair B --split P --json > DIR/A+B-P.json`".into(),
+        ));
+    }
+    let mut m = sluice_planner::MeasuredInterference::default();
+    for f in &files {
+        let text =
+            std::fs::read_to_string(f).map_err(|e| bad(f, format!("cannot read it ({e})")))?;
+        let p: Pair = serde_json::from_str(&text)
+            .map_err(|e| bad(f, format!("not the JSON of `sluice profile --pair` ({e})")))?;
+        if !(1..=99).contains(&p.split_pct) {
+            return Err(bad(
+                f,
+                format!("split_pct {} is outside 1..=99", p.split_pct),
+            ));
+        }
+        for side in &p.sides {
+            if !(side.factor.is_finite() && side.factor > 0.0) {
+                return Err(bad(
+                    f,
+                    format!(
+                        "{}'s factor {} is not a positive number",
+                        side.model, side.factor
+                    ),
+                ));
+            }
+        }
+        let [a, b] = &p.sides;
+        m = m
+            .with_point(&a.model, &b.model, p.split_pct, a.factor)
+            .with_point(&b.model, &a.model, 100 - p.split_pct, b.factor);
+    }
+    Ok(m)
+}
+
+/// The interference a scenario plans and serves with: the measured
+/// factors under the scenario's model names when given, else gpulet's
+/// linear model ([`linear_interference`]), else none.
+pub fn scenario_interference(
+    gpulet: Option<&sluice_planner::LinearInterference>,
+    measured: Option<&sluice_planner::MeasuredInterference>,
+    sc: &Scenario,
+) -> Option<sluice_planner::AnyInterference> {
+    if let Some(m) = measured {
+        let names = |manifest: &str| -> Vec<String> {
+            sc.models
+                .iter()
+                .filter(|x| x.model == manifest)
+                .map(|x| x.name.clone())
+                .collect()
+        };
+        return Some(sluice_planner::AnyInterference::Measured(m.renamed(&names)));
+    }
+    gpulet.map(|g| sluice_planner::AnyInterference::Linear(linear_interference(g, sc)))
+}
+
 /// gpulet's linear model on the coefficients of `g` (the authors' data for
 /// one GPU, [`load_gpulet`]), with the utilisation table each of the
 /// scenario's models names (`gpulet_util`) under the scenario's model name;
@@ -594,6 +691,14 @@ pub fn linear_interference(
     li
 }
 
+/// How reports name measured interference from `dir`.
+pub fn measured_note(dir: &std::path::Path) -> String {
+    format!(
+        "measured pairwise factors from {} (sluice profile --pair: two partitions busy at once; a pair never measured has factor 1)",
+        dir.display()
+    )
+}
+
 /// Per slot of `placement` (GPU-major, partition, assignment order), its
 /// latency factor in the simulation: with interference data, exactly what
 /// `gpulet+int` plans with ([`sluice_planner::interference_factors`] on
@@ -603,7 +708,7 @@ pub fn linear_interference(
 /// so planner and serving agree; without, 1 everywhere.
 pub fn interference_factors(
     placement: &Placement,
-    intf: Option<&sluice_planner::LinearInterference>,
+    intf: Option<&sluice_planner::AnyInterference>,
 ) -> Vec<Vec<Vec<f64>>> {
     match intf {
         Some(i) => sluice_planner::interference_factors(placement, i),
@@ -823,7 +928,7 @@ struct Prepared<'a> {
     planner_tables: Vec<LatencyTable>,
     /// gpulet's model on the run's data, for `gpulet+int` and the
     /// simulation alike.
-    interference: Option<sluice_planner::LinearInterference>,
+    interference: Option<sluice_planner::AnyInterference>,
     slo_ms: Vec<f64>,
 }
 
@@ -1190,6 +1295,11 @@ pub fn run(
     }
     let device_of = |sc: &Scenario| opts.device.clone().unwrap_or_else(|| sc.device.clone());
     let gpulet = load_gpulet(opts.interference, opts.gpulet_data.as_deref())?;
+    let measured = opts
+        .measured_interference
+        .as_deref()
+        .map(load_measured_interference)
+        .transpose()?;
     let t_tables = Instant::now();
     let tables = measure_tables(scenarios, &device_of, reg, &opts.tables, &mut on_tables)?;
     let tables_wall_s = t_tables.elapsed().as_secs_f64();
@@ -1231,7 +1341,7 @@ pub fn run(
             device,
             tables: ts,
             planner_tables,
-            interference: gpulet.as_ref().map(|g| linear_interference(g, sc)),
+            interference: scenario_interference(gpulet.as_ref(), measured.as_ref(), sc),
             slo_ms,
         };
         let mut r = run_pair(&prep, *kind, opts)?;
@@ -1250,7 +1360,10 @@ pub fn run(
         device,
         slo_rule: "2 x L(32, 100%) of the model's manifest on the device profile (slo_rule \"app\": the largest over the application's models); a scenario's slo_ms overrides".into(),
         interference: opts.interference,
-        interference_note: opts.interference.describe(opts.gpulet_data.as_deref()),
+        interference_note: match &opts.measured_interference {
+            Some(d) => measured_note(d),
+            None => opts.interference.describe(opts.gpulet_data.as_deref()),
+        },
         engine: opts.engine,
         routing: opts.routing,
         rounds: opts.rounds,
@@ -1921,7 +2034,10 @@ mem_mb = 100
                 "b",
                 sluice_planner::UtilTable::new(vec![(8, 1.0, 0.2)]).unwrap(),
             );
-        let f = interference_factors(&pl, Some(&li));
+        let f = interference_factors(
+            &pl,
+            Some(&sluice_planner::AnyInterference::Linear(li.clone())),
+        );
         // Utilisations scaled by the 50 % share: a (0.2, 0.4), b (0.5, 0.1).
         // a: 0.1·0.2 + 0.2·0.5 + 0.3·0.4 + 0.4·0.1 + 0.9 = 1.18
         // b: 0.1·0.5 + 0.2·0.2 + 0.3·0.1 + 0.4·0.4 + 0.9 = 1.18
@@ -2144,6 +2260,75 @@ mem_mb = 100
         write_manifest(&dir, "densenet", &[part]);
         let e = load_table(&dir, "densenet", None).unwrap_err().to_string();
         assert!(e.contains("without 100 %"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// `--measured-interference DIR`: the pair files' factors, side A at
+    /// its split and side B at the rest, under the scenario's names; what
+    /// gpulet+int then plans with (it runs, and the report says so); an
+    /// empty folder and a malformed file are refused naming them.
+    #[test]
+    fn measured_interference_is_read_from_pair_files_and_planned_with() {
+        let dir = std::env::temp_dir().join(format!("sluice-pairs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let e = load_measured_interference(&dir).unwrap_err().to_string();
+        assert!(
+            e.contains("holds no .json file") && e.contains("--pair"),
+            "{e}"
+        );
+        let pair = |a: &str, fa: f64, b: &str, fb: f64, split: u32| {
+            format!(
+                r#"{{"simulated":false,"device":"x","rule":"r","split_pct":{split},"sides":[{{"model":"{a}","batch":8,"sms":40,"factor":{fa}}},{{"model":"{b}","batch":8,"sms":88,"factor":{fb}}}]}}"#
+            )
+        };
+        std::fs::write(
+            dir.join("a.json"),
+            pair("mobilenet", 1.4, "densenet", 1.2, 50),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("b.json"),
+            pair("mobilenet", 1.6, "densenet", 1.1, 20),
+        )
+        .unwrap();
+        let m = load_measured_interference(&dir).unwrap();
+        use sluice_planner::Interference as _;
+        assert_eq!(m.factor("mobilenet", 8, 50, "densenet", 8, 50), 1.4);
+        assert_eq!(m.factor("mobilenet", 8, 20, "densenet", 8, 80), 1.6);
+        assert_eq!(m.factor("densenet", 8, 80, "mobilenet", 8, 20), 1.1);
+        let sc = scenario(
+            "standins",
+            2,
+            11000,
+            r#""gpulet+int""#,
+            &(standin("mob", "mobilenet", 464) + &standin("den", "densenet", 1220)),
+        );
+        let any = scenario_interference(None, Some(&m), &sc).unwrap();
+        assert_eq!(any.factor("mob", 1, 50, "den", 1, 50), 1.4);
+        assert_eq!(any.factor("mobilenet", 1, 50, "densenet", 1, 50), 1.0);
+        let opts = ClusterOptions {
+            duration_s: 5.0,
+            search_steps: 1,
+            measured_interference: Some(dir.clone()),
+            ..ClusterOptions::default()
+        };
+        let r = run(
+            std::slice::from_ref(&sc),
+            &ModelRegistry::builtin(),
+            &opts,
+            |_, _| {},
+            |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(r.scenarios[0].planner, "gpulet+int");
+        assert!(
+            r.interference_note.contains("measured pairwise"),
+            "{}",
+            r.interference_note
+        );
+        std::fs::write(dir.join("c.json"), "{}").unwrap();
+        let e = load_measured_interference(&dir).unwrap_err().to_string();
+        assert!(e.contains("c.json") && e.contains("not the JSON"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -120,7 +120,7 @@ impl PlannerKind {
     /// data.
     pub fn planner(
         self,
-        interference: Option<sluice_planner::LinearInterference>,
+        interference: Option<sluice_planner::AnyInterference>,
     ) -> Option<Box<dyn sluice_planner::Planner>> {
         Some(match self {
             Self::Sbp => Box::new(sluice_planner::Sbp),

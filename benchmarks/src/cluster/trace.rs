@@ -47,8 +47,8 @@ use sluice_planner::{GpuSpec, ModelSpec, PartitionSizes, Placement};
 use crate::cluster::scenario::{PlannerKind, Scenario};
 use crate::cluster::sim::{Batching, Engine, Rounds, Routing, SimModel, SimOptions};
 use crate::cluster::{
-    ClusterError, Interference, TableInfo, batch_cap, interference_factors, linear_interference,
-    load_gpulet, measure_tables, scaled, sim_partitions, slos,
+    ClusterError, Interference, TableInfo, batch_cap, interference_factors, load_gpulet,
+    measure_tables, scaled, sim_partitions, slos,
 };
 
 /// What to run.
@@ -90,6 +90,9 @@ pub struct TraceOptions {
     pub gpulet_data: Option<std::path::PathBuf>,
     /// Where `L(b, p)` comes from.
     pub tables: crate::cluster::TableSource,
+    /// Measured pairwise interference (see
+    /// [`crate::cluster::ClusterOptions::measured_interference`]).
+    pub measured_interference: Option<std::path::PathBuf>,
     /// Partition sizes of the gpulet planners.
     pub gpulet_sizes: Option<PartitionSizes>,
     /// Seed of the first run.
@@ -120,6 +123,7 @@ impl Default for TraceOptions {
             interference: Interference::Gpulet2080Ti,
             gpulet_data: None,
             tables: crate::cluster::TableSource::GpuModel,
+            measured_interference: None,
             gpulet_sizes: Some(PartitionSizes::gpulet()),
             seed: 1,
             seeds: 5,
@@ -367,7 +371,7 @@ pub struct TraceReport {
 struct Setup<'a> {
     sc: &'a Scenario,
     opts: &'a TraceOptions,
-    intf: Option<sluice_planner::LinearInterference>,
+    intf: Option<sluice_planner::AnyInterference>,
     tables: Vec<&'a TableInfo>,
     slo_ms: Vec<f64>,
     planner_tables: Vec<sluice_planner::LatencyTable>,
@@ -394,7 +398,12 @@ pub fn run(
 ) -> Result<TraceReport, ClusterError> {
     sc.check_models(reg)?;
     let gpulet = load_gpulet(opts.interference, opts.gpulet_data.as_deref())?;
-    let intf = gpulet.as_ref().map(|g| linear_interference(g, sc));
+    let measured = opts
+        .measured_interference
+        .as_deref()
+        .map(crate::cluster::load_measured_interference)
+        .transpose()?;
+    let intf = crate::cluster::scenario_interference(gpulet.as_ref(), measured.as_ref(), sc);
     if opts.planner.planner(intf.clone()).is_none() {
         return Err(ClusterError::NeedsInterference(
             opts.planner.as_str().into(),
@@ -568,7 +577,10 @@ pub fn run(
             "2 x L(32, 100%) of the model's manifest on the device profile (bench cluster's rule)"
                 .into(),
         tables: opts.tables.describe(),
-        interference_note: opts.interference.describe(opts.gpulet_data.as_deref()),
+        interference_note: match &opts.measured_interference {
+            Some(d) => crate::cluster::measured_note(d),
+            None => opts.interference.describe(opts.gpulet_data.as_deref()),
+        },
         fig15: runs.first().cloned(),
         runs,
         seeds,

@@ -466,6 +466,89 @@ pub(crate) fn combined<'a>(
     })
 }
 
+/// Pairwise factors measured on a GPU (`sluice profile --device cuda A
+/// --pair B --split P`): for each ordered pair `(own, other)`, the factor
+/// of `own` at the partition sizes it was measured at.
+///
+/// Lookup: the point of the pair whose `own` partition is nearest the
+/// asked one (at equal distance the larger factor); the batches and the
+/// other model's partition are not looked at (the measurement fixes them:
+/// one batch, the other model in the rest of the GPU). A pair never
+/// measured has factor 1, as a model without a utilisation table has
+/// under [`LinearInterference`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MeasuredInterference {
+    /// `(own, other)` → `(own_pct, factor)`, ascending by `own_pct`.
+    pub points: BTreeMap<(String, String), Vec<(u32, f64)>>,
+}
+
+impl MeasuredInterference {
+    /// Adds the factor of `own` on `own_pct` % beside `other` (replacing
+    /// an earlier one at the same size).
+    pub fn with_point(mut self, own: &str, other: &str, own_pct: u32, factor: f64) -> Self {
+        let v = self
+            .points
+            .entry((own.to_owned(), other.to_owned()))
+            .or_default();
+        v.retain(|&(p, _)| p != own_pct);
+        v.push((own_pct, factor));
+        v.sort_by_key(|&(p, _)| p);
+        self
+    }
+
+    /// The same points under other model names: `rename(name)` gives the
+    /// names a model is known by to the planner (none: the point is
+    /// dropped).
+    pub fn renamed(&self, rename: &dyn Fn(&str) -> Vec<String>) -> Self {
+        let mut out = MeasuredInterference::default();
+        for ((own, other), pts) in &self.points {
+            for o in rename(own) {
+                for t in rename(other) {
+                    for &(p, f) in pts {
+                        out = out.with_point(&o, &t, p, f);
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+impl Interference for MeasuredInterference {
+    fn factor(&self, own: &str, _: u32, own_pct: u32, other: &str, _: u32, _: u32) -> f64 {
+        let Some(pts) = self.points.get(&(own.to_owned(), other.to_owned())) else {
+            return 1.0;
+        };
+        let mut best: Option<(u32, f64)> = None;
+        for &(p, f) in pts {
+            let d = p.abs_diff(own_pct);
+            best = match best {
+                Some((bd, bf)) if bd < d || (bd == d && bf >= f) => Some((bd, bf)),
+                _ => Some((d, f)),
+            };
+        }
+        best.map_or(1.0, |(_, f)| f)
+    }
+}
+
+/// Either interference model, for callers that choose at run time.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AnyInterference {
+    /// gpulet's linear model.
+    Linear(LinearInterference),
+    /// Factors measured pairwise.
+    Measured(MeasuredInterference),
+}
+
+impl Interference for AnyInterference {
+    fn factor(&self, own: &str, ob: u32, op: u32, other: &str, tb: u32, tp: u32) -> f64 {
+        match self {
+            AnyInterference::Linear(l) => l.factor(own, ob, op, other, tb, tp),
+            AnyInterference::Measured(m) => m.factor(own, ob, op, other, tb, tp),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,5 +677,36 @@ mod tests {
         assert_eq!(t.get(4), None);
         assert!(li.util_of("resnet50").is_none());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn measured_factors_are_looked_up_by_the_nearest_partition() {
+        let m = MeasuredInterference::default()
+            .with_point("a", "b", 20, 1.30)
+            .with_point("a", "b", 50, 1.10)
+            .with_point("a", "b", 80, 1.05)
+            .with_point("b", "a", 50, 1.20);
+        assert_eq!(m.factor("a", 8, 50, "b", 8, 50), 1.10);
+        assert_eq!(m.factor("a", 1, 30, "b", 32, 70), 1.30, "30 is nearest 20");
+        assert_eq!(
+            m.factor("a", 1, 35, "b", 1, 65),
+            1.30,
+            "at equal distance the larger"
+        );
+        assert_eq!(m.factor("a", 1, 100, "b", 1, 0), 1.05);
+        assert_eq!(m.factor("b", 1, 10, "a", 1, 90), 1.20);
+        assert_eq!(m.factor("a", 1, 50, "c", 1, 50), 1.0, "never measured");
+        let r = m.renamed(&|n| {
+            if n == "a" {
+                vec!["a1".into(), "a2".into()]
+            } else {
+                vec![n.into()]
+            }
+        });
+        assert_eq!(r.factor("a2", 1, 50, "b", 1, 50), 1.10);
+        assert_eq!(r.factor("b", 1, 50, "a1", 1, 50), 1.20);
+        assert_eq!(r.factor("a", 1, 50, "b", 1, 50), 1.0);
+        let any = AnyInterference::Measured(m);
+        assert_eq!(any.factor("a", 8, 20, "b", 8, 80), 1.30);
     }
 }

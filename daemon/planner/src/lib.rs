@@ -49,8 +49,8 @@ pub use gpulet::{Gpulet, GpuletInt, KNEE_TOLERANCE};
 pub use greedy::GreedyBestFit;
 pub use ideal::{Ideal, MAX_LAYOUTS, PAPER_SPLITS};
 pub use interference::{
-    GPULET_DATA, Interference, InterferenceError, LinearCoefficients, LinearInterference,
-    NoInterference, UtilTable, parse_util_csv,
+    AnyInterference, GPULET_DATA, Interference, InterferenceError, LinearCoefficients,
+    LinearInterference, MeasuredInterference, NoInterference, UtilTable, parse_util_csv,
 };
 pub use placement::{Assignment, GpuPlan, PartitionPlan, Placement};
 pub use sbp::Sbp;

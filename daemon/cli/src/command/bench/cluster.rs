@@ -73,6 +73,12 @@ pub struct Args {
     data_dir: Option<PathBuf>,
     #[command(flatten)]
     tables: super::TableArgs,
+    /// Plan and serve with pairwise interference factors measured on a GPU
+    /// instead of --interference's model: the JSON files of `sluice profile
+    /// --device cuda A --pair B --split P --json` in DIR (a pair never
+    /// measured has factor 1).
+    #[arg(long, value_name = "DIR")]
+    measured_interference: Option<PathBuf>,
     /// Simulate once at the scenario's own rates instead of searching
     /// the maximum (e.g. to time a large scenario).
     #[arg(long)]
@@ -204,6 +210,7 @@ pub fn run(a: Args) -> ExitCode {
         interference: a.interference,
         gpulet_data: a.data_dir,
         tables: a.tables.source(),
+        measured_interference: a.measured_interference,
         search: !a.no_search,
         search_steps: a.search_steps,
         headroom: a.headroom,

@@ -73,6 +73,12 @@ pub struct Args {
     data_dir: Option<PathBuf>,
     #[command(flatten)]
     tables: super::TableArgs,
+    /// Plan and serve with pairwise interference factors measured on a GPU
+    /// instead of --interference's model: the JSON files of `sluice profile
+    /// --device cuda A --pair B --split P --json` in DIR (a pair never
+    /// measured has factor 1).
+    #[arg(long, value_name = "DIR")]
+    measured_interference: Option<PathBuf>,
     /// Seed of the first run's arrivals.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -124,6 +130,7 @@ pub fn run(a: Args) -> ExitCode {
         interference: a.interference,
         gpulet_data: a.data_dir,
         tables: a.tables.source(),
+        measured_interference: a.measured_interference,
         seed: a.seed,
         seeds: a.seeds,
         jobs: a.jobs,
