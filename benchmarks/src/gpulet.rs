@@ -42,12 +42,13 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use sluice_model::ModelRegistry;
 use sluice_planner::{
-    GpuPlan, GpuSpec, GpuletInt, GreedyBestFit, Ideal, LatencyTable, LinearInterference, ModelSpec,
-    PartitionPlan, PartitionSizes, Placement, PlanError, Planner, Sbp,
+    AnyInterference, GpuPlan, GpuSpec, GpuletInt, GreedyBestFit, Ideal, LatencyTable,
+    LinearInterference, ModelSpec, PartitionPlan, PartitionSizes, Placement, PlanError, Planner,
+    Sbp,
 };
 
 use crate::cluster::scenario::{Scenario, ScenarioError};
-use crate::cluster::{ClusterError, TableInfo, linear_interference, slos};
+use crate::cluster::{ClusterError, TableInfo, slos};
 
 /// §3.2's rate levels, req/s on the paper's 2080 Ti (rescaled per model by
 /// the rate rule of the module docs).
@@ -127,6 +128,10 @@ pub struct GpuletOptions {
     pub fig17_scenarios: Vec<String>,
     /// Where `L(b, p)` comes from.
     pub tables: crate::cluster::TableSource,
+    /// Measured pairwise interference (see
+    /// [`crate::cluster::ClusterOptions::measured_interference`]) for
+    /// gpulet+int and the ideal instead of gpulet's linear model.
+    pub measured_interference: Option<PathBuf>,
 }
 
 impl Default for GpuletOptions {
@@ -138,6 +143,7 @@ impl Default for GpuletOptions {
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             fig17_scenarios: FIG17_SCENARIOS.iter().map(|s| (*s).to_owned()).collect(),
             tables: crate::cluster::TableSource::GpuModel,
+            measured_interference: None,
         }
     }
 }
@@ -366,7 +372,7 @@ fn verify(
     p: &Placement,
     models: &[ModelSpec],
     gpus: &GpuSpec,
-    intf: Option<&LinearInterference>,
+    intf: Option<&AnyInterference>,
 ) -> Result<(), GpuletError> {
     let r = match intf {
         None => sluice_planner::check(p, models, gpus),
@@ -388,7 +394,7 @@ pub fn fig16(
     models: &[ModelSpec],
     unit_rps: &[f64],
     gpus: GpuSpec,
-    intf: &LinearInterference,
+    intf: &AnyInterference,
     threads: usize,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Fig16, GpuletError> {
@@ -604,7 +610,7 @@ fn refuses(
     planner: &dyn Planner,
     models: &[ModelSpec],
     gpus: &GpuSpec,
-    intf: Option<&LinearInterference>,
+    intf: Option<&AnyInterference>,
     factor: f64,
     what: &str,
 ) -> Result<Option<String>, GpuletError> {
@@ -696,9 +702,9 @@ impl Prepared {
 
 /// Fig. 17 on one scenario: gpulet+int and the ideal (both with
 /// interference, gpulet's sizes).
-pub fn fig17(p: &Prepared, gpulet: &LinearInterference) -> Result<Fig17Row, GpuletError> {
+pub fn fig17(p: &Prepared, intf: &AnyInterference) -> Result<Fig17Row, GpuletError> {
     let t0 = Instant::now();
-    let intf = linear_interference(gpulet, &p.sc);
+    let intf = intf.clone();
     let gpus = p.gpulet_gpus();
     let gi = GpuletInt::new(intf.clone());
     let ideal = Ideal::new().with_interference(intf.clone());
@@ -851,6 +857,11 @@ pub fn run(
 ) -> Result<GpuletReport, GpuletError> {
     let t_all = Instant::now();
     let gpulet = load_gpulet_data(opts.gpulet_data.as_deref())?;
+    let measured = opts
+        .measured_interference
+        .as_deref()
+        .map(crate::cluster::load_measured_interference)
+        .transpose()?;
     let want = |f| opts.figs.contains(&f);
     let table3 = crate::cluster::scenario::builtin("table3").expect("table3 is shipped")?;
     let mut fig17_sc: Vec<Scenario> = Vec::new();
@@ -888,10 +899,16 @@ pub fn run(
         slo_rule: SLO_RULE.into(),
         rate_rule: RATE_RULE.into(),
         search_rule: SEARCH_RULE.into(),
-        interference: format!(
-            "gpulet §4.4 linear model, the authors' {INTERFERENCE_GPU} coefficients and UTIL.CSV utilisations ({}, measured inputs), for gpulet+int and the ideal of Fig. 16 and 17; none in Fig. 6 and for sbp",
-            crate::cluster::gpulet_data_source(opts.gpulet_data.as_deref(), INTERFERENCE_GPU)
-        ),
+        interference: match &opts.measured_interference {
+            Some(d) => format!(
+                "{}, for gpulet+int and the ideal of Fig. 16 and 17; none in Fig. 6 and for sbp",
+                crate::cluster::measured_note(d)
+            ),
+            None => format!(
+                "gpulet §4.4 linear model, the authors' {INTERFERENCE_GPU} coefficients and UTIL.CSV utilisations ({}, measured inputs), for gpulet+int and the ideal of Fig. 16 and 17; none in Fig. 6 and for sbp",
+                crate::cluster::gpulet_data_source(opts.gpulet_data.as_deref(), INTERFERENCE_GPU)
+            ),
+        },
         partition_sizes: "gpulet+int and the ideal: gpulet's 20/40/50/60/80/100 % (ideal splits 2:8, 4:6, 5:5, 10:0; Fig. 6: 2:8, 4:6, 5:5); sbp: whole GPUs; sbp_1to1: two fixed 50 % halves per GPU, half the memory each; greedy: any multiple of 10 %".into(),
         tables: opts.tables.describe(),
         fig16: None,
@@ -910,7 +927,8 @@ pub fn run(
             .zip(&t3.specs)
             .map(|(m, s)| RATE_LEVELS[1] * m.paper_slo_ms.unwrap_or(s.slo_ms) / s.slo_ms)
             .collect();
-        let intf = linear_interference(&gpulet, &t3.sc);
+        let intf = crate::cluster::scenario_interference(Some(&gpulet), measured.as_ref(), &t3.sc)
+            .expect("gpulet's data is loaded");
         let mut f = fig16(
             &t3.specs,
             &unit,
@@ -941,7 +959,9 @@ pub fn run(
         for sc in &fig17_sc {
             let p = prepare(sc);
             devices.push(p.device.clone());
-            rows.push(fig17(&p, &gpulet)?);
+            let intf = crate::cluster::scenario_interference(Some(&gpulet), measured.as_ref(), sc)
+                .expect("gpulet's data is loaded");
+            rows.push(fig17(&p, &intf)?);
             on_fig("fig17 scenarios", rows.len(), fig17_sc.len());
         }
         let ok: Vec<f64> = rows

@@ -31,6 +31,11 @@ pub struct Args {
     data_dir: Option<PathBuf>,
     #[command(flatten)]
     tables: super::TableArgs,
+    /// gpulet+int and the ideal plan with pairwise interference factors
+    /// measured on a GPU instead of gpulet's linear model: the JSON files of
+    /// `sluice profile --device cuda A --pair B --split P --json` in DIR.
+    #[arg(long, value_name = "DIR")]
+    measured_interference: Option<PathBuf>,
     /// Worker threads for Fig. 16 (default: the CPUs).
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=256))]
     threads: Option<u32>,
@@ -66,6 +71,7 @@ pub fn run(a: Args) -> ExitCode {
         threads: a.threads.map_or(d.threads, |t| t as usize),
         fig17_scenarios: a.scenarios,
         tables: a.tables.source(),
+        measured_interference: a.measured_interference,
     };
     let mut last: Option<(String, std::time::Instant)> = None;
     let r = bg::run(
