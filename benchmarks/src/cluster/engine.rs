@@ -242,7 +242,7 @@ pub fn serve(
     let mut arr: Vec<Arrivals> = models
         .iter()
         .enumerate()
-        .map(|(i, m)| Arrivals::new(opts.seed, i, &m.rate))
+        .map(|(i, m)| Arrivals::new(opts.seed, i, &m.rate, opts.arrivals))
         .collect();
     let mut heap: BinaryHeap<Reverse<(u64, u32)>> = BinaryHeap::new();
     for (i, a) in arr.iter_mut().enumerate() {
@@ -390,6 +390,7 @@ mod tests {
             rounds: Rounds::WorkConserving,
             batching: Batching::Planned,
             engine: crate::cluster::sim::Engine::Daemon,
+            arrivals: crate::cluster::sim::ArrivalSeeding::Run,
         }
     }
 

@@ -1057,6 +1057,7 @@ fn probe(
             rounds: opts.rounds,
             batching: opts.batching,
             engine: opts.engine,
+            arrivals: crate::cluster::sim::ArrivalSeeding::Run,
         },
     )?;
     out.sim_wall_s = t0.elapsed().as_secs_f64();

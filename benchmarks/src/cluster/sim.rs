@@ -146,6 +146,28 @@ pub struct SimOptions {
     /// See [`Engine`]; [`simulate`] itself is always [`Engine::Sim`],
     /// [`crate::cluster::serve`] picks by this.
     pub engine: Engine,
+    /// How the arrival streams are seeded.
+    pub arrivals: ArrivalSeeding,
+}
+
+/// How the arrival streams are seeded.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub enum ArrivalSeeding {
+    /// One stream per model for the whole run, from the run's `seed`.
+    #[default]
+    Run,
+    /// A fresh stream per model for each whole second of a longer trace,
+    /// from `seed` and the second's index, the run starting at `t0_s` of
+    /// the trace: runs that cover the same seconds of the trace at the same
+    /// rates draw the same arrivals there, whatever their length (Poisson
+    /// arrivals are memoryless, so restarting at a second's start changes
+    /// nothing else).
+    PerSecond {
+        /// The trace's seed.
+        seed: u64,
+        /// Where the run starts in the trace, s.
+        t0_s: f64,
+    },
 }
 
 /// How many queued requests a turn takes.
@@ -290,16 +312,51 @@ pub(crate) struct Arrivals {
     seg: usize,
     /// Time of the pending arrival, s.
     t: f64,
+    index: usize,
+    /// [`ArrivalSeeding::PerSecond`]: its seed, its start, and the next
+    /// whole second of the trace (relative to the run), where the stream
+    /// restarts.
+    per_second: Option<(u64, f64, f64)>,
+}
+
+/// The stream of model `index` in second `second` of a trace seeded `seed`.
+fn second_stream(seed: u64, index: usize, second: u64) -> Stream {
+    Stream::new(sluice_rng::splitmix(
+        seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            ^ (index as u64 + 1).wrapping_mul(0xd134_2543_de82_ef95)
+            ^ second.wrapping_mul(0xbf58_476d_1ce4_e5b9),
+    ))
 }
 
 impl Arrivals {
-    /// Model `index`'s arrivals at `rate` under the run's `seed`.
-    pub(crate) fn new(seed: u64, index: usize, rate: &[(f64, f64)]) -> Self {
+    /// Model `index`'s arrivals at `rate` under the run's `seed` and
+    /// `seeding`.
+    pub(crate) fn new(
+        seed: u64,
+        index: usize,
+        rate: &[(f64, f64)],
+        seeding: ArrivalSeeding,
+    ) -> Self {
+        let (rng, per_second) = match seeding {
+            ArrivalSeeding::Run => (
+                Stream::new(seed ^ (index as u64 + 1).wrapping_mul(0xd134_2543_de82_ef95)),
+                None,
+            ),
+            ArrivalSeeding::PerSecond { seed, t0_s } => {
+                let first = t0_s.max(0.0).floor();
+                (
+                    second_stream(seed, index, first as u64),
+                    Some((seed, t0_s, first + 1.0 - t0_s)),
+                )
+            }
+        };
         Self {
-            rng: Stream::new(seed ^ (index as u64 + 1).wrapping_mul(0xd134_2543_de82_ef95)),
+            rng,
             rate: rate.to_vec(),
             seg: 0,
             t: 0.0,
+            index,
+            per_second,
         }
     }
 
@@ -308,14 +365,26 @@ impl Arrivals {
         loop {
             let (_, r) = self.rate[self.seg];
             let seg_end = self.rate.get(self.seg + 1).map_or(end, |s| s.0).min(end);
+            let tick = self.per_second.map_or(f64::INFINITY, |(_, _, t)| t);
+            let bound = seg_end.min(tick);
             if r > 0.0 {
                 let gap = -self.rng.unit_nonzero().ln() / r;
-                if self.t + gap < seg_end {
+                if self.t + gap < bound {
                     self.t += gap;
                     return Some(self.t);
                 }
             }
-            // Memoryless: restart the gap at the segment's end.
+            // Memoryless: restart the gap at a second's start (a fresh
+            // stream) or at the segment's end.
+            if let Some((seed, t0, t)) = self.per_second
+                && t < seg_end
+            {
+                self.t = t;
+                let second = (t0 + t).round().max(0.0) as u64;
+                self.rng = second_stream(seed, self.index, second);
+                self.per_second = Some((seed, t0, t + 1.0));
+                continue;
+            }
             if seg_end >= end || self.seg + 1 >= self.rate.len() {
                 return None;
             }
@@ -516,7 +585,7 @@ fn simulate_checked(
     let mut arr: Vec<Arrivals> = models
         .iter()
         .enumerate()
-        .map(|(i, m)| Arrivals::new(opts.seed, i, &m.rate))
+        .map(|(i, m)| Arrivals::new(opts.seed, i, &m.rate, opts.arrivals))
         .collect();
     let mut route_rng = Stream::new(opts.seed ^ 0x5851_f42d_4c95_7f2d);
 
@@ -754,6 +823,34 @@ mod tests {
         }
     }
 
+    /// Per-second seeding: a 3 s run and three 1 s runs over the same
+    /// seconds of the trace draw the same arrivals; another trace seed
+    /// draws others.
+    #[test]
+    fn per_second_arrivals_do_not_depend_on_the_run_length() {
+        let rate = |n: usize| -> Vec<(f64, f64)> { (0..n).map(|i| (i as f64, 200.0)).collect() };
+        let draw = |t0: f64, len: f64, seed: u64| -> Vec<f64> {
+            let mut a = Arrivals::new(
+                99,
+                2,
+                &rate(len as usize),
+                ArrivalSeeding::PerSecond { seed, t0_s: t0 },
+            );
+            std::iter::from_fn(|| a.advance(len))
+                .map(|t| t + t0)
+                .collect()
+        };
+        let whole = draw(0.0, 3.0, 7);
+        let parts: Vec<f64> = (0..3).flat_map(|k| draw(k as f64, 1.0, 7)).collect();
+        assert!(whole.len() > 400, "{}", whole.len());
+        assert_eq!(whole.len(), parts.len());
+        for (a, b) in whole.iter().zip(&parts) {
+            assert!((a - b).abs() < 1e-9, "{a} against {b}");
+        }
+        assert_ne!(draw(0.0, 3.0, 8).len(), 0);
+        assert_ne!(draw(0.0, 3.0, 8), whole);
+    }
+
     fn opts(duration_s: f64, seed: u64) -> SimOptions {
         SimOptions {
             duration_s,
@@ -762,6 +859,7 @@ mod tests {
             rounds: Rounds::WorkConserving,
             batching: Batching::Planned,
             engine: Engine::Sim,
+            arrivals: ArrivalSeeding::Run,
         }
     }
 

@@ -27,7 +27,12 @@
 //!   one that worked) and are counted; the first period has nothing to keep
 //!   and serves nothing (every request a violation).
 //! - **GPU-seconds** are the GPUs the placement uses times the period.
-//! - Each period draws fresh arrivals, seeded by [`period_seed`] from the
+//! - **Every period length serves the same requests.** Arrivals are drawn
+//!   per whole second of the trace from the run's seed
+//!   ([`crate::cluster::sim::ArrivalSeeding::PerSecond`]), so the 20 s and
+//!   the 1 s periods of one seed see the same arrivals at the same times and
+//!   the comparison between them is paired; what else is random in a
+//!   period (the simulator's routing) is seeded by [`period_seed`] from the
 //!   run's seed and the period's index (a hash, so that seed `s + 1` is not
 //!   seed `s` one period later).
 //! - **Several seeds** (`seeds`, default 5): the whole trace is served once
@@ -715,6 +720,10 @@ fn serve_seed(
                     rounds: Rounds::WorkConserving,
                     batching: opts.batching,
                     engine: opts.engine,
+                    arrivals: crate::cluster::sim::ArrivalSeeding::PerSecond {
+                        seed: period_seed(seed, u64::MAX),
+                        t0_s: t0,
+                    },
                 },
             )?;
             out.max_gpus = out.max_gpus.max(used);
@@ -1060,6 +1069,13 @@ mod tests {
             assert_ne!(x.per_seed[0].arrived, x.per_seed[1].arrived);
             let mean = x.per_seed.iter().map(|r| r.gpu_seconds).sum::<f64>() / 3.0;
             assert!((x.gpu_seconds_mean - mean).abs() < 1e-9);
+        }
+        // Both period lengths of a seed serve the same requests (paired).
+        for i in 0..3 {
+            assert_eq!(
+                two.over_seeds[0].per_seed[i].arrived, two.over_seeds[1].per_seed[i].arrived,
+                "seed {i}"
+            );
         }
         assert_eq!(two.verdicts.len(), 1);
         assert_eq!(two.verdicts[0].period_s, 5.0);

@@ -357,6 +357,7 @@ pub fn serve_schedule(
         rounds: Rounds::WorkConserving,
         batching: Batching::Deadline,
         engine,
+        arrivals: crate::cluster::sim::ArrivalSeeding::Run,
     };
     let mut r = crate::cluster::serve(&models, &parts, &opts)
         .map_err(|e| InssBenchError::Run(e.to_string()))?;
