@@ -1476,64 +1476,52 @@ pub fn markdown(r: &SplitReport) -> String {
             let _ = writeln!(s);
         }
     }
-    let _ = write!(
-        s,
-        "\nFig. 7: standard deviation of end-to-end latency (ms)\n\n| Scenario | Policy |"
-    );
-    for m in &r.models {
-        let _ = write!(s, " {} |", m.paper);
-    }
-    let _ = write!(s, "\n|---|---|");
-    for _ in &r.models {
-        let _ = write!(s, "---:|");
-    }
-    let _ = writeln!(s);
-    for x in &r.scenarios {
-        for l in &r.labels {
-            let _ = write!(s, "| {} | {} |", x.scenario, l.label);
-            for m in &r.models {
-                let v = r
-                    .jitter
-                    .iter()
-                    .find(|j| {
-                        j.scenario == x.scenario && j.policy == l.policy && j.model == m.model
-                    })
-                    .map_or(f64::NAN, |j| j.std_ms);
-                let _ = write!(s, " {v:.2} |");
-            }
-            let _ = writeln!(s);
+    // One row per scenario × policy, one column per model.
+    let per_model = |s: &mut String, title: &str, cell: &dyn Fn(&str, &str, &str) -> String| {
+        let _ = write!(s, "\n{title}\n\n| Scenario | Policy |");
+        for m in &r.models {
+            let _ = write!(s, " {} |", m.paper);
         }
-    }
-    let _ = write!(
-        s,
-        "\nViolations at α = {JUDGED_ALPHA} per model (violating / requests)\n\n| Scenario | Policy |"
-    );
-    for m in &r.models {
-        let _ = write!(s, " {} |", m.paper);
-    }
-    let _ = write!(s, "\n|---|---|");
-    for _ in &r.models {
-        let _ = write!(s, "---:|");
-    }
-    let _ = writeln!(s);
-    for x in &r.scenarios {
-        for l in &r.labels {
-            let _ = write!(s, "| {} | {} |", x.scenario, l.label);
-            for m in &r.models {
-                match r.model_violation.iter().find(|v| {
-                    v.scenario == x.scenario && v.policy == l.policy && v.model == m.model
-                }) {
-                    Some(v) => {
-                        let _ = write!(s, " {} / {} |", v.violations, v.requests);
-                    }
-                    None => {
-                        let _ = write!(s, " – |");
-                    }
+        let _ = write!(s, "\n|---|---|");
+        for _ in &r.models {
+            let _ = write!(s, "---:|");
+        }
+        let _ = writeln!(s);
+        for x in &r.scenarios {
+            for l in &r.labels {
+                let _ = write!(s, "| {} | {} |", x.scenario, l.label);
+                for m in &r.models {
+                    let _ = write!(s, " {} |", cell(&x.scenario, &l.policy, &m.model));
                 }
+                let _ = writeln!(s);
             }
-            let _ = writeln!(s);
         }
-    }
+    };
+    per_model(
+        &mut s,
+        "Fig. 7: standard deviation of end-to-end latency (ms)",
+        &|sc, policy, model| {
+            let v = r
+                .jitter
+                .iter()
+                .find(|j| j.scenario == sc && j.policy == policy && j.model == model)
+                .map_or(f64::NAN, |j| j.std_ms);
+            format!("{v:.2}")
+        },
+    );
+    per_model(
+        &mut s,
+        &format!("Violations at α = {JUDGED_ALPHA} per model (violating / requests)"),
+        &|sc, policy, model| {
+            r.model_violation
+                .iter()
+                .find(|v| v.scenario == sc && v.policy == policy && v.model == model)
+                .map_or_else(
+                    || "–".to_owned(),
+                    |v| format!("{} / {}", v.violations, v.requests),
+                )
+        },
+    );
     for u in &r.unfinished {
         let _ = writeln!(
             s,
