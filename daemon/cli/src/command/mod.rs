@@ -30,9 +30,16 @@ use std::process::ExitCode;
 
 /// Prints `sluice: error: {msg}` on stderr; exit status 1.
 pub fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    // Ends a progress line left open, so the error starts a line of its own.
+    if PROGRESS_OPEN.swap(false, std::sync::atomic::Ordering::Relaxed) {
+        eprintln!();
+    }
     eprintln!("sluice: error: {msg}");
     ExitCode::FAILURE
 }
+
+/// A [`progress`] line is on stderr without its newline yet.
+static PROGRESS_OPEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Fails with [`sluice_cli::error_chain`].
 pub fn fail_chain(e: &dyn std::error::Error) -> ExitCode {
@@ -61,9 +68,11 @@ pub fn exe() -> Result<PathBuf, String> {
 pub fn progress(what: &'static str, unit: &'static str) -> impl FnMut(usize, usize) {
     move |done, total| {
         eprint!("\r{what}: {done}/{total} {unit}");
-        if done == total {
+        let open = done != total;
+        if !open {
             eprintln!();
         }
+        PROGRESS_OPEN.store(open, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
