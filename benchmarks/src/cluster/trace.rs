@@ -485,37 +485,23 @@ pub fn run(
     let jobs = match opts.jobs {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         j => j,
-    }
-    .clamp(1, seeds.len());
-    // Seeds are dealt to the workers in turn; each worker has its planner.
-    let mut by_seed: Vec<Option<Result<Vec<TraceRun>, ClusterError>>> =
-        (0..seeds.len()).map(|_| None).collect();
-    std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..jobs)
-            .map(|w| {
-                let (setup, seeds, tick) = (&setup, &seeds, &tick);
-                scope.spawn(move || {
-                    let planner = opts
-                        .planner
-                        .planner(setup.intf.clone())
-                        .expect("checked above");
-                    (w..seeds.len())
-                        .step_by(jobs)
-                        .map(|i| (i, serve_seed(setup, planner.as_ref(), seeds[i], tick)))
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        for h in workers {
-            for (i, r) in h.join().expect("a trace worker panicked") {
-                by_seed[i] = Some(r);
-            }
-        }
-    });
-    let mut all: Vec<Vec<TraceRun>> = Vec::with_capacity(seeds.len());
-    for r in by_seed {
-        all.push(r.expect("every seed served")?);
-    }
+    };
+    // One seed per run of the work queue, each with a planner of its own;
+    // progress counts periods (`tick`), not seeds.
+    let mut all: Vec<Vec<TraceRun>> = crate::runs::run_all(
+        &seeds,
+        jobs,
+        |&seed| {
+            let planner = opts
+                .planner
+                .planner(setup.intf.clone())
+                .expect("checked above");
+            serve_seed(&setup, planner.as_ref(), seed, &tick)
+        },
+        &mut |_| {},
+    )
+    .into_iter()
+    .collect::<Result<_, _>>()?;
     let over_seeds: Vec<PeriodSeeds> = opts
         .periods_s
         .iter()

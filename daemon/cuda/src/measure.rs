@@ -890,19 +890,11 @@ fn one_request(
     model: &sluice_model::Model,
     batch: u32,
 ) -> Result<u64, PartitionProfileError> {
-    use sluice_gpu::{Clocked, Event, Gpu, KernelLaunch};
+    use sluice_gpu::{Clocked, Event, Gpu};
     let what = || format!("{} at batch {batch}", model.name());
     let model = &model.at_batch(batch);
     let t0 = gpu.now();
-    let n = model.manifest.kernels.len();
-    for (i, k) in model.manifest.kernels.iter().enumerate() {
-        let l = KernelLaunch::from_model(k, i as u64);
-        gpu.launch(s, l)
-            .map_err(|source| PartitionProfileError::Device {
-                what: format!("launching kernel {i} of {}", what()),
-                source,
-            })?;
-    }
+    let n = launch_request(gpu, s, model, &what())?;
     let mut out = Vec::new();
     let mut finished = 0;
     let mut end = t0;
@@ -988,17 +980,18 @@ impl PairReport {
 }
 
 /// Launches one request of `model` (already at its batch) on `s`; the
-/// number of kernels launched.
+/// number of kernels launched. `what` names it in errors.
 fn launch_request(
     gpu: &mut crate::CudaGpu,
     s: sluice_gpu::StreamId,
     model: &sluice_model::Model,
+    what: &str,
 ) -> Result<usize, PartitionProfileError> {
     use sluice_gpu::{Gpu, KernelLaunch};
     for (i, k) in model.manifest.kernels.iter().enumerate() {
         gpu.launch(s, KernelLaunch::from_model(k, i as u64))
             .map_err(|source| PartitionProfileError::Device {
-                what: format!("launching kernel {i} of {}", model.name()),
+                what: format!("launching kernel {i} of {what}"),
                 source,
             })?;
     }
@@ -1023,7 +1016,7 @@ fn timed_beside(
     };
     // Background requests in flight (kernels left of the current one).
     let mut bg_left = match bg {
-        Some((sb, m)) => launch_request(gpu, sb, m)?,
+        Some((sb, m)) => launch_request(gpu, sb, m, m.name())?,
         None => 0,
     };
     let mut samples = Vec::with_capacity(reps as usize);
@@ -1031,7 +1024,7 @@ fn timed_beside(
     // One untimed request first, then the timed ones.
     for r in 0..=reps {
         let t0 = gpu.now();
-        let mut left = launch_request(gpu, sf, fg)?;
+        let mut left = launch_request(gpu, sf, fg, fg.name())?;
         let mut end = t0;
         while left > 0 {
             out.clear();
@@ -1050,7 +1043,7 @@ fn timed_beside(
                 {
                     bg_left -= 1;
                     if bg_left == 0 {
-                        bg_left = launch_request(gpu, sb, m)?;
+                        bg_left = launch_request(gpu, sb, m, m.name())?;
                     }
                 }
             }
@@ -1083,7 +1076,6 @@ fn timed_beside(
 /// the other model's requests back to back. The factor of a side is the
 /// ratio of its medians. The models' manifest kernels run as synthetic
 /// kernels at their batch, as in [`partition_profile`].
-#[allow(clippy::too_many_arguments)]
 pub fn pair_profile(
     gpu: &mut crate::CudaGpu,
     device: &str,

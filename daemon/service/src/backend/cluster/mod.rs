@@ -1226,14 +1226,7 @@ impl ClusterBackend {
                 let limit = self
                     .batch_limit(served, pct, pi, si)
                     .max(self.backlog_batch(served, pct, pi, si));
-                let times_ns: Vec<(u32, u64)> = self.served[served]
-                    .spec
-                    .table
-                    .batches()
-                    .iter()
-                    .filter_map(|&b| self.batch_time(served, pct, pi, si, b).map(|t| (b, t.ns())))
-                    .collect();
-                if self.start_batch(pi, si, served, g, limit, &times_ns) && timed {
+                if self.start_batch(pi, si, served, g, limit, pct) && timed {
                     if let Some(p) = self.parts[pi].as_mut() {
                         p.next_slot = (si + 1) % n;
                     }
@@ -1244,8 +1237,8 @@ impl ClusterBackend {
     }
 
     /// Forms a batch of at most `limit` of `served`'s queued requests and
-    /// starts it in slot `si` of partition `pi`, `times_ns` the slot's
-    /// batch times; whether one started (all may have missed their
+    /// starts it in slot `si` of partition `pi` (`pct` %, as its batch
+    /// times read it); whether one started (all may have missed their
     /// deadlines).
     #[allow(clippy::too_many_arguments)]
     fn start_batch(
@@ -1255,7 +1248,7 @@ impl ClusterBackend {
         served: usize,
         g: usize,
         limit: u32,
-        times_ns: &[(u32, u64)],
+        pct: u32,
     ) -> bool {
         let now_abs = self.epoch + self.clock;
         // With batch times, no batch longer than the slot's times.
@@ -1263,15 +1256,9 @@ impl ClusterBackend {
             Some(len) if len > 0 => limit.min(len as u32),
             _ => limit,
         };
-        let s = &mut self.served[served];
-        // Requests that would finish after their deadline in the batch
-        // being formed do not run (module docs): under overload the oldest
-        // have too little time left for any batch, and running them late
-        // would make every request behind them late too.
-        let mut jobs = Vec::new();
-        let batches = s.spec.table.batches().to_vec();
+        let batches = self.served[served].spec.table.batches().to_vec();
         let want = {
-            let q = s.queued() as u32;
+            let q = self.served[served].queued() as u32;
             batches
                 .iter()
                 .copied()
@@ -1279,12 +1266,18 @@ impl ClusterBackend {
                 .max()
                 .unwrap_or(1)
         };
-        let need_ns = times_ns
+        // Requests that would finish after their deadline in the batch
+        // being formed do not run (module docs): under overload the oldest
+        // have too little time left for any batch, and running them late
+        // would make every request behind them late too.
+        let need_ns = batches
             .iter()
-            .filter(|&&(b, _)| b <= want)
-            .map(|&(_, t)| t)
-            .next_back()
-            .unwrap_or(0);
+            .rev()
+            .filter(|&&b| b <= want)
+            .find_map(|&b| self.batch_time(served, pct, pi, si, b))
+            .map_or(0, BatchTime::ns);
+        let s = &mut self.served[served];
+        let mut jobs = Vec::new();
         while jobs.len() < want as usize {
             let Some(job) = s.rt.pop_front().or_else(|| s.be.pop_front()) else {
                 break;
